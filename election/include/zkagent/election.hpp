@@ -1,0 +1,230 @@
+// zkagent election: leader election per account on Apache ZooKeeper (seed 001, SPEC §3).
+//
+// Layout under the configurable root (default /wx-accounts):
+//   {root}/{account}                       persistent
+//   {root}/{account}/members/m-0000000007  ephemeral-sequential, MemberInfo JSON
+//   {root}/{account}/active                ephemeral, ActiveInfo JSON
+//
+// Every candidate watches only its predecessor; the smallest member creates `active`; the leader's
+// fencing token is its member sequence number. A disconnected session suspends every account at
+// once (the gate closes before ZooKeeper decides anything). ZooKeeper's C API stays inside this
+// library: callers see the types below.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace zkagent::election {
+
+using Millis = std::chrono::milliseconds;
+
+// Returns why `id` is not a valid account id ([A-Za-z0-9_.-]{1,128}, not "." or ".."), or nullopt.
+std::optional<std::string> accountIdError(std::string_view id);
+
+// ---------------------------------------------------------------------------------------------
+// Session: one ZooKeeper session, re-created after expiry. Callbacks run on the io_context.
+
+enum class SessionState { Connecting, Connected, Suspended, Expired, Closed };
+std::string_view toString(SessionState state);
+
+struct SessionOptions {
+  std::string hosts;         // "127.0.0.1:2181,127.0.0.1:2182"
+  Millis timeout{10000};     // requested session timeout; the server may negotiate another
+};
+
+struct SessionEvent {
+  SessionState state;
+  int64_t sessionId;         // 0 when no session
+  Millis negotiatedTimeout;  // valid when Connected
+  bool newSession;           // Connected on a session that did not exist before (first or after expiry)
+};
+
+// Outcome of one ZooKeeper operation, in our own terms.
+enum class ZkError { Ok, NoNode, NodeExists, NotEmpty, BadVersion, ConnectionLoss, SessionExpired,
+                     Closing, Other };
+std::string_view toString(ZkError error);
+
+struct NodeStat {
+  int64_t ephemeralOwner = 0;
+  int32_t version = 0;
+  int64_t mzxid = 0;
+};
+
+enum class NodeKind { Persistent, Ephemeral, EphemeralSequential };
+
+// The generic asynchronous operations observers and health publishers need. Results are delivered
+// on the io_context (never on ZooKeeper's completion thread). A `watch` callback fires once.
+class Session {
+ public:
+  using Watch = std::function<void()>;
+  virtual ~Session() = default;
+
+  virtual SessionState state() const = 0;
+  virtual int64_t sessionId() const = 0;
+  virtual Millis negotiatedTimeout() const = 0;
+
+  virtual void create(std::string path, std::string data, NodeKind kind,
+                      std::function<void(ZkError, std::string createdPath)> done) = 0;
+  virtual void set(std::string path, std::string data, int32_t version,
+                   std::function<void(ZkError, NodeStat)> done) = 0;
+  virtual void get(std::string path, Watch watch,
+                   std::function<void(ZkError, std::string data, NodeStat)> done) = 0;
+  virtual void exists(std::string path, Watch watch,
+                      std::function<void(ZkError, std::optional<NodeStat>)> done) = 0;
+  virtual void children(std::string path, Watch watch,
+                        std::function<void(ZkError, std::vector<std::string>)> done) = 0;
+  virtual void remove(std::string path, int32_t version, std::function<void(ZkError)> done) = 0;
+  // Creates every missing persistent node of `path` (like mkdir -p).
+  virtual void ensurePath(std::string path, std::function<void(ZkError)> done) = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Node data (JSON, compatible with seed 001).
+
+struct MemberInfo {
+  std::string instanceId;
+  int64_t pid = 0;
+  int64_t startTime = 0;  // unix ms
+  std::string endpoint;
+  int64_t seq = -1;       // from the node name, not the data
+};
+
+struct ActiveInfo {
+  int64_t seq = -1;
+  std::string instanceId;
+  int64_t sessionId = 0;
+  int64_t activeSince = 0;  // unix ms
+  std::string endpoint;
+};
+
+std::string toJson(const MemberInfo& member);
+std::string toJson(const ActiveInfo& active);
+// nullopt when the bytes are not a valid record (the caller treats that as drift).
+std::optional<MemberInfo> parseMember(std::string_view json);
+std::optional<ActiveInfo> parseActive(std::string_view json);
+
+// ---------------------------------------------------------------------------------------------
+// Election of many accounts on one session.
+
+enum class Role { Init, Candidate, Waiting, Leader, Suspend, Stopped };
+std::string_view toString(Role role);
+
+// Why an instance stopped leading (the `reason=` of the leadership log line).
+enum class LossReason { Suspended, SessionExpired, Drift, Resigned, Stopped };
+std::string_view toString(LossReason reason);
+
+struct LeadershipEvent {
+  enum class Kind { Acquired, Lost } kind;
+  std::string account;
+  int64_t token = -1;                 // our seq (the fencing token) for this leadership
+  LossReason reason{};                // Lost only
+  std::optional<ActiveInfo> previous; // Acquired: the leader we last saw before us, if any
+  bool previousExpired = false;       // Acquired: the previous leader left without a clean resign
+  std::chrono::system_clock::time_point at;
+};
+
+struct ElectionOptions {
+  SessionOptions session;
+  std::string root = "/wx-accounts";
+  std::string instanceId;
+  std::string endpoint;  // advertised in member and active data (e.g. the admin URL)
+};
+
+struct AccountStatus {
+  std::string account;
+  Role role = Role::Init;
+  int64_t seq = -1;                  // own member seq, -1 when not registered
+  std::optional<ActiveInfo> leader;  // last seen active node
+  std::string lastReason;            // why the last transition happened
+  std::chrono::system_clock::time_point since;
+  bool standing = false;             // joined (wants to be a candidate)
+};
+
+// Answer of the leadership gate for one outbound operation.
+struct GateDecision {
+  enum class Verdict { Allowed, NotLeader, Suspended, Drifted, UnknownAccount } verdict;
+  int64_t token = -1;       // Allowed: the fencing token to attach
+  int64_t sessionId = 0;
+  std::optional<ActiveInfo> leader;  // refusals: who leads, when known
+  bool allowed() const { return verdict == Verdict::Allowed; }
+};
+std::string_view toString(GateDecision::Verdict verdict);
+
+class ElectionGroup {
+ public:
+  // Handlers run on the io_context; an account's leadership events come in order from its strand.
+  using LeadershipHandler = std::function<void(const LeadershipEvent&)>;
+  using SessionHandler = std::function<void(const SessionEvent&)>;
+
+  ElectionGroup(boost::asio::io_context& io, ElectionOptions options);
+  ~ElectionGroup();  // closes the session without waiting
+  ElectionGroup(const ElectionGroup&) = delete;
+  ElectionGroup& operator=(const ElectionGroup&) = delete;
+
+  void onLeadership(LeadershipHandler handler);  // set before start()
+  void onSession(SessionHandler handler);        // set before start()
+
+  void start();                        // opens the session; joined accounts register once connected
+  void join(std::string_view account);     // stand as candidate; throws std::invalid_argument on bad id
+  void withdraw(std::string_view account); // stop standing: deletes own active+member in one multi
+  void resign(std::string_view account);   // hand over now (one multi), then stand again at the back
+  // Reports Lost(stopped) for every led account, then closes the session (the server removes every
+  // ephemeral node in one request). `done` runs on the io_context once closed.
+  void stop(std::function<void()> done);
+
+  // Thread-safe, fast: the in-memory gate.
+  GateDecision check(std::string_view account) const;
+  // Strict gate: sync with the leader of the ensemble, read `active`, compare with our identity.
+  void checkStrict(std::string_view account, std::function<void(GateDecision)> done);
+
+  // Current members of an account (successor selection), read from ZooKeeper, sorted by seq.
+  void members(std::string_view account, std::function<void(ZkError, std::vector<MemberInfo>)> done);
+
+  std::vector<AccountStatus> status() const;  // thread-safe snapshot
+  SessionState sessionState() const;
+  int64_t sessionId() const;
+  Millis negotiatedTimeout() const;
+  Session& session();  // the shared session, for health reports and observers
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Observer of `active` nodes (for the fencing gateway): a watched cache per account.
+
+class LeaderObserver {
+ public:
+  struct View {
+    enum class State { Unknown, NoLeader, Leader } state = State::Unknown;
+    ActiveInfo active;  // valid when state == Leader
+  };
+
+  LeaderObserver(boost::asio::io_context& io, SessionOptions session, std::string root);
+  ~LeaderObserver();
+  void start();
+  void stop();
+  // Thread-safe cached view; Unknown while the session is not connected or the account was never
+  // read (starts watching it).
+  View current(std::string_view account) const;
+  // Cached view when trusted, else reads `active` (arming the watch) and answers on the io_context.
+  void lookup(std::string_view account, std::function<void(View)> done);
+  bool trusted() const;  // session connected
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace zkagent::election
