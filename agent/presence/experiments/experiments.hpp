@@ -1,0 +1,51 @@
+// The experiments of seed 000 §6.2-§6.4, run on the virtual clock: deterministic for a given seed
+// and well under a second of real time.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace zkagent::presence::experiments {
+
+// Seconds from a device actually leaving to its user's offline being published (§6.2).
+struct LatencyStats {
+  double min = 0;
+  double median = 0;
+  double max = 0;
+  double bound = 0;  // bounds() for this way of leaving
+};
+
+// Store-side renewals after every gateway restarted at the same instant (§6.3).
+struct RenewalPeak {
+  std::uint64_t peakPerSecond = 0;  // lease entries renewed in the busiest second
+  std::uint64_t finalLeases = 0;
+};
+
+// TTL 50 s below the renewal interval of 60 s, no jitter, 1000 s, one device (§6.4).
+struct NegativeControl {
+  std::uint64_t leaseExpirations = 0;
+  std::uint64_t publishedDebounce20 = 0;
+  std::uint64_t publishedDebounce0 = 0;
+  std::uint64_t deviceFlaps = 0;
+};
+
+struct Report {
+  LatencyStats close;
+  LatencyStats halfOpen;
+  LatencyStats gatewayCrash;
+  RenewalPeak noJitter;
+  RenewalPeak jitter;
+  NegativeControl negativeControl;
+};
+
+// Runs all three experiments. Throws std::logic_error if a device's offline is never published
+// (the model broke its own contract).
+Report run(std::uint64_t seed);
+
+// Exactly the keys of issue 6: detection_latency, renewal_peak, negative_control.
+nlohmann::json toJson(const Report& report);
+std::string toTable(const Report& report);
+
+}  // namespace zkagent::presence::experiments

@@ -1,0 +1,70 @@
+// The leader agent's side of layers 1 and 2 (seed 000 §2, the seed's "gateway"): one entry per
+// device connection with its last heartbeat and epoch, a timeout check every checkInterval, and a
+// batched, jittered renewal of every connection's lease every renewInterval.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <unordered_map>
+
+#include "zkagent/presence/clock.hpp"
+#include "zkagent/presence/leases.hpp"
+#include "zkagent/presence/params.hpp"
+#include "zkagent/presence/stable_random.hpp"
+
+namespace zkagent::presence {
+
+struct GatewayIdentity {
+  std::string name;          // seeds the renewal jitter (CRC32), names the lease holder
+  std::uint64_t leaderToken; // fencing token of the leadership this table lives under
+};
+
+class ConnectionTable {
+ public:
+  // Called after a connection timed out and its lease removal was sent; the owner closes the socket.
+  using TimeoutHandler = std::function<void(const DeviceKey&, Epoch)>;
+
+  // Starts the timeout check and the renewal schedule at once. `runSeed` varies the jitter between
+  // experiment runs; the gateway name alone fixes it otherwise. Throws std::invalid_argument for
+  // invalid params or an empty gateway name.
+  ConnectionTable(Clock& clock, const Params& params, GatewayIdentity identity, LeaseWriter& store,
+                  TimeoutHandler onTimeout = {}, std::uint64_t runSeed = 0);
+
+  // Registers a new connection and announces its lease at once; the returned epoch identifies it.
+  // Throws std::logic_error after crash().
+  Epoch connect(DeviceKey key);
+  // Records a heartbeat; false if the connection is unknown (closed, timed out, or crashed).
+  bool ping(Epoch connection);
+  // The device closed the connection: its lease is removed at once. False if unknown.
+  bool close(Epoch connection);
+  // Models the whole agent dying: every timer stops and nothing more reaches the store.
+  void crash();
+
+  std::size_t size() const { return connections_.size(); }
+  const GatewayIdentity& identity() const { return identity_; }
+
+ private:
+  struct Connection {
+    DeviceKey key;
+    TimePoint lastPing;
+  };
+
+  Connection* find(Epoch connection);
+  void end(std::uint64_t counter, LeaveReason reason);
+  void checkTimeouts();
+  void scheduleRenewal(bool first);
+  void renewAll();
+
+  TimerScope timers_;
+  Params params_;
+  GatewayIdentity identity_;
+  LeaseWriter& store_;
+  TimeoutHandler onTimeout_;
+  StableRandom random_;
+  std::uint64_t lastCounter_ = 0;
+  bool crashed_ = false;
+  std::unordered_map<std::uint64_t, Connection> connections_;  // by Epoch::connection
+};
+
+}  // namespace zkagent::presence

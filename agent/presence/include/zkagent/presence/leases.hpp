@@ -1,0 +1,111 @@
+// The store side of layer 2: leases per device with epochs, renewed in batches by the leader agent
+// that holds the device's connection, and swept when they expire (seed 000 §2, §5.1).
+#pragma once
+
+#include <compare>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "zkagent/presence/clock.hpp"
+#include "zkagent/presence/params.hpp"
+
+namespace zkagent::presence {
+
+// Orders connections across leaders: first the fencing token of the leader that accepted the
+// connection, then that leader's own connection counter. A new leader's token is higher, so its
+// connections outrank every connection of an old leader however late the old one's messages come.
+struct Epoch {
+  std::uint64_t leaderToken = 0;
+  std::uint64_t connection = 0;
+  auto operator<=>(const Epoch&) const = default;
+};
+
+struct DeviceKey {
+  std::string user;
+  std::string device;
+  bool operator==(const DeviceKey&) const = default;
+};
+
+struct DeviceKeyHash {
+  std::size_t operator()(const DeviceKey& key) const;
+};
+
+struct LeaseEntry {
+  DeviceKey key;
+  Epoch epoch;
+};
+
+enum class LeaveReason { Close, PingTimeout, LeaseExpired };
+std::string_view toString(LeaveReason reason);
+
+// What a leader agent sends to the store. In process it is the LeaseStore itself; across the
+// network it is a client of the fencing-gateway.
+class LeaseWriter {
+ public:
+  virtual ~LeaseWriter() = default;
+  // Creates or extends the leases of `entries`, all held by `gateway` (one request per batch).
+  virtual void renew(std::string_view gateway, std::span<const LeaseEntry> entries) = 0;
+  // Ends the lease of `key` if `epoch` is still its current epoch.
+  virtual void remove(const DeviceKey& key, Epoch epoch, LeaveReason reason) = 0;
+};
+
+// A device appearing in or disappearing from the store.
+struct DeviceChange {
+  const DeviceKey& key;
+  bool online;
+  LeaveReason reason;  // meaningful only when !online
+  TimePoint at;
+};
+
+struct Lease {
+  Epoch epoch;
+  std::string gateway;
+  TimePoint expires;
+};
+
+struct LeaseCounters {
+  std::uint64_t renewalsAccepted = 0;
+  std::uint64_t staleRenewalsRejected = 0;  // epoch below the current lease or a removed epoch
+  std::uint64_t rejectedStale = 0;          // removals whose epoch is not the current one
+  std::uint64_t removals = 0;
+  std::uint64_t leaseExpirations = 0;
+};
+
+class LeaseStore final : public LeaseWriter {
+ public:
+  using ChangeHandler = std::function<void(const DeviceChange&)>;
+
+  // Starts sweeping at once. Throws std::invalid_argument for invalid params.
+  LeaseStore(Clock& clock, const Params& params, ChangeHandler onChange);
+
+  // Accepts an entry only if its epoch is >= the current lease's and above the last removed epoch
+  // of that device (so a batch that crossed a close in flight cannot resurrect the lease).
+  void renew(std::string_view gateway, std::span<const LeaseEntry> entries) override;
+  // Only an equal epoch removes: a late close from an older connection counts in rejectedStale.
+  void remove(const DeviceKey& key, Epoch epoch, LeaveReason reason) override;
+
+  const Lease* find(const DeviceKey& key) const;
+  std::size_t size() const { return leases_.size(); }
+  const LeaseCounters& counters() const { return counters_; }
+
+ private:
+  struct Tombstone {
+    Epoch epoch;
+    TimePoint forgetAt;
+  };
+
+  void sweep();
+
+  TimerScope timers_;
+  Params params_;
+  ChangeHandler onChange_;
+  std::unordered_map<DeviceKey, Lease, DeviceKeyHash> leases_;
+  std::unordered_map<DeviceKey, Tombstone, DeviceKeyHash> removed_;
+  LeaseCounters counters_;
+};
+
+}  // namespace zkagent::presence

@@ -1,0 +1,99 @@
+#include <stdexcept>
+#include <vector>
+
+#include "zkagent/presence/connection_table.hpp"
+
+namespace zkagent::presence {
+ConnectionTable::ConnectionTable(Clock& clock, const Params& params, GatewayIdentity identity,
+                                 LeaseWriter& store, TimeoutHandler onTimeout,
+                                 std::uint64_t runSeed)
+    : timers_(clock),
+      params_(params),
+      identity_(std::move(identity)),
+      store_(store),
+      onTimeout_(std::move(onTimeout)),
+      random_(identity_.name, runSeed) {
+  validate(params_);
+  if (identity_.name.empty()) throw std::invalid_argument("gateway name must not be empty");
+  if (params_.pingTimeout > Millis{0}) {
+    timers_.after(params_.checkInterval, [this] { checkTimeouts(); });
+  }
+  scheduleRenewal(true);
+}
+
+Epoch ConnectionTable::connect(DeviceKey key) {
+  if (crashed_) throw std::logic_error("gateway " + identity_.name + " crashed: connect to another");
+  const Epoch epoch{identity_.leaderToken, ++lastCounter_};
+  const LeaseEntry entry{key, epoch};
+  connections_.emplace(epoch.connection, Connection{std::move(key), timers_.now()});
+  store_.renew(identity_.name, std::span(&entry, 1));
+  return epoch;
+}
+
+ConnectionTable::Connection* ConnectionTable::find(Epoch connection) {
+  if (connection.leaderToken != identity_.leaderToken) return nullptr;
+  auto it = connections_.find(connection.connection);
+  return it == connections_.end() ? nullptr : &it->second;
+}
+
+bool ConnectionTable::ping(Epoch connection) {
+  Connection* found = find(connection);
+  if (found == nullptr) return false;
+  found->lastPing = timers_.now();
+  return true;
+}
+
+bool ConnectionTable::close(Epoch connection) {
+  if (find(connection) == nullptr) return false;
+  end(connection.connection, LeaveReason::Close);
+  return true;
+}
+
+void ConnectionTable::crash() {
+  timers_.cancelAll();
+  connections_.clear();
+  crashed_ = true;
+}
+
+void ConnectionTable::end(std::uint64_t counter, LeaveReason reason) {
+  auto it = connections_.find(counter);
+  const DeviceKey key = std::move(it->second.key);
+  connections_.erase(it);
+  const Epoch epoch{identity_.leaderToken, counter};
+  store_.remove(key, epoch, reason);
+  if (reason == LeaveReason::PingTimeout && onTimeout_) onTimeout_(key, epoch);
+}
+
+void ConnectionTable::checkTimeouts() {
+  const TimePoint now = timers_.now();
+  std::vector<std::uint64_t> dead;
+  for (const auto& [counter, connection] : connections_) {
+    if (now - connection.lastPing > params_.pingTimeout) dead.push_back(counter);
+  }
+  for (std::uint64_t counter : dead) end(counter, LeaveReason::PingTimeout);
+  timers_.after(params_.checkInterval, [this] { checkTimeouts(); });
+}
+
+void ConnectionTable::scheduleRenewal(bool first) {
+  const double jitter = params_.renewJitter;
+  Millis delay = params_.renewInterval;
+  if (jitter > 0) {
+    // The first renewal after a (re)start is spread over a whole interval, or every agent that
+    // restarted together would renew in the same second forever (seed 000 §6.3).
+    delay = first ? random_.scale(params_.renewInterval, 0, 1)
+                  : random_.scale(params_.renewInterval, 1 - jitter, 1 + jitter);
+  }
+  timers_.after(delay, [this] { renewAll(); });
+}
+
+void ConnectionTable::renewAll() {
+  std::vector<LeaseEntry> batch;
+  batch.reserve(connections_.size());
+  for (const auto& [counter, connection] : connections_) {
+    batch.push_back(LeaseEntry{connection.key, Epoch{identity_.leaderToken, counter}});
+  }
+  if (!batch.empty()) store_.renew(identity_.name, batch);
+  scheduleRenewal(false);
+}
+
+}  // namespace zkagent::presence

@@ -1,0 +1,88 @@
+#include <functional>
+#include <vector>
+
+#include "zkagent/presence/leases.hpp"
+
+namespace zkagent::presence {
+
+std::size_t DeviceKeyHash::operator()(const DeviceKey& key) const {
+  const std::size_t user = std::hash<std::string>{}(key.user);
+  return user ^ (std::hash<std::string>{}(key.device) + 0x9e3779b97f4a7c15ULL + (user << 6) +
+                 (user >> 2));
+}
+
+std::string_view toString(LeaveReason reason) {
+  switch (reason) {
+    case LeaveReason::Close: return "close";
+    case LeaveReason::PingTimeout: return "ping_timeout";
+    case LeaveReason::LeaseExpired: return "lease_expired";
+  }
+  return "unknown";
+}
+
+LeaseStore::LeaseStore(Clock& clock, const Params& params, ChangeHandler onChange)
+    : timers_(clock), params_(params), onChange_(std::move(onChange)) {
+  validate(params_);
+  timers_.after(params_.sweepInterval, [this] { sweep(); });
+}
+
+void LeaseStore::renew(std::string_view gateway, std::span<const LeaseEntry> entries) {
+  const TimePoint now = timers_.now();
+  for (const LeaseEntry& entry : entries) {
+    if (auto removed = removed_.find(entry.key);
+        removed != removed_.end() && entry.epoch <= removed->second.epoch) {
+      ++counters_.staleRenewalsRejected;
+      continue;
+    }
+    auto [it, created] = leases_.try_emplace(entry.key);
+    Lease& lease = it->second;
+    if (!created && entry.epoch < lease.epoch) {
+      ++counters_.staleRenewalsRejected;
+      continue;
+    }
+    lease.epoch = entry.epoch;
+    if (lease.gateway != gateway) lease.gateway = gateway;
+    lease.expires = now + params_.leaseTtl;
+    ++counters_.renewalsAccepted;
+    if (created && onChange_) {
+      onChange_(DeviceChange{it->first, true, LeaveReason::Close, now});
+    }
+  }
+}
+
+void LeaseStore::remove(const DeviceKey& key, Epoch epoch, LeaveReason reason) {
+  auto it = leases_.find(key);
+  if (it == leases_.end() || it->second.epoch != epoch) {
+    ++counters_.rejectedStale;
+    return;
+  }
+  const TimePoint now = timers_.now();
+  // Renewals sent before this removal may still be in flight; the tombstone outlives them.
+  removed_[key] = Tombstone{epoch, now + params_.leaseTtl};
+  const DeviceKey removedKey = it->first;
+  leases_.erase(it);
+  ++counters_.removals;
+  if (onChange_) onChange_(DeviceChange{removedKey, false, reason, now});
+}
+
+const Lease* LeaseStore::find(const DeviceKey& key) const {
+  auto it = leases_.find(key);
+  return it == leases_.end() ? nullptr : &it->second;
+}
+
+void LeaseStore::sweep() {
+  const TimePoint now = timers_.now();
+  std::vector<DeviceKey> expired;
+  for (const auto& [key, lease] : leases_) {
+    if (lease.expires <= now) expired.push_back(key);
+  }
+  for (const DeviceKey& key : expired) {
+    leases_.erase(key);
+    ++counters_.leaseExpirations;
+    if (onChange_) onChange_(DeviceChange{key, false, LeaveReason::LeaseExpired, now});
+  }
+  std::erase_if(removed_, [now](const auto& entry) { return entry.second.forgetAt <= now; });
+  timers_.after(params_.sweepInterval, [this] { sweep(); });
+}
+
+}  // namespace zkagent::presence
