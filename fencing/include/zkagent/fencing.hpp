@@ -1,0 +1,200 @@
+// Fencing for the downstream of an elected leader (SPEC §4, seed 001 §4.4 and §5.2).
+//
+// A leader elected through ZooKeeper can be paused or partitioned and keep sending after a
+// successor took over. Every operation therefore carries a fencing token: the leader's
+// sequence number (the seq of its members node, written into the account's `active` node).
+// The TokenValidator here is what a downstream gateway uses to make such an old leader
+// harmless:
+//
+//   * per account it keeps the highest token it has accepted, the high-water mark (HWM);
+//     an operation is accepted iff token >= HWM, and acceptance raises the HWM;
+//   * when the caller knows the account's current `active` node (a watched ZooKeeper cache),
+//     it also requires token == active seq: a paused old leader is refused as soon as a
+//     successor exists, and a forged future token is refused;
+//   * if ZooKeeper's active seq is below the HWM (the members node was recreated and its
+//     counter restarted), the account fails closed until an operator resets its HWM;
+//   * an operation retried with the same opId gets the first answer and is not applied twice;
+//   * with a data directory, every accepted operation, fence and reset is in an fsynced
+//     append-only log before the call returns (concurrent callers share one fsync).
+//
+// This library knows neither ZooKeeper nor HTTP: the gateway passes what its ZooKeeper cache
+// says as an ActiveView and maps Decisions to HTTP answers (toJson gives the response body).
+// docs/fencing.md describes the on-disk format, recovery, compaction and the guarantees.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace zkagent::fencing {
+
+// ---------------------------------------------------------------------------------------------
+// Wire form
+
+// Who sends: the account, the leader's seq as token, and which instance/session holds it.
+struct FencingToken {
+  std::string account;
+  std::uint64_t token = 0;
+  std::string instanceId;
+  std::int64_t sessionId = 0;  // ZooKeeper session ids are signed 64-bit
+  bool operator==(const FencingToken&) const = default;
+};
+
+// One operation as the agent forwards it (the body of the gateway's POST /v1/ops):
+// {"account","token","instanceId","sessionId","opId","payload"}. The payload is any JSON value
+// (optional, null when absent); it is kept as compact JSON text.
+struct Operation {
+  FencingToken fencing;
+  std::string opId;
+  std::string payload = "null";
+  bool operator==(const Operation&) const = default;
+};
+
+// Inputs larger than this are refused by the parser; a gateway answers 413 before parsing.
+inline constexpr std::size_t kMaxOperationBytes = 64 * 1024;
+inline constexpr std::size_t kMaxIdBytes = 128;  // opId and instanceId
+
+// Thrown for every malformed input; the message names the field and what is expected.
+class BadRequest : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// Account ids: [A-Za-z0-9_.-]{1,128}, not "." or ".." (they become znode path segments).
+bool isValidAccountId(std::string_view account);
+void requireValidAccountId(std::string_view account);  // throws BadRequest naming the rule
+
+// Parsing checks everything validateOperation checks; unknown fields are ignored.
+Operation parseOperation(std::string_view json);  // throws BadRequest
+FencingToken parseFencingToken(std::string_view json);  // throws BadRequest
+// For operations built in code: valid account id, opId and instanceId of 1 to 128 printable
+// ASCII characters without spaces, payload within kMaxOperationBytes. Throws BadRequest.
+void validateOperation(const Operation& operation);
+nlohmann::json toJson(const FencingToken& token);
+nlohmann::json toJson(const Operation& operation);
+
+// ---------------------------------------------------------------------------------------------
+// Decisions
+
+// What the caller's ZooKeeper cache says about the account's `active` node right now.
+struct ActiveView {
+  enum class State : std::uint8_t {
+    unknown,  // no trustworthy cache (not configured, or ZooKeeper unreachable): HWM only
+    absent,   // no active node: nobody leads, every operation is refused
+    present,  // active node with this seq: only that token is accepted
+  };
+  State state = State::unknown;
+  std::uint64_t seq = 0;
+
+  static ActiveView unknown() { return {}; }
+  static ActiveView absent() { return {State::absent, 0}; }
+  static ActiveView present(std::uint64_t activeSeq) { return {State::present, activeSeq}; }
+};
+
+enum class Verdict : std::uint8_t {
+  accepted,
+  stale_token,         // token < HWM
+  not_current_leader,  // token != seq of the current active node (or no active node)
+  account_fenced,      // account fails closed (ZooKeeper's active seq fell below the HWM)
+};
+std::string_view reasonCode(Verdict verdict);  // "accepted", "stale_token", ...
+
+struct Decision {
+  Verdict verdict = Verdict::accepted;
+  std::uint64_t hwm = 0;   // the account's HWM after this decision
+  bool replayed = false;   // answer of an earlier operation with the same opId
+  std::string detail;      // human-readable why, for logs and error bodies
+
+  bool accepted() const { return verdict == Verdict::accepted; }
+};
+
+// {"accepted":true,"hwm":N} or {"accepted":false,"reason":"stale_token","hwm":N,"detail":...}
+nlohmann::json toJson(const Decision& decision);
+
+struct AccountStatus {
+  std::uint64_t hwm = 0;
+  std::uint64_t accepted = 0;  // since the account was first seen (durable)
+  std::uint64_t rejected = 0;  // since this process started (rejections are not logged)
+  bool fenced = false;
+  std::uint64_t fencedAtActiveSeq = 0;  // the active seq that was found below the HWM
+};
+
+// ---------------------------------------------------------------------------------------------
+// The validator
+
+enum class CommitMode : std::uint8_t {
+  group,          // concurrent submitters share one write + fdatasync (the default)
+  per_operation,  // one fdatasync per record: the benchmark baseline
+};
+
+struct ValidatorOptions {
+  std::filesystem::path dataDir;  // empty: memory only, nothing survives the process
+  CommitMode commitMode = CommitMode::group;
+  std::size_t rememberedOpsPerAccount = 1024;  // opIds kept for retries (last N accepted)
+  std::uint64_t compactAfterLogBytes = 64ULL << 20;  // compact beyond this log size; 0: never
+};
+
+// What start-up found on disk.
+struct RecoveryReport {
+  std::uint64_t snapshotAccounts = 0;
+  std::uint64_t replayedRecords = 0;
+  std::uint64_t truncatedBytes = 0;  // torn or corrupt tail cut off the log
+  std::string truncationReason;      // empty when nothing was cut
+};
+
+// The disk failed (write/fsync error, or the data directory is unusable). After a write error
+// the validator refuses everything: what reached the disk is unknown until a restart recovers.
+class StorageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Thread-safe. Opening a data directory recovers its state and takes an exclusive lock on it
+// (a second validator on the same directory throws StorageError).
+class TokenValidator {
+ public:
+  explicit TokenValidator(ValidatorOptions options = {});
+  ~TokenValidator();  // flushes what is in flight
+  TokenValidator(const TokenValidator&) = delete;
+  TokenValidator& operator=(const TokenValidator&) = delete;
+
+  // Decides and, for accepted operations, logs before returning. Every answer only reflects
+  // state that is on disk. Throws BadRequest for an invalid operation, StorageError on I/O.
+  Decision submit(const Operation& operation, const ActiveView& active = ActiveView::unknown());
+
+  // Operator action: sets the account's HWM (lower or higher) and lifts a fence; logged
+  // durably with who and why. Returns the status after the reset.
+  AccountStatus resetHighWaterMark(std::string_view account, std::uint64_t hwm,
+                                   std::string_view actor, std::string_view reason);
+
+  std::optional<AccountStatus> status(std::string_view account) const;
+  std::vector<std::string> fencedAccounts() const;
+
+  // Writes a snapshot and starts a new log now (it also happens by itself past
+  // compactAfterLogBytes). No-op in memory-only mode.
+  void compact();
+
+  const RecoveryReport& recovery() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Reading the log (operators, tests): accepted operations still in the log of dataDir, in
+// order, excluding those already folded into a snapshot. Read-only; stops at a torn tail.
+struct LoggedOperation {
+  Operation operation;
+  std::uint64_t hwm = 0;  // the HWM answered
+};
+std::vector<LoggedOperation> readLoggedOperations(const std::filesystem::path& dataDir);
+
+}  // namespace zkagent::fencing

@@ -1,0 +1,152 @@
+#include "rules.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+namespace zkagent::fencing::detail {
+namespace {
+
+std::int64_t nowUnixMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string fenceDetail(std::uint64_t activeSeq, std::uint64_t hwm) {
+  return "hwm_ahead_of_zookeeper: active seq " + std::to_string(activeSeq) + " is below hwm " +
+         std::to_string(hwm) + "; the account stays fenced until an operator resets its HWM";
+}
+
+}  // namespace
+
+Rules::Rules(std::size_t rememberedOpsPerAccount)
+    : rememberedOps_(std::max<std::size_t>(rememberedOpsPerAccount, 1)) {}
+
+Outcome Rules::submit(const Operation& operation, const ActiveView& active) {
+  const FencingToken& fencing = operation.fencing;
+  const auto found = accounts_.find(fencing.account);
+  Account* account = found == accounts_.end() ? nullptr : &found->second;
+
+  if (account != nullptr) {
+    const auto& recent = account->recent.hwmByOpId;
+    if (const auto earlier = recent.find(operation.opId); earlier != recent.end()) {
+      return {Decision{Verdict::accepted, earlier->second, true, "retry of an accepted opId"}, {}};
+    }
+  }
+  // Unknown accounts get no entry on rejection: garbage must not grow memory.
+  const std::uint64_t hwm = account != nullptr ? account->status.hwm : 0;
+  const auto reject = [&](Verdict verdict, std::string detail) {
+    if (account != nullptr) ++account->status.rejected;
+    return Outcome{Decision{verdict, hwm, false, std::move(detail)}, {}};
+  };
+
+  if (account != nullptr && account->status.fenced) {
+    return reject(Verdict::account_fenced, fenceDetail(account->status.fencedAtActiveSeq, hwm));
+  }
+  if (active.state == ActiveView::State::present && active.seq < hwm) {
+    AccountFenced fenced{fencing.account, active.seq, hwm, nowUnixMillis()};
+    apply(fenced);
+    ++account->status.rejected;  // hwm > 0 implies the account exists
+    return {Decision{Verdict::account_fenced, hwm, false, fenceDetail(active.seq, hwm)},
+            std::move(fenced)};
+  }
+  if (fencing.token < hwm) {
+    return reject(Verdict::stale_token, "token " + std::to_string(fencing.token) +
+                                            " is below the account's hwm " + std::to_string(hwm));
+  }
+  if (active.state == ActiveView::State::absent) {
+    return reject(Verdict::not_current_leader, "the account has no active node in ZooKeeper");
+  }
+  if (active.state == ActiveView::State::present && fencing.token != active.seq) {
+    return reject(Verdict::not_current_leader, "token " + std::to_string(fencing.token) +
+                                                   " is not the active seq " +
+                                                   std::to_string(active.seq));
+  }
+  AcceptedOp accepted{operation, fencing.token};
+  apply(accepted);
+  return {Decision{Verdict::accepted, fencing.token, false, {}}, std::move(accepted)};
+}
+
+HwmReset Rules::reset(std::string_view account, std::uint64_t hwm, std::string_view actor,
+                      std::string_view reason) {
+  HwmReset reset{std::string(account), hwm, std::string(actor), std::string(reason),
+                 nowUnixMillis()};
+  apply(reset);
+  return reset;
+}
+
+void Rules::apply(const Event& event) {
+  std::visit(
+      [this](const auto& change) {
+        using Change = std::decay_t<decltype(change)>;
+        if constexpr (std::is_same_v<Change, AcceptedOp>) {
+          Account& account = accounts_[change.operation.fencing.account];
+          account.status.hwm = std::max(account.status.hwm, change.hwm);
+          ++account.status.accepted;
+          remember(account.recent, change.operation.opId, change.hwm);
+        } else if constexpr (std::is_same_v<Change, AccountFenced>) {
+          AccountStatus& status = accounts_[change.account].status;
+          status.fenced = true;
+          status.fencedAtActiveSeq = change.activeSeq;
+        } else {
+          AccountStatus& status = accounts_[change.account].status;
+          status.hwm = change.hwm;
+          status.fenced = false;
+          status.fencedAtActiveSeq = 0;
+        }
+      },
+      event);
+}
+
+void Rules::remember(RecentOps& recent, const std::string& opId, std::uint64_t hwm) const {
+  if (!recent.hwmByOpId.emplace(opId, hwm).second) return;
+  recent.order.push_back(opId);
+  while (recent.order.size() > rememberedOps_) {
+    recent.hwmByOpId.erase(recent.order.front());
+    recent.order.pop_front();
+  }
+}
+
+void Rules::restore(AccountSnapshot snapshot) {
+  Account& account = accounts_[snapshot.account];
+  account.status.hwm = snapshot.hwm;
+  account.status.accepted = snapshot.accepted;
+  account.status.fenced = snapshot.fenced;
+  account.status.fencedAtActiveSeq = snapshot.fencedAtActiveSeq;
+  for (const auto& [opId, hwm] : snapshot.recentOps) remember(account.recent, opId, hwm);
+}
+
+std::optional<AccountStatus> Rules::status(std::string_view account) const {
+  const auto found = accounts_.find(account);
+  if (found == accounts_.end()) return std::nullopt;
+  return found->second.status;
+}
+
+std::vector<std::string> Rules::fencedAccounts() const {
+  std::vector<std::string> fenced;
+  for (const auto& [name, account] : accounts_) {
+    if (account.status.fenced) fenced.push_back(name);
+  }
+  std::sort(fenced.begin(), fenced.end());
+  return fenced;
+}
+
+std::vector<AccountSnapshot> Rules::snapshot() const {
+  std::vector<AccountSnapshot> accounts;
+  accounts.reserve(accounts_.size());
+  for (const auto& [name, account] : accounts_) {
+    AccountSnapshot& saved = accounts.emplace_back();
+    saved.account = name;
+    saved.hwm = account.status.hwm;
+    saved.accepted = account.status.accepted;
+    saved.fenced = account.status.fenced;
+    saved.fencedAtActiveSeq = account.status.fencedAtActiveSeq;
+    saved.recentOps.reserve(account.recent.order.size());
+    for (const std::string& opId : account.recent.order) {
+      saved.recentOps.emplace_back(opId, account.recent.hwmByOpId.at(opId));
+    }
+  }
+  return accounts;
+}
+
+}  // namespace zkagent::fencing::detail

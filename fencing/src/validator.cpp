@@ -1,0 +1,191 @@
+// TokenValidator: serialises the rules under one mutex and, with a data directory, hands each
+// event to a committer thread that writes and fdatasyncs whatever queued up meanwhile (group
+// commit). Callers wait until the log covers every record up to the one their answer depends on.
+#include <spdlog/spdlog.h>
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "journal.hpp"
+#include "rules.hpp"
+
+namespace zkagent::fencing {
+
+struct TokenValidator::Impl {
+  explicit Impl(ValidatorOptions validatorOptions);
+  ~Impl();
+
+  // Queues `event` (already applied) and waits until it and every earlier record are durable.
+  // Without an event it still waits for earlier records: no answer reveals undurable state.
+  void logAndWait(std::unique_lock<std::mutex>& lock, const std::optional<detail::Event>& event);
+  void throwIfFailed() const;
+  void commitLoop();
+
+  const ValidatorOptions options;
+  mutable std::mutex mutex;
+  std::condition_variable workReady;  // committer: records queued, compaction asked, stopping
+  std::condition_variable progress;   // submitters: durable LSN or compactions advanced, failure
+  detail::Rules rules;
+  RecoveryReport report;
+  std::unique_ptr<detail::Journal> journal;  // null in memory-only mode
+  std::deque<std::string> queued;            // encoded records not yet handed to the committer
+  std::uint64_t appendedLsn = 0;             // records ever queued
+  std::uint64_t durableLsn = 0;              // records known to be on disk
+  std::uint64_t compactionsRequested = 0;
+  std::uint64_t compactionsDone = 0;
+  std::string failure;  // first storage error; from then on everything is refused
+  bool stopping = false;
+  std::thread committer;
+};
+
+TokenValidator::Impl::Impl(ValidatorOptions validatorOptions)
+    : options(std::move(validatorOptions)), rules(options.rememberedOpsPerAccount) {
+  if (options.dataDir.empty()) return;
+  journal = std::make_unique<detail::Journal>(
+      options.dataDir, [this](detail::AccountSnapshot&& account) { rules.restore(std::move(account)); },
+      [this](detail::Event&& event) { rules.apply(event); }, report);
+  if (report.truncatedBytes > 0) {
+    spdlog::warn("fencing log recovery cut a torn tail dir={} bytes={} reason={}",
+                 options.dataDir.string(), report.truncatedBytes, report.truncationReason);
+  }
+  spdlog::info("fencing store opened dir={} snapshotAccounts={} replayedRecords={}",
+               options.dataDir.string(), report.snapshotAccounts, report.replayedRecords);
+  committer = std::thread([this] { commitLoop(); });
+}
+
+TokenValidator::Impl::~Impl() {
+  if (!committer.joinable()) return;
+  {
+    const std::lock_guard lock(mutex);
+    stopping = true;
+  }
+  workReady.notify_one();
+  committer.join();
+}
+
+void TokenValidator::Impl::throwIfFailed() const {
+  if (!failure.empty()) throw StorageError("fencing store failed earlier: " + failure);
+}
+
+void TokenValidator::Impl::logAndWait(std::unique_lock<std::mutex>& lock,
+                                      const std::optional<detail::Event>& event) {
+  if (!journal) return;
+  if (event) {
+    queued.push_back(detail::encodeEvent(*event));
+    ++appendedLsn;
+    workReady.notify_one();
+  }
+  const std::uint64_t needed = appendedLsn;
+  progress.wait(lock, [&] { return durableLsn >= needed || !failure.empty(); });
+  if (durableLsn < needed) throwIfFailed();
+}
+
+void TokenValidator::Impl::commitLoop() {
+  std::unique_lock lock(mutex);
+  for (;;) {
+    workReady.wait(lock, [&] {
+      return stopping || !queued.empty() || compactionsRequested > compactionsDone;
+    });
+    const std::uint64_t compactionsServed = compactionsRequested;
+    const bool compactNow =
+        compactionsServed > compactionsDone ||
+        (options.compactAfterLogBytes > 0 && journal->logBytes() >= options.compactAfterLogBytes);
+    if (queued.empty() && !compactNow) return;  // stopping, nothing left to write
+    // A compaction takes everything queued so that its snapshot matches the log exactly.
+    const bool takeAll = options.commitMode == CommitMode::group || compactNow;
+    const std::size_t count = takeAll ? queued.size() : 1;
+    std::string batch;
+    for (std::size_t i = 0; i < count; ++i) {
+      batch += queued.front();
+      queued.pop_front();
+    }
+    const std::uint64_t batchLsn = appendedLsn - queued.size();
+    std::vector<detail::AccountSnapshot> state;
+    if (compactNow) state = rules.snapshot();
+
+    lock.unlock();
+    std::string error;
+    try {
+      if (!batch.empty()) journal->appendDurably(batch);
+      if (compactNow) journal->rotate(state);
+    } catch (const std::exception& exception) {
+      error = exception.what();
+    }
+    lock.lock();
+
+    if (!error.empty()) {
+      spdlog::error("fencing store failed, refusing every operation until restart dir={} error={}",
+                    options.dataDir.string(), error);
+      failure = std::move(error);
+      progress.notify_all();
+      return;
+    }
+    durableLsn = batchLsn;
+    if (compactNow) compactionsDone = compactionsServed;
+    progress.notify_all();
+  }
+}
+
+TokenValidator::TokenValidator(ValidatorOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {}
+
+TokenValidator::~TokenValidator() = default;
+
+Decision TokenValidator::submit(const Operation& operation, const ActiveView& active) {
+  validateOperation(operation);
+  std::unique_lock lock(impl_->mutex);
+  impl_->throwIfFailed();
+  detail::Outcome outcome = impl_->rules.submit(operation, active);
+  impl_->logAndWait(lock, outcome.event);
+  lock.unlock();
+  if (outcome.event && std::holds_alternative<detail::AccountFenced>(*outcome.event)) {
+    const auto& fenced = std::get<detail::AccountFenced>(*outcome.event);
+    spdlog::warn("account fenced account={} activeSeq={} hwm={} reason=hwm_ahead_of_zookeeper",
+                 fenced.account, fenced.activeSeq, fenced.hwm);
+  }
+  return std::move(outcome.decision);
+}
+
+AccountStatus TokenValidator::resetHighWaterMark(std::string_view account, std::uint64_t hwm,
+                                                 std::string_view actor,
+                                                 std::string_view reason) {
+  requireValidAccountId(account);
+  if (actor.empty()) throw BadRequest("a HWM reset must name the operator (actor)");
+  std::unique_lock lock(impl_->mutex);
+  impl_->throwIfFailed();
+  const std::uint64_t previousHwm = impl_->rules.status(account).value_or(AccountStatus{}).hwm;
+  impl_->logAndWait(lock, impl_->rules.reset(account, hwm, actor, reason));
+  const AccountStatus after = *impl_->rules.status(account);
+  lock.unlock();
+  spdlog::warn("hwm reset account={} previousHwm={} hwm={} actor={} reason={}", account,
+               previousHwm, hwm, actor, reason);
+  return after;
+}
+
+std::optional<AccountStatus> TokenValidator::status(std::string_view account) const {
+  const std::lock_guard lock(impl_->mutex);
+  return impl_->rules.status(account);
+}
+
+std::vector<std::string> TokenValidator::fencedAccounts() const {
+  const std::lock_guard lock(impl_->mutex);
+  return impl_->rules.fencedAccounts();
+}
+
+void TokenValidator::compact() {
+  if (!impl_->journal) return;
+  std::unique_lock lock(impl_->mutex);
+  impl_->throwIfFailed();
+  const std::uint64_t ticket = ++impl_->compactionsRequested;
+  impl_->workReady.notify_one();
+  impl_->progress.wait(lock, [&] {
+    return impl_->compactionsDone >= ticket || !impl_->failure.empty();
+  });
+  if (impl_->compactionsDone < ticket) impl_->throwIfFailed();
+}
+
+const RecoveryReport& TokenValidator::recovery() const { return impl_->report; }
+
+}  // namespace zkagent::fencing
