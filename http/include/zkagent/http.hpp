@@ -1,0 +1,184 @@
+// zkagent http: a small HTTP/1.1 server and client with keep-alive (Boost.Beast inside, not here).
+//
+// The server hands every complete request to a Router, which maps method + path pattern to a
+// plain function `Response(const Request&)`; routes are testable without sockets:
+//
+//   zkagent::http::Router router({.bearerToken = "s3cret"});
+//   router.add(Method::Get, "/v1/accounts/{id}", [](const Request& r) {
+//     return Response::json(200, "{\"id\":\"" + r.params.at("id") + "\"}");
+//   });
+//   router.add(Method::Get, "/healthz", healthz, Access::Public);
+//   zkagent::http::Server server(io, {.address = "127.0.0.1", .port = 0}, std::move(router));
+//   server.start();   // then io.run() on one or more threads
+//
+// The client keeps idle connections open for reuse, is thread-safe, and never throws for
+// transport problems: they come back as ClientResponse::transportError.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace zkagent::http {
+
+using Millis = std::chrono::milliseconds;
+
+enum class Method { Get, Head, Post, Put, Delete, Patch, Options, Other };
+std::string_view toString(Method method);
+
+struct Request {
+  Method method = Method::Get;
+  std::string target;  // as received, e.g. "/v1/ops?dry=1"
+  std::string path;    // target without the query string
+  std::string query;   // after '?', empty when none
+  std::vector<std::pair<std::string, std::string>> headers;  // names lower-case
+  std::string body;
+  std::map<std::string, std::string, std::less<>> params;  // {name} segments, set by the Router
+  std::string remoteAddress;
+
+  // Case-insensitive header lookup.
+  std::optional<std::string_view> header(std::string_view name) const;
+};
+
+struct Response {
+  int status = 200;
+  std::string contentType = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // extra headers
+
+  static Response json(int status, std::string body);
+  static Response text(int status, std::string body, std::string contentType = "text/plain");
+  // {"error":"<message>"} with the message JSON-escaped.
+  static Response error(int status, std::string_view message);
+};
+
+using Handler = std::function<Response(const Request&)>;
+
+// Token: needs `Authorization: Bearer <token>` when the router has a token. Public: never.
+enum class Access { Token, Public };
+
+struct RouterOptions {
+  std::string bearerToken{};  // empty: no request needs a token
+};
+
+class Router {
+ public:
+  explicit Router(RouterOptions options = {});
+
+  // `pattern` is a path of literal segments and `{name}` segments; a `{name}` segment matches one
+  // non-empty path segment and lands in Request::params. Literal routes win over parameter
+  // routes. Throws std::invalid_argument on a malformed pattern or a duplicate route.
+  void add(Method method, std::string_view pattern, Handler handler,
+           Access access = Access::Token);
+
+  // Dispatches: 404 no route for the path, 405 (with Allow) wrong method, 401 missing or wrong
+  // bearer token, 500 when the handler throws. Never throws.
+  Response handle(Request request) const;
+
+  bool requiresToken() const { return !options_.bearerToken.empty(); }
+
+ private:
+  struct Route {
+    Method method;
+    std::vector<std::string> segments;  // "{name}" marks a parameter
+    Handler handler;
+    Access access;
+  };
+  RouterOptions options_;
+  std::vector<Route> routes_;
+};
+
+struct ServerOptions {
+  std::string address = "127.0.0.1";
+  uint16_t port = 0;                // 0: any free port (see Server::port())
+  size_t bodyLimit = 1024 * 1024;   // larger request bodies get 413 and the connection closes
+  Millis readTimeout{60000};        // waiting for and reading one request (bounds idle keep-alive)
+  Millis writeTimeout{30000};       // writing one response
+  // 0: handlers run on the io_context's threads (they must not block). N > 0: handlers run on a
+  // pool of N threads, for handlers that block (e.g. waiting for an fsync).
+  size_t handlerThreads = 0;
+};
+
+namespace detail {
+struct ServerState;
+}
+
+class Server {
+ public:
+  // Binds and listens at once (so port() is known); throws std::system_error when it cannot.
+  Server(boost::asio::io_context& io, ServerOptions options, Router router);
+  ~Server();  // stop(), then waits for running handlers
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  void start();  // begins accepting; connections are served on `io`
+  // Stops accepting and closes every open connection; io.run() returns once nothing is left.
+  void stop();
+  uint16_t port() const;
+  std::string address() const;
+
+ private:
+  std::shared_ptr<detail::ServerState> state_;
+};
+
+struct ClientOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 80;
+  Millis connectTimeout{2000};
+  Millis requestTimeout{5000};     // writing the request and reading the whole response
+  std::string bearerToken{};       // sent as `Authorization: Bearer ...` when not empty
+  size_t maxIdleConnections = 64;  // idle keep-alive connections kept for reuse
+  size_t asyncThreads = 2;         // workers that run asyncRequest()
+  size_t responseBodyLimit = 8 * 1024 * 1024;
+};
+
+struct ClientResponse {
+  int status = 0;  // 0 when the exchange failed
+  std::string body;
+  std::string contentType;
+  std::string transportError;  // what failed (connect, timeout, closed...) or empty
+
+  bool delivered() const { return transportError.empty(); }
+};
+
+class Client {
+ public:
+  explicit Client(ClientOptions options);
+  ~Client();  // waits for asyncRequest() calls in flight
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // One exchange on an idle keep-alive connection, or a new one. A reused connection that turns
+  // out closed by the server (before any answer) is retried once on a fresh connection; callers
+  // that cannot tolerate a repeated request must make it idempotent (the gateway's opId).
+  // Thread-safe; blocks the calling thread for at most connectTimeout + 2 x requestTimeout.
+  ClientResponse request(Method method, std::string_view target, std::string body = {},
+                         std::string_view contentType = "application/json");
+  ClientResponse get(std::string_view target) { return request(Method::Get, target); }
+  ClientResponse post(std::string_view target, std::string body) {
+    return request(Method::Post, target, std::move(body));
+  }
+
+  // request() on one of the client's worker threads; `done` runs there, so an Asio program
+  // should post the result back to its own strand.
+  void asyncRequest(Method method, std::string target, std::string body,
+                    std::function<void(ClientResponse)> done);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zkagent::http

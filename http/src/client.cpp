@@ -1,0 +1,188 @@
+// The HTTP/1.1 client: blocking exchanges with timeouts, on a pool of keep-alive connections.
+// Each connection owns a private io_context so that Beast's per-operation timeouts
+// (tcp_stream::expires_after) work for a blocking caller: start the async operation, run the
+// private context until it completes or the timer closes the socket.
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <mutex>
+#include <optional>
+
+#include "zkagent/http.hpp"
+
+namespace zkagent::http {
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+bhttp::verb verbOf(Method method) {
+  switch (method) {
+    case Method::Get: return bhttp::verb::get;
+    case Method::Head: return bhttp::verb::head;
+    case Method::Post: return bhttp::verb::post;
+    case Method::Put: return bhttp::verb::put;
+    case Method::Delete: return bhttp::verb::delete_;
+    case Method::Patch: return bhttp::verb::patch;
+    case Method::Options: return bhttp::verb::options;
+    case Method::Other: break;
+  }
+  return bhttp::verb::unknown;
+}
+
+// The server closed an idle keep-alive connection before our request reached it.
+bool closedWhileIdle(const beast::error_code& error) {
+  return error == bhttp::error::end_of_stream || error == asio::error::eof ||
+         error == asio::error::connection_reset || error == asio::error::broken_pipe;
+}
+
+struct Connection {
+  asio::io_context io;
+  beast::tcp_stream stream{io};
+  beast::flat_buffer buffer;
+
+  // Runs the operation started by `start` until it completes (or its timer closes the socket).
+  template <typename Start>
+  beast::error_code run(Start&& start) {
+    beast::error_code result;
+    start([&result](beast::error_code error, auto&&...) { result = error; });
+    io.restart();
+    io.run();
+    return result;
+  }
+};
+
+}  // namespace
+
+struct Client::Impl {
+  ClientOptions options;
+  std::string hostHeader;
+  std::mutex mutex;
+  std::vector<std::unique_ptr<Connection>> idle;
+  asio::thread_pool workers;
+
+  explicit Impl(ClientOptions clientOptions)
+      : options(std::move(clientOptions)),
+        hostHeader(options.host + ":" + std::to_string(options.port)),
+        workers(std::max<size_t>(1, options.asyncThreads)) {}
+
+  std::unique_ptr<Connection> takeIdle() {
+    std::lock_guard lock(mutex);
+    if (idle.empty()) return nullptr;
+    auto connection = std::move(idle.back());
+    idle.pop_back();
+    return connection;
+  }
+
+  void giveBack(std::unique_ptr<Connection> connection) {
+    std::lock_guard lock(mutex);
+    if (idle.size() < options.maxIdleConnections) idle.push_back(std::move(connection));
+  }
+
+  std::unique_ptr<Connection> connect(std::string& error) {
+    auto connection = std::make_unique<Connection>();
+    beast::error_code code;
+    tcp::resolver resolver(connection->io);
+    auto endpoints = resolver.resolve(options.host, std::to_string(options.port), code);
+    if (code) {
+      error = "cannot resolve " + hostHeader + ": " + code.message();
+      return nullptr;
+    }
+    connection->stream.expires_after(options.connectTimeout);
+    code = connection->run([&](auto handler) {
+      connection->stream.async_connect(endpoints, [handler](beast::error_code e, const auto&) {
+        handler(e);
+      });
+    });
+    if (code) {
+      error = "cannot connect to " + hostHeader + ": " +
+              (code == beast::error::timeout ? std::string("timed out") : code.message());
+      return nullptr;
+    }
+    connection->stream.socket().set_option(tcp::no_delay(true));
+    return connection;
+  }
+
+  // One request/response on `connection`; sets `response` or returns the error.
+  beast::error_code exchange(Connection& connection,
+                             const bhttp::request<bhttp::string_body>& request,
+                             bhttp::response<bhttp::string_body>& response, bool& gotBytes) {
+    connection.stream.expires_after(options.requestTimeout);
+    auto code = connection.run(
+        [&](auto handler) { bhttp::async_write(connection.stream, request, handler); });
+    if (code) return code;
+    bhttp::response_parser<bhttp::string_body> parser;
+    parser.body_limit(options.responseBodyLimit);
+    if (request.method() == bhttp::verb::head) parser.skip(true);
+    code = connection.run([&](auto handler) {
+      bhttp::async_read(connection.stream, connection.buffer, parser, handler);
+    });
+    gotBytes = parser.got_some();
+    if (!code) response = parser.release();
+    return code;
+  }
+
+  ClientResponse request(Method method, std::string_view target, std::string body,
+                         std::string_view contentType) {
+    bhttp::request<bhttp::string_body> request{verbOf(method), std::string(target), 11};
+    request.set(bhttp::field::host, hostHeader);
+    request.set(bhttp::field::user_agent, "zkagent");
+    if (!options.bearerToken.empty()) {
+      request.set(bhttp::field::authorization, "Bearer " + options.bearerToken);
+    }
+    if (!body.empty()) request.set(bhttp::field::content_type, std::string(contentType));
+    request.body() = std::move(body);
+    request.keep_alive(true);
+    request.prepare_payload();
+
+    ClientResponse result;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      auto connection = takeIdle();
+      bool reused = connection != nullptr;
+      if (!connection) connection = connect(result.transportError);
+      if (!connection) return result;
+
+      bhttp::response<bhttp::string_body> response;
+      bool gotBytes = false;
+      auto code = exchange(*connection, request, response, gotBytes);
+      if (!code) {
+        result.status = static_cast<int>(response.result_int());
+        result.contentType = std::string(response[bhttp::field::content_type]);
+        result.body = std::move(response.body());
+        result.transportError.clear();
+        if (response.keep_alive()) giveBack(std::move(connection));
+        return result;
+      }
+      result.transportError =
+          code == beast::error::timeout
+              ? "no answer from " + hostHeader + " within " +
+                    std::to_string(options.requestTimeout.count()) + " ms"
+              : "exchange with " + hostHeader + " failed: " + code.message();
+      if (!(reused && !gotBytes && closedWhileIdle(code))) return result;
+    }
+    return result;
+  }
+};
+
+Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+
+Client::~Client() { impl_->workers.join(); }
+
+ClientResponse Client::request(Method method, std::string_view target, std::string body,
+                               std::string_view contentType) {
+  return impl_->request(method, target, std::move(body), contentType);
+}
+
+void Client::asyncRequest(Method method, std::string target, std::string body,
+                          std::function<void(ClientResponse)> done) {
+  asio::post(impl_->workers, [impl = impl_.get(), method, target = std::move(target),
+                              body = std::move(body), done = std::move(done)]() mutable {
+    done(impl->request(method, target, std::move(body), "application/json"));
+  });
+}
+
+}  // namespace zkagent::http

@@ -1,0 +1,260 @@
+// The HTTP/1.1 server: listener + one session per connection on its own strand (Boost.Beast's
+// clean-shutdown example, with bmcweb's router in front of the handlers).
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <mutex>
+#include <optional>
+#include <unordered_set>
+
+#include "zkagent/http.hpp"
+
+namespace zkagent::http {
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+Method methodOf(bhttp::verb verb) {
+  switch (verb) {
+    case bhttp::verb::get: return Method::Get;
+    case bhttp::verb::head: return Method::Head;
+    case bhttp::verb::post: return Method::Post;
+    case bhttp::verb::put: return Method::Put;
+    case bhttp::verb::delete_: return Method::Delete;
+    case bhttp::verb::patch: return Method::Patch;
+    case bhttp::verb::options: return Method::Options;
+    default: return Method::Other;
+  }
+}
+
+Request toRequest(bhttp::request<bhttp::string_body>&& raw, const std::string& remote) {
+  Request request;
+  request.method = methodOf(raw.method());
+  request.target = std::string(raw.target());
+  auto question = request.target.find('?');
+  request.path = request.target.substr(0, question);
+  if (question != std::string::npos) request.query = request.target.substr(question + 1);
+  for (const auto& field : raw) {
+    std::string name(field.name_string());
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    request.headers.emplace_back(std::move(name), std::string(field.value()));
+  }
+  request.body = std::move(raw.body());
+  request.remoteAddress = remote;
+  return request;
+}
+
+bhttp::response<bhttp::string_body> toBeast(Response&& response, unsigned version, bool keepAlive) {
+  bhttp::response<bhttp::string_body> raw{static_cast<bhttp::status>(response.status), version};
+  raw.set(bhttp::field::server, "zkagent");
+  raw.set(bhttp::field::content_type, response.contentType);
+  for (auto& [name, value] : response.headers) raw.set(name, value);
+  raw.body() = std::move(response.body);
+  raw.keep_alive(keepAlive);
+  raw.prepare_payload();
+  return raw;
+}
+
+}  // namespace
+
+class Session;
+
+struct detail::ServerState {
+  asio::io_context& io;
+  ServerOptions options;
+  Router router;
+  tcp::acceptor acceptor;
+  tcp::endpoint bound;  // kept: the acceptor's own endpoint is gone once it is closed
+  std::optional<asio::thread_pool> handlerPool;
+  std::mutex mutex;  // guards sessions and stopped
+  std::unordered_set<std::shared_ptr<Session>> sessions;
+  bool stopped = false;
+
+  ServerState(asio::io_context& context, ServerOptions serverOptions, Router serverRouter)
+      : io(context),
+        options(std::move(serverOptions)),
+        router(std::move(serverRouter)),
+        acceptor(asio::make_strand(context)) {
+    if (options.handlerThreads > 0) handlerPool.emplace(options.handlerThreads);
+  }
+  void accept(std::shared_ptr<ServerState> self);
+  void forget(const std::shared_ptr<Session>& session) {
+    std::lock_guard lock(mutex);
+    sessions.erase(session);
+  }
+};
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket&& socket, std::shared_ptr<detail::ServerState> server)
+      : stream_(std::move(socket)), server_(std::move(server)) {
+    beast::error_code ignored;
+    auto endpoint = stream_.socket().remote_endpoint(ignored);
+    if (!ignored) remote_ = endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
+  }
+
+  void start() {
+    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read(); });
+  }
+
+  void close() {
+    asio::post(stream_.get_executor(), [self = shared_from_this()] {
+      beast::error_code ignored;
+      self->stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+      self->stream_.close();
+    });
+  }
+
+ private:
+  void read() {
+    parser_.emplace();
+    parser_->body_limit(server_->options.bodyLimit);
+    stream_.expires_after(server_->options.readTimeout);
+    bhttp::async_read(stream_, buffer_, *parser_,
+                      [self = shared_from_this()](beast::error_code error, size_t) {
+                        self->onRead(error);
+                      });
+  }
+
+  void onRead(beast::error_code error) {
+    if (error == bhttp::error::body_limit) {
+      auto limit = std::to_string(server_->options.bodyLimit);
+      drainAfter_ = true;
+      write(toBeast(Response::error(413, "request body larger than " + limit + " bytes"), 11,
+                    false));
+      return;
+    }
+    if (error) return finish();  // closed by the peer, timed out or unparsable: just close
+    auto raw = parser_->release();
+    unsigned version = raw.version();
+    bool keepAlive = raw.keep_alive();
+    auto request = toRequest(std::move(raw), remote_);
+    auto respond = [self = shared_from_this(), version, keepAlive](Response response) {
+      self->write(toBeast(std::move(response), version, keepAlive));
+    };
+    if (server_->handlerPool) {
+      asio::post(*server_->handlerPool, [self = shared_from_this(), respond,
+                                         request = std::move(request)]() mutable {
+        Response response = self->server_->router.handle(std::move(request));
+        asio::post(self->stream_.get_executor(),
+                   [respond, response = std::move(response)]() mutable {
+                     respond(std::move(response));
+                   });
+      });
+    } else {
+      respond(server_->router.handle(std::move(request)));
+    }
+  }
+
+  void write(bhttp::response<bhttp::string_body> response) {
+    response_ = std::move(response);
+    stream_.expires_after(server_->options.writeTimeout);
+    bhttp::async_write(stream_, response_,
+                       [self = shared_from_this()](beast::error_code error, size_t) {
+                         if (!error && self->drainAfter_) return self->drain();
+                         if (error || !self->response_.keep_alive()) return self->finish();
+                         self->read();
+                       });
+  }
+
+  // After an early answer (413) the client may still be sending the body; closing now would
+  // reset the connection and could destroy our answer before the client reads it. So: signal
+  // the end of our response, then discard what still arrives (bounded) until the client closes.
+  void drain() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    discard(0);
+  }
+
+  void discard(size_t discarded) {
+    constexpr size_t kMaxDiscarded = 64 * 1024 * 1024;
+    if (discarded > kMaxDiscarded) return finish();
+    stream_.expires_after(server_->options.readTimeout);
+    buffer_.clear();
+    stream_.async_read_some(buffer_.prepare(64 * 1024),
+                            [self = shared_from_this(), discarded](beast::error_code error,
+                                                                   size_t bytes) {
+                              if (error) return self->finish();
+                              self->discard(discarded + bytes);
+                            });
+  }
+
+  void finish() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.close();
+    server_->forget(shared_from_this());
+  }
+
+  beast::tcp_stream stream_;
+  std::shared_ptr<detail::ServerState> server_;
+  std::string remote_;
+  beast::flat_buffer buffer_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  bhttp::response<bhttp::string_body> response_;
+  bool drainAfter_ = false;
+};
+
+void detail::ServerState::accept(std::shared_ptr<ServerState> self) {
+  acceptor.async_accept(asio::make_strand(io), [self](beast::error_code error, tcp::socket socket) {
+    if (error) {
+      if (error == asio::error::operation_aborted || !self->acceptor.is_open()) return;
+      return self->accept(self);  // e.g. too many open files: keep serving the others
+    }
+    auto session = std::make_shared<Session>(std::move(socket), self);
+    {
+      std::lock_guard lock(self->mutex);
+      if (self->stopped) return;
+      self->sessions.insert(session);
+    }
+    session->start();
+    self->accept(self);
+  });
+}
+
+Server::Server(asio::io_context& io, ServerOptions options, Router router)
+    : state_(std::make_shared<detail::ServerState>(io, std::move(options), std::move(router))) {
+  tcp::endpoint endpoint{asio::ip::make_address(state_->options.address), state_->options.port};
+  auto& acceptor = state_->acceptor;
+  acceptor.open(endpoint.protocol());
+  acceptor.set_option(asio::socket_base::reuse_address(true));
+  acceptor.bind(endpoint);
+  acceptor.listen(asio::socket_base::max_listen_connections);
+  state_->bound = acceptor.local_endpoint();
+}
+
+Server::~Server() {
+  stop();
+  if (state_->handlerPool) state_->handlerPool->join();
+}
+
+void Server::start() {
+  asio::dispatch(state_->acceptor.get_executor(), [state = state_] { state->accept(state); });
+}
+
+void Server::stop() {
+  std::unordered_set<std::shared_ptr<Session>> open;
+  {
+    std::lock_guard lock(state_->mutex);
+    if (state_->stopped) return;
+    state_->stopped = true;
+    open.swap(state_->sessions);
+  }
+  asio::post(state_->acceptor.get_executor(), [state = state_] {
+    beast::error_code ignored;
+    state->acceptor.close(ignored);
+  });
+  for (const auto& session : open) session->close();
+}
+
+uint16_t Server::port() const { return state_->bound.port(); }
+
+std::string Server::address() const { return state_->bound.address().to_string(); }
+
+}  // namespace zkagent::http
