@@ -1,0 +1,152 @@
+// The lease store and its epochs (seed 000 §5.1, SPEC §5).
+#include <gtest/gtest.h>
+
+#include "scenario.hpp"
+
+namespace zkagent::presence::testing {
+namespace {
+
+struct StoreWorld {
+  StoreWorld() : store(clock, Params{}, [this](const DeviceChange& change) {
+    changes.push_back({change.key.device, change.online, change.reason});
+  }) {}
+  void renew(const std::string& gateway, Epoch epoch) {
+    const LeaseEntry entry{key, epoch};
+    store.renew(gateway, std::span(&entry, 1));
+  }
+
+  struct Change {
+    std::string device;
+    bool online;
+    LeaveReason reason;
+  };
+  VirtualClock clock;
+  std::vector<Change> changes;
+  LeaseStore store;
+  DeviceKey key{"alice", "phone"};
+};
+
+TEST(Epoch, OrdersByLeaderTokenBeforeTheConnectionCounter) {
+  EXPECT_LT((Epoch{1, 1000}), (Epoch{2, 1}));
+  EXPECT_LT((Epoch{2, 1}), (Epoch{2, 2}));
+  EXPECT_EQ((Epoch{3, 4}), (Epoch{3, 4}));
+}
+
+TEST(LeaseStore, FirstRenewalCreatesTheLeaseAndReportsTheDeviceOnline) {
+  StoreWorld world;
+  world.renew("a", {1, 1});
+  const Lease* lease = world.store.find(world.key);
+  ASSERT_NE(lease, nullptr);
+  EXPECT_EQ(lease->gateway, "a");
+  EXPECT_EQ(lease->expires, at(150));
+  ASSERT_EQ(world.changes.size(), 1u);
+  EXPECT_TRUE(world.changes[0].online);
+  world.renew("a", {1, 1});
+  EXPECT_EQ(world.changes.size(), 1u);  // an extension is no change
+}
+
+TEST(LeaseStore, RenewalWithALowerEpochIsRejectedAndChangesNothing) {
+  StoreWorld world;
+  world.renew("new", {2, 1});
+  world.clock.runUntil(at(30));
+  world.renew("old", {1, 7});
+  EXPECT_EQ(world.store.counters().staleRenewalsRejected, 1u);
+  EXPECT_EQ(world.store.find(world.key)->gateway, "new");
+  EXPECT_EQ(world.store.find(world.key)->expires, at(150));
+}
+
+TEST(LeaseStore, RemovalNeedsTheCurrentEpochExactly) {
+  StoreWorld world;
+  world.renew("a", {1, 2});
+  world.store.remove(world.key, {1, 1}, LeaveReason::Close);
+  world.store.remove(world.key, {1, 3}, LeaveReason::Close);
+  EXPECT_EQ(world.store.counters().rejectedStale, 2u);
+  ASSERT_NE(world.store.find(world.key), nullptr);
+  world.store.remove(world.key, {1, 2}, LeaveReason::Close);
+  EXPECT_EQ(world.store.find(world.key), nullptr);
+  ASSERT_EQ(world.changes.size(), 2u);
+  EXPECT_FALSE(world.changes[1].online);
+  EXPECT_EQ(world.changes[1].reason, LeaveReason::Close);
+}
+
+TEST(LeaseStore, RenewalThatCrossedAClosedConnectionInFlightDoesNotResurrectIt) {
+  StoreWorld world;
+  world.renew("a", {1, 1});
+  world.store.remove(world.key, {1, 1}, LeaveReason::Close);
+  world.renew("a", {1, 1});  // the batch was sent before the close
+  EXPECT_EQ(world.store.find(world.key), nullptr);
+  EXPECT_EQ(world.store.counters().staleRenewalsRejected, 1u);
+  world.renew("a", {1, 2});  // a genuinely new connection is welcome
+  EXPECT_NE(world.store.find(world.key), nullptr);
+}
+
+TEST(LeaseStore, SweepExpiresALeaseAtItsTtlAndNotBefore) {
+  StoreWorld world;
+  world.renew("a", {1, 1});
+  world.clock.runUntil(at(149.999));
+  EXPECT_NE(world.store.find(world.key), nullptr);
+  world.clock.runUntil(at(150));
+  EXPECT_EQ(world.store.find(world.key), nullptr);
+  EXPECT_EQ(world.store.counters().leaseExpirations, 1u);
+  EXPECT_EQ(world.changes.back().reason, LeaveReason::LeaseExpired);
+}
+
+TEST(CrossLeader, LateOfflineFromAnOldLeaderNeverRemovesTheNewLeadersLease) {
+  Scenario world(withoutHeartbeats());  // world.gateway is leadership 1 of the account
+  for (int i = 0; i < 999; ++i) world.gateway.connect({"other-" + std::to_string(i), "phone"});
+  const Epoch oldConnection = world.gateway.connect({"alice", "phone"});
+  ASSERT_EQ(oldConnection.connection, 1000u);
+  // Leadership moves to token 2; its connection counter starts again at 1.
+  ConnectionTable successor(world.clock, world.params, {"gateway-b", 2}, world.service.leases());
+  const Epoch newConnection = successor.connect({"alice", "phone"});
+  ASSERT_EQ(newConnection.connection, 1u);
+
+  world.runUntil(200);  // the old leader keeps renewing its (stale) entry meanwhile
+  EXPECT_TRUE(world.gateway.close(oldConnection));
+  const Lease* lease = world.service.leases().find({"alice", "phone"});
+  ASSERT_NE(lease, nullptr);
+  EXPECT_EQ(lease->gateway, "gateway-b");
+  EXPECT_EQ(lease->epoch, newConnection);
+  EXPECT_EQ(world.service.leases().counters().rejectedStale, 1u);
+  EXPECT_GT(world.service.leases().counters().staleRenewalsRejected, 0u);
+  EXPECT_EQ(world.changesOf("alice").size(), 1u);
+}
+
+TEST(ConnectionTable, TimedOutConnectionIsRemovedAndReportedToItsOwner) {
+  Params params;
+  VirtualClock clock;
+  PresenceService service(clock, params);
+  std::vector<Epoch> timedOut;
+  ConnectionTable gateway(clock, params, {"gateway-a", 1}, service.leases(),
+                          [&](const DeviceKey&, Epoch epoch) { timedOut.push_back(epoch); });
+  const Epoch silent = gateway.connect({"alice", "phone"});
+  clock.runUntil(at(75));
+  EXPECT_TRUE(timedOut.empty());  // 75 s without a ping is not yet more than the timeout
+  clock.runUntil(at(80));
+  ASSERT_EQ(timedOut.size(), 1u);
+  EXPECT_EQ(timedOut[0], silent);
+  EXPECT_FALSE(gateway.ping(silent));
+  EXPECT_EQ(service.leases().find({"alice", "phone"}), nullptr);
+}
+
+TEST(ConnectionTable, CrashedGatewaySendsNothingMoreAndRefusesConnections) {
+  Scenario world;
+  const Epoch phone = world.gateway.connect({"alice", "phone"});
+  world.gateway.crash();
+  const std::size_t batches = world.renewals.batchTimes.size();
+  world.runUntil(1000);
+  EXPECT_EQ(world.renewals.batchTimes.size(), batches);
+  EXPECT_FALSE(world.gateway.ping(phone));
+  EXPECT_THROW(world.gateway.connect({"bob", "phone"}), std::logic_error);
+}
+
+TEST(ConnectionTable, DisabledPingTimeoutKeepsSilentConnectionsAlive) {
+  Scenario world(withoutHeartbeats());
+  world.device("alice").connect(world.gateway);  // sends no heartbeats at all
+  world.runUntil(3600);
+  EXPECT_EQ(world.gateway.size(), 1u);
+  EXPECT_EQ(world.changesOf("alice").size(), 1u);
+}
+
+}  // namespace
+}  // namespace zkagent::presence::testing

@@ -1,0 +1,161 @@
+// Privacy trimming (seed 000 §5.4) and the subscription contract (§4).
+#include <gtest/gtest.h>
+
+#include "scenario.hpp"
+
+namespace zkagent::presence::testing {
+namespace {
+
+// alice has a phone on the gateway; bob is her contact, mallory is blocked, eve is a stranger.
+struct PrivacyWorld : Scenario {
+  PrivacyWorld() {
+    service.privacy().addContact("alice", "bob");
+    service.privacy().addContact("alice", "mallory");
+    service.privacy().block("alice", "mallory");
+    phone.connect(gateway);
+  }
+  std::optional<VisibleStatus> seenBy(const std::string& viewer) {
+    return service.privacy().trim(viewer, "alice", service.view().published("alice"), clock.now(),
+                                  params.coarseRecentWindow);
+  }
+  SimulatedDevice& phone = device("alice");
+};
+
+TEST(Privacy, NonContactAndBlockedViewerGetNoInformationWhileAContactSeesOffline) {
+  PrivacyWorld world;
+  world.clock.scheduleAt(at(100), [&] { world.phone.close(); });
+  world.runUntil(200);
+
+  ASSERT_TRUE(world.seenBy("bob").has_value());
+  EXPECT_EQ(world.seenBy("bob")->status, ShownStatus::Offline);
+  EXPECT_FALSE(world.seenBy("eve").has_value());
+  EXPECT_FALSE(world.seenBy("mallory").has_value());
+  world.service.privacy().unblock("alice", "mallory");
+  EXPECT_TRUE(world.seenBy("mallory").has_value());
+}
+
+TEST(Privacy, ExactShowsTheMinuteLastSeenNotTheSecond) {
+  PrivacyWorld world;
+  world.clock.scheduleAt(at(3725), [&] { world.phone.close(); });  // 62 min 5 s
+  world.runUntil(3700);
+  EXPECT_EQ(world.seenBy("bob"), (VisibleStatus{ShownStatus::Online, std::nullopt}));
+  world.runUntil(4000);
+  EXPECT_EQ(world.seenBy("bob"), (VisibleStatus{ShownStatus::Offline, 62}));
+}
+
+TEST(Privacy, CoarseSaysRecentlyForADayThenLongAgoAndHiddenAlwaysSaysUnknown) {
+  PrivacyWorld world;
+  world.service.privacy().setLevel("alice", PrivacyLevel::Coarse);
+  world.runUntil(10);
+  EXPECT_EQ(world.seenBy("bob")->status, ShownStatus::Online);
+  world.clock.scheduleAt(at(100), [&] { world.phone.close(); });
+  world.runUntil(200);
+  EXPECT_EQ(world.seenBy("bob"), (VisibleStatus{ShownStatus::Recently, std::nullopt}));
+  world.runUntil(100 + 86399);
+  EXPECT_EQ(world.seenBy("bob")->status, ShownStatus::Recently);
+  world.runUntil(100 + 86401);
+  EXPECT_EQ(world.seenBy("bob")->status, ShownStatus::LongAgo);
+
+  world.service.privacy().setLevel("alice", PrivacyLevel::Hidden);
+  EXPECT_EQ(world.seenBy("bob"), (VisibleStatus{ShownStatus::Unknown, std::nullopt}));
+  world.phone.connect(world.gateway);
+  EXPECT_EQ(world.seenBy("bob"), (VisibleStatus{ShownStatus::Unknown, std::nullopt}));
+  EXPECT_FALSE(world.seenBy("eve").has_value());
+}
+
+TEST(Subscriptions, SnapshotListsOnlyVisibleTargetsWithTheirVersion) {
+  PrivacyWorld world;
+  world.service.privacy().addContact("carol", "bob");  // carol never connected
+  world.runUntil(10);
+
+  const Subscribed bob = world.service.subscriptions().subscribe(
+      "bob", {"alice", "carol", "dave"}, [](const ChangeEvent&) {});
+  ASSERT_EQ(bob.snapshot.size(), 2u);  // dave is not visible to bob: absent, not offline
+  EXPECT_EQ(bob.snapshot[0].target, "alice");
+  EXPECT_EQ(bob.snapshot[0].status.status, ShownStatus::Online);
+  EXPECT_EQ(bob.snapshot[0].version, 1u);
+  EXPECT_EQ(bob.snapshot[1].target, "carol");
+  EXPECT_EQ(bob.snapshot[1].status, (VisibleStatus{ShownStatus::Offline, std::nullopt}));
+  EXPECT_EQ(bob.snapshot[1].version, 0u);
+
+  const Subscribed eve =
+      world.service.subscriptions().subscribe("eve", {"alice"}, [](const ChangeEvent&) {});
+  EXPECT_TRUE(eve.snapshot.empty());
+}
+
+TEST(Subscriptions, ChangeEventsCarryIncreasingVersionsAndMinutesOnlyToViewersWhoMaySee) {
+  PrivacyWorld world;
+  world.runUntil(10);
+  std::vector<ChangeEvent> bobEvents;
+  std::vector<ChangeEvent> strangerEvents;
+  world.service.subscriptions().subscribe(
+      "bob", {"alice"}, [&](const ChangeEvent& event) { bobEvents.push_back(event); });
+  world.service.subscriptions().subscribe(
+      "eve", {"alice"}, [&](const ChangeEvent& event) { strangerEvents.push_back(event); });
+  world.service.subscriptions().subscribe(
+      "mallory", {"alice"}, [&](const ChangeEvent& event) { strangerEvents.push_back(event); });
+  world.clock.scheduleAt(at(200), [&] { world.phone.close(); });
+  world.clock.scheduleAt(at(500), [&] { world.phone.connect(world.gateway); });
+  world.clock.scheduleAt(at(800), [&] { world.phone.close(); });
+  world.runUntil(1000);
+
+  ASSERT_EQ(bobEvents.size(), 3u);
+  EXPECT_EQ(bobEvents[0].status, (VisibleStatus{ShownStatus::Offline, 3}));
+  EXPECT_EQ(bobEvents[0].observedAtMinute, 3);  // published at 220 s
+  EXPECT_EQ(bobEvents[1].status.status, ShownStatus::Online);
+  EXPECT_EQ(bobEvents[2].observedAtMinute, 13);  // published at 820 s
+  EXPECT_LT(bobEvents[0].version, bobEvents[1].version);
+  EXPECT_LT(bobEvents[1].version, bobEvents[2].version);
+  EXPECT_TRUE(strangerEvents.empty());
+}
+
+TEST(Subscriptions, HiddenTargetProducesNoEventsSoItsChangesCannotBeTimed) {
+  PrivacyWorld world;
+  world.service.privacy().setLevel("alice", PrivacyLevel::Hidden);
+  std::vector<ChangeEvent> events;
+  world.service.subscriptions().subscribe(
+      "bob", {"alice"}, [&](const ChangeEvent& event) { events.push_back(event); });
+  world.clock.scheduleAt(at(200), [&] { world.phone.close(); });
+  world.runUntil(1000);
+  EXPECT_EQ(world.changesOf("alice").size(), 2u);
+  EXPECT_TRUE(events.empty());
+}
+
+TEST(Subscriptions, UnsubscribeStopsEventsAndIsIdempotent) {
+  PrivacyWorld world;
+  int delivered = 0;
+  const Subscribed bob = world.service.subscriptions().subscribe(
+      "bob", {"alice"}, [&](const ChangeEvent&) { ++delivered; });
+  ASSERT_EQ(world.service.subscriptions().size(), 1u);
+  world.service.subscriptions().unsubscribe(bob.id);
+  world.service.subscriptions().unsubscribe(bob.id);
+  world.service.subscriptions().unsubscribe(12345);
+  EXPECT_EQ(world.service.subscriptions().size(), 0u);
+  world.clock.scheduleAt(at(200), [&] { world.phone.close(); });
+  world.runUntil(1000);
+  EXPECT_EQ(delivered, 0);
+}
+
+TEST(Subscriptions, ASinkMayUnsubscribeItselfWhileEventsAreDelivered) {
+  PrivacyWorld world;
+  std::vector<SubscriptionId> ids;
+  int delivered = 0;
+  for (int i = 0; i < 2; ++i) {
+    ids.push_back(world.service.subscriptions()
+                      .subscribe("bob", {"alice"},
+                                 [&](const ChangeEvent&) {
+                                   ++delivered;
+                                   for (SubscriptionId id : ids) {
+                                     world.service.subscriptions().unsubscribe(id);
+                                   }
+                                 })
+                      .id);
+  }
+  world.clock.scheduleAt(at(200), [&] { world.phone.close(); });
+  world.runUntil(1000);
+  EXPECT_EQ(delivered, 1);
+  EXPECT_EQ(world.service.subscriptions().size(), 0u);
+}
+
+}  // namespace
+}  // namespace zkagent::presence::testing

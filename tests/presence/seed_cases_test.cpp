@@ -1,0 +1,215 @@
+// Every case of seed 000 §6.1 and §6.5, on the virtual clock with the default parameters.
+#include <gtest/gtest.h>
+
+#include "scenario.hpp"
+
+namespace zkagent::presence::testing {
+namespace {
+
+using Seconds = std::chrono::seconds;
+
+// Delays removals of `store` by a fixed time, as a slow network would.
+class LateRemovals final : public LeaseWriter {
+ public:
+  LateRemovals(Clock& clock, LeaseWriter& store, Millis delay)
+      : timers_(clock), store_(store), delay_(delay) {}
+  void renew(std::string_view gateway, std::span<const LeaseEntry> entries) override {
+    store_.renew(gateway, entries);
+  }
+  void remove(const DeviceKey& key, Epoch epoch, LeaveReason reason) override {
+    timers_.after(delay_, [this, key, epoch, reason] { store_.remove(key, epoch, reason); });
+  }
+
+ private:
+  TimerScope timers_;
+  LeaseWriter& store_;
+  Millis delay_;
+};
+
+TEST(SeedCases, ActiveCloseAt300sIsPublishedAt320sExactlyTheDebounce) {
+  Scenario world;
+  SimulatedDevice& phone = world.device("alice");
+  phone.connect(world.gateway);
+  world.clock.scheduleAt(at(300), [&] { phone.close(); });
+
+  world.runUntil(319.999);
+  ASSERT_EQ(world.changesOf("alice").size(), 1u);  // only the first online
+  world.runUntil(400);
+  const auto changes = world.changesOf("alice");
+  ASSERT_EQ(changes.size(), 2u);
+  EXPECT_FALSE(changes[1].online);
+  EXPECT_EQ(changes[1].at, at(320));
+  EXPECT_EQ(world.service.leases().counters().removals, 1u);
+}
+
+TEST(SeedCases, OneLostHeartbeatIsToleratedAndNeverPublishedOffline) {
+  Scenario world;
+  SimulatedDevice& phone = world.device("alice");
+  phone.connect(world.gateway);
+  world.clock.scheduleAt(at(100), [&] { phone.loseNextHeartbeat(); });
+  world.clock.scheduleAt(at(400), [&] { phone.loseNextHeartbeat(); });
+
+  world.runUntil(900);
+  ASSERT_EQ(world.changesOf("alice").size(), 1u);
+  EXPECT_TRUE(world.changesOf("alice")[0].online);
+  EXPECT_EQ(world.gateway.size(), 1u);
+  EXPECT_NE(world.service.leases().find({"alice", "phone"}), nullptr);
+}
+
+TEST(SeedCases, TwoDevicesArePublishedOfflineOnlyTwentySecondsAfterTheLastLeaves) {
+  Scenario world;
+  SimulatedDevice& phone = world.device("alice", "phone");
+  SimulatedDevice& laptop = world.device("alice", "laptop");
+  phone.connect(world.gateway);
+  laptop.connect(world.gateway);
+  world.clock.scheduleAt(at(100), [&] { phone.close(); });
+  world.clock.scheduleAt(at(200), [&] { laptop.close(); });
+
+  world.runUntil(500);
+  const auto changes = world.changesOf("alice");
+  ASSERT_EQ(changes.size(), 2u);
+  EXPECT_TRUE(changes[0].online);
+  EXPECT_FALSE(changes[1].online);
+  EXPECT_EQ(changes[1].at, at(220));
+  EXPECT_EQ(world.service.view().counters().deviceFlaps, 4u);  // two ups, two downs
+}
+
+TEST(SeedCases, ReconnectWithinTenSecondsOfCloseShowsTheSubscriberNothing) {
+  Scenario world;
+  world.service.privacy().addContact("alice", "bob");
+  SimulatedDevice& phone = world.device("alice");
+  phone.connect(world.gateway);
+  world.runUntil(1);
+  std::vector<ChangeEvent> seenByBob;
+  world.service.subscriptions().subscribe(
+      "bob", {"alice"}, [&](const ChangeEvent& event) { seenByBob.push_back(event); });
+  world.clock.scheduleAt(at(300), [&] { phone.close(); });
+  world.clock.scheduleAt(at(310), [&] { phone.connect(world.gateway); });
+
+  world.runUntil(600);
+  EXPECT_TRUE(seenByBob.empty());
+  EXPECT_EQ(world.changesOf("alice").size(), 1u);
+  EXPECT_EQ(world.service.view().counters().deviceFlaps, 3u);  // up, down, up again
+}
+
+TEST(SeedCases, LateOfflineFromOldGatewayIsRejectedAndTheLeaseStaysWithTheNewGateway) {
+  Scenario world;
+  // The device first sits on gateway "old" (leadership 1), whose removals arrive 30 s late.
+  LateRemovals slowLink(world.clock, world.service.leases(), Seconds{30});
+  ConnectionTable oldGateway(world.clock, world.params, {"old", 1}, slowLink);
+  ConnectionTable newGateway(world.clock, world.params, {"new", 2}, world.service.leases());
+  SimulatedDevice& phone = world.device("alice");
+  phone.connect(oldGateway);
+  world.clock.scheduleAt(at(100), [&] { phone.close(); });
+  world.clock.scheduleAt(at(105), [&] { phone.connect(newGateway); });
+
+  world.runUntil(129);
+  EXPECT_EQ(world.service.leases().counters().rejectedStale, 0u);
+  world.runUntil(400);
+  EXPECT_EQ(world.service.leases().counters().rejectedStale, 1u);
+  const Lease* lease = world.service.leases().find({"alice", "phone"});
+  ASSERT_NE(lease, nullptr);
+  EXPECT_EQ(lease->gateway, "new");
+  EXPECT_EQ(world.changesOf("alice").size(), 1u);
+}
+
+TEST(SeedCases, LateCloseFromOldEpochOnTheSameGatewayIsIgnored) {
+  Scenario world;
+  const Epoch first = world.gateway.connect({"alice", "phone"});
+  const Epoch second = world.gateway.connect({"alice", "phone"});  // reconnected, old one lingers
+  ASSERT_LT(first, second);
+
+  EXPECT_TRUE(world.gateway.close(first));
+  EXPECT_EQ(world.service.leases().counters().rejectedStale, 1u);
+  const Lease* lease = world.service.leases().find({"alice", "phone"});
+  ASSERT_NE(lease, nullptr);
+  EXPECT_EQ(lease->epoch, second);
+}
+
+TEST(SeedCases, HalfOpenConnectionIsDetectedWithinTheBoundAndNotBeforeThePingTimeout) {
+  Scenario world;
+  SimulatedDevice& phone = world.device("alice");
+  phone.connect(world.gateway);
+  world.clock.scheduleAt(at(300), [&] { phone.goHalfOpen(); });
+
+  world.runUntil(1000);
+  const auto changes = world.changesOf("alice");
+  ASSERT_EQ(changes.size(), 2u);
+  EXPECT_FALSE(changes[1].online);
+  EXPECT_LE(changes[1].at, at(300) + *bounds(world.params).halfOpen);
+  // The last heartbeat was at most one interval before leaving.
+  EXPECT_GE(changes[1].at, at(300) - world.params.heartbeatInterval + world.params.pingTimeout +
+                               world.params.offlineDebounce);
+}
+
+TEST(SeedCases, GatewayCrashIsDetectedByTheLeaseNeitherBeforeRenewalPlusTtlNorAfterTheBound) {
+  Scenario world;
+  for (int i = 0; i < 10; ++i) world.device("user-" + std::to_string(i)).connect(world.gateway);
+  world.clock.scheduleAt(at(400), [&] { world.gateway.crash(); });
+
+  world.runUntil(1000);
+  for (int i = 0; i < 10; ++i) {
+    const std::string user = "user-" + std::to_string(i);
+    const auto changes = world.changesOf(user);
+    ASSERT_EQ(changes.size(), 2u) << user;
+    EXPECT_FALSE(changes[1].online);
+    EXPECT_LE(changes[1].at, at(400) + bounds(world.params).gatewayCrash) << user;
+    EXPECT_GE(changes[1].at, world.renewals.lastRenewal.at(user) + world.params.leaseTtl) << user;
+  }
+  EXPECT_EQ(world.service.leases().counters().leaseExpirations, 10u);
+}
+
+TEST(SeedCases, JitterSpreadsTheRenewalsOfGatewaysThatRestartedTogether) {
+  auto busiestSecond = [](double renewJitter) {
+    Params params;
+    params.renewJitter = renewJitter;
+    VirtualClock clock;
+    PresenceService service(clock, params);
+    RenewalLog log(clock, service.leases());
+    std::vector<std::unique_ptr<ConnectionTable>> gateways;
+    for (int g = 0; g < 20; ++g) {
+      auto& gateway = *gateways.emplace_back(std::make_unique<ConnectionTable>(
+          clock, params, GatewayIdentity{"gateway-" + std::to_string(g), 1}, log));
+      gateway.connect({"user-" + std::to_string(g), "phone"});
+    }
+    log.batchTimes.clear();  // count only periodic renewals, not the reconnections
+    clock.runUntil(at(600));
+    std::map<std::int64_t, int> perSecond;
+    for (TimePoint t : log.batchTimes) {
+      ++perSecond[std::chrono::floor<Seconds>(t).time_since_epoch().count()];
+    }
+    int peak = 0;
+    for (const auto& [second, count] : perSecond) peak = std::max(peak, count);
+    return peak;
+  };
+  EXPECT_EQ(busiestSecond(0), 20);
+  EXPECT_LE(busiestSecond(0.1), 4);
+}
+
+TEST(SeedCases, TtlShorterThanRenewalFlapsDevicesWhileDebounceHidesItFromSubscribers) {
+  auto run = [](Millis debounce) {
+    Params params;
+    params.leaseTtl = Seconds{50};
+    params.renewInterval = Seconds{60};
+    params.renewJitter = 0;
+    params.offlineDebounce = debounce;
+    params.allowUnsafe = true;
+    Scenario world(params);
+    world.device("alice").connect(world.gateway);
+    world.runUntil(1000);
+    return std::tuple{world.service.leases().counters().leaseExpirations,
+                      world.service.view().counters().publishedChanges,
+                      world.service.view().counters().deviceFlaps};
+  };
+  const auto [expirations, published, flaps] = run(Seconds{20});
+  EXPECT_EQ(expirations, 16u);
+  EXPECT_EQ(published, 1u);
+  EXPECT_EQ(flaps, 33u);
+  const auto [expirationsUndebounced, publishedUndebounced, flapsUndebounced] = run(Seconds{0});
+  EXPECT_EQ(expirationsUndebounced, 16u);
+  EXPECT_EQ(publishedUndebounced, 33u);
+  EXPECT_EQ(flapsUndebounced, 33u);
+}
+
+}  // namespace
+}  // namespace zkagent::presence::testing
