@@ -1,0 +1,285 @@
+// ElectionGroup (many accounts, one session) and LeaderObserver (watched cache of `active`).
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <map>
+#include <shared_mutex>
+#include <stdexcept>
+
+#include "elector.hpp"
+
+namespace zkagent::election {
+namespace asio = boost::asio;
+using detail::Elector;
+using detail::ElectorContext;
+using detail::ZkSession;
+
+namespace {
+void requireValidAccount(std::string_view account) {
+  if (auto error = accountIdError(account)) throw std::invalid_argument(*error);
+}
+}  // namespace
+
+struct ElectionGroup::Impl {
+  explicit Impl(asio::io_context& ioc) : io(ioc) {}
+  asio::io_context& io;
+  std::shared_ptr<ZkSession> session;
+  std::shared_ptr<ElectorContext> ctx;
+  SessionHandler onSession;
+  mutable std::shared_mutex mu;
+  std::map<std::string, std::shared_ptr<Elector>, std::less<>> electors;
+
+  std::shared_ptr<Elector> find(std::string_view account) const {
+    std::shared_lock lock(mu);
+    auto it = electors.find(account);
+    return it == electors.end() ? nullptr : it->second;
+  }
+
+  std::shared_ptr<Elector> findOrCreate(std::string_view account) {
+    std::unique_lock lock(mu);
+    auto it = electors.find(account);
+    if (it != electors.end()) return it->second;
+    auto elector = std::make_shared<Elector>(io, ctx, std::string(account));
+    electors.emplace(std::string(account), elector);
+    return elector;
+  }
+
+  std::vector<std::shared_ptr<Elector>> all() const {
+    std::shared_lock lock(mu);
+    std::vector<std::shared_ptr<Elector>> out;
+    out.reserve(electors.size());
+    for (auto& [_, e] : electors) out.push_back(e);
+    return out;
+  }
+};
+
+ElectionGroup::ElectionGroup(asio::io_context& io, ElectionOptions options)
+    : impl_(std::make_shared<Impl>(io)) {
+  if (options.instanceId.empty()) throw std::invalid_argument("instance id is empty");
+  if (options.root.empty() || options.root.front() != '/' || options.root.back() == '/') {
+    throw std::invalid_argument("root '" + options.root +
+                                "' must start with '/' and not end with '/'");
+  }
+  impl_->session = std::make_shared<ZkSession>(io, options.session);
+  impl_->ctx = std::make_shared<ElectorContext>(ElectorContext{impl_->session, std::move(options), {}});
+}
+
+ElectionGroup::~ElectionGroup() = default;
+
+void ElectionGroup::onLeadership(LeadershipHandler handler) { impl_->ctx->onLeadership = std::move(handler); }
+void ElectionGroup::onSession(SessionHandler handler) { impl_->onSession = std::move(handler); }
+
+void ElectionGroup::start() {
+  std::weak_ptr<Impl> weak = impl_;
+  impl_->session->start([weak](const SessionEvent& event) {
+    auto impl = weak.lock();
+    if (!impl) return;
+    for (auto& e : impl->all()) e->sessionChanged(event);
+    if (impl->onSession) impl->onSession(event);
+  });
+}
+
+void ElectionGroup::join(std::string_view account) {
+  requireValidAccount(account);
+  impl_->findOrCreate(account)->join();
+}
+
+void ElectionGroup::withdraw(std::string_view account) {
+  requireValidAccount(account);
+  if (auto e = impl_->find(account)) e->withdraw();
+}
+
+void ElectionGroup::resign(std::string_view account) {
+  requireValidAccount(account);
+  if (auto e = impl_->find(account)) e->resign();
+}
+
+void ElectionGroup::stop(std::function<void()> done) {
+  auto electors = impl_->all();
+  struct Countdown {
+    size_t pending;
+    bool fired = false;
+    std::function<void()> closeSession;
+    asio::steady_timer deadline;
+  };
+  auto impl = impl_;
+  auto countdown = std::make_shared<Countdown>(Countdown{
+      electors.size() + 1, false,
+      [impl, done = std::move(done)]() mutable { impl->session->close(std::move(done)); },
+      asio::steady_timer(impl_->io)});
+  // Handover records are a courtesy; closing the session is what frees the nodes. Do not wait
+  // for an unreachable ZooKeeper longer than this.
+  auto finish = [countdown] {
+    if (countdown->fired) return;
+    countdown->fired = true;
+    countdown->deadline.cancel();
+    countdown->closeSession();
+  };
+  countdown->deadline.expires_after(std::chrono::seconds(2));
+  countdown->deadline.async_wait([finish](boost::system::error_code ec) {
+    if (!ec) finish();
+  });
+  auto arrive = [countdown, finish, strand = asio::make_strand(impl_->io)] {
+    asio::post(strand, [countdown, finish] {
+      if (--countdown->pending == 0) finish();
+    });
+  };
+  for (auto& e : electors) e->stop(arrive);
+  arrive();
+}
+
+GateDecision ElectionGroup::check(std::string_view account) const {
+  auto e = impl_->find(account);
+  if (!e) return GateDecision{GateDecision::Verdict::UnknownAccount, -1, sessionId(), std::nullopt};
+  return e->check();
+}
+
+void ElectionGroup::checkStrict(std::string_view account, std::function<void(GateDecision)> done) {
+  auto e = impl_->find(account);
+  if (!e) {
+    asio::post(impl_->io, [done = std::move(done), id = sessionId()] {
+      done(GateDecision{GateDecision::Verdict::UnknownAccount, -1, id, std::nullopt});
+    });
+    return;
+  }
+  e->checkStrict(std::move(done));
+}
+
+void ElectionGroup::members(std::string_view account,
+                            std::function<void(ZkError, std::vector<MemberInfo>)> done) {
+  requireValidAccount(account);
+  impl_->findOrCreate(account)->members(std::move(done));
+}
+
+std::vector<AccountStatus> ElectionGroup::status() const {
+  std::vector<AccountStatus> out;
+  for (auto& e : impl_->all()) out.push_back(e->status());
+  return out;
+}
+
+SessionState ElectionGroup::sessionState() const { return impl_->session->state(); }
+int64_t ElectionGroup::sessionId() const { return impl_->session->sessionId(); }
+Millis ElectionGroup::negotiatedTimeout() const { return impl_->session->negotiatedTimeout(); }
+Session& ElectionGroup::session() { return *impl_->session; }
+
+// ---------------------------------------------------------------------------------------------
+
+struct LeaderObserver::Impl : std::enable_shared_from_this<LeaderObserver::Impl> {
+  struct Entry {
+    View view;
+    std::vector<std::function<void(View)>> waiters;
+    bool reading = false;
+  };
+
+  Impl(asio::io_context& ioc, SessionOptions options, std::string rootPath)
+      : io(ioc),
+        strand(asio::make_strand(ioc)),
+        session(std::make_shared<ZkSession>(ioc, std::move(options))),
+        root(std::move(rootPath)) {}
+
+  asio::io_context& io;
+  asio::strand<asio::io_context::executor_type> strand;
+  std::shared_ptr<ZkSession> session;
+  std::string root;
+  mutable std::mutex mu;
+  std::map<std::string, Entry, std::less<>> entries;
+
+  // Strand: reads `active` and re-arms its watch; every path of the answer re-arms (one place).
+  void read(const std::string& account) {
+    {
+      std::lock_guard lock(mu);
+      auto& entry = entries[account];
+      if (entry.reading) return;
+      entry.reading = true;
+    }
+    const std::string path = root + "/" + account + "/active";
+    auto rearm = [weak = weak_from_this(), account] {
+      if (auto self = weak.lock()) asio::post(self->strand, [self, account] { self->read(account); });
+    };
+    session->getOn(strand, path, this, rearm,
+                   [self = shared_from_this(), account, path, rearm](ZkError err, std::string data,
+                                                                     NodeStat) {
+      View view;
+      if (err == ZkError::Ok) {
+        if (auto active = parseActive(data)) view = View{View::State::Leader, *active};
+      } else if (err == ZkError::NoNode) {
+        view.state = View::State::NoLeader;
+        // get() leaves no watch on a missing node: exists() does, and fires on its creation.
+        self->session->existsOn(self->strand, path, self.get(), rearm,
+                                [](ZkError, std::optional<NodeStat>) {});
+      }
+      self->settle(account, view);
+    });
+  }
+
+  void settle(const std::string& account, View view) {
+    std::vector<std::function<void(View)>> waiters;
+    {
+      std::lock_guard lock(mu);
+      auto& entry = entries[account];
+      entry.reading = false;
+      entry.view = view;
+      waiters.swap(entry.waiters);
+    }
+    for (auto& w : waiters) w(view);
+  }
+};
+
+LeaderObserver::LeaderObserver(asio::io_context& io, SessionOptions session, std::string root)
+    : impl_(std::make_shared<Impl>(io, std::move(session), std::move(root))) {}
+
+LeaderObserver::~LeaderObserver() = default;
+
+void LeaderObserver::start() {
+  std::weak_ptr<Impl> weak = impl_;
+  impl_->session->start([weak](const SessionEvent& event) {
+    auto impl = weak.lock();
+    if (!impl || event.state != SessionState::Connected) return;
+    // After any reconnect, refresh every cached account: what we missed while away is unknown.
+    std::vector<std::string> accounts;
+    {
+      std::lock_guard lock(impl->mu);
+      for (auto& [account, entry] : impl->entries) accounts.push_back(account);
+    }
+    for (auto& a : accounts) asio::post(impl->strand, [impl, a] { impl->read(a); });
+  });
+}
+
+void LeaderObserver::stop() { impl_->session->close({}); }
+
+bool LeaderObserver::trusted() const { return impl_->session->usable(); }
+
+LeaderObserver::View LeaderObserver::current(std::string_view account) const {
+  if (accountIdError(account)) return View{};
+  bool known = false;
+  View view;
+  {
+    std::lock_guard lock(impl_->mu);
+    if (auto it = impl_->entries.find(account); it != impl_->entries.end()) {
+      known = true;
+      view = it->second.view;
+    }
+  }
+  if (!known) {
+    asio::post(impl_->strand, [impl = impl_, a = std::string(account)] { impl->read(a); });
+  }
+  return trusted() ? view : View{};
+}
+
+void LeaderObserver::lookup(std::string_view account, std::function<void(View)> done) {
+  if (accountIdError(account)) {
+    asio::post(impl_->io, [done = std::move(done)] { done(View{}); });
+    return;
+  }
+  {
+    std::lock_guard lock(impl_->mu);
+    auto& entry = impl_->entries[std::string(account)];
+    if (trusted() && entry.view.state != View::State::Unknown && !entry.reading) {
+      asio::post(impl_->io, [done = std::move(done), view = entry.view] { done(view); });
+      return;
+    }
+    entry.waiters.push_back(std::move(done));
+  }
+  asio::post(impl_->strand, [impl = impl_, a = std::string(account)] { impl->read(a); });
+}
+
+}  // namespace zkagent::election

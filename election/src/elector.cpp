@@ -1,0 +1,664 @@
+#include "elector.hpp"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <nlohmann/json.hpp>
+
+namespace zkagent::election::detail {
+namespace asio = boost::asio;
+
+namespace {
+
+int64_t unixMillis() {
+  return std::chrono::duration_cast<Millis>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+const int64_t kProcessStartMs = unixMillis();
+
+// "m-0000000007" -> 7; -1 for names that are not ours to order (foreign clutter is ignored).
+int64_t seqOf(std::string_view name) {
+  if (name.size() < 3 || name.substr(0, 2) != "m-") return -1;
+  int64_t seq = 0;
+  for (char c : name.substr(2)) {
+    if (c < '0' || c > '9') return -1;
+    seq = seq * 10 + (c - '0');
+  }
+  return seq;
+}
+
+std::string baseName(std::string_view path) {
+  auto slash = path.rfind('/');
+  return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
+}
+
+// Joins N asynchronous answers into one callback.
+template <typename T>
+struct Gather {
+  size_t pending;
+  std::vector<T> items;
+  std::function<void(std::vector<T>)> done;
+  void add(std::optional<T> item) {
+    if (item) items.push_back(std::move(*item));
+    if (--pending == 0) done(std::move(items));
+  }
+};
+
+}  // namespace
+
+Elector::Elector(asio::io_context& io, std::shared_ptr<const ElectorContext> ctx, std::string account)
+    : strand_(asio::make_strand(io)),
+      ctx_(std::move(ctx)),
+      zk_(*ctx_->session),
+      account_(std::move(account)),
+      base_(ctx_->options.root + "/" + account_),
+      members_(base_ + "/members"),
+      active_(base_ + "/active"),
+      handover_(base_ + "/handover") {
+  status_.account = account_;
+  status_.since = std::chrono::system_clock::now();
+}
+
+// ---- public entry points (post onto the strand) ----------------------------------------------
+
+void Elector::join() {
+  asio::post(strand_, [self = shared_from_this()] {
+    self->standing_ = true;
+    {
+      std::lock_guard lock(self->gateMu_);
+      self->status_.standing = true;
+    }
+    if (self->role_ == Role::Init && self->memberName_.empty()) self->registerMember();
+  });
+}
+
+void Elector::withdraw() {
+  asio::post(strand_, [self = shared_from_this()] {
+    {
+      std::lock_guard lock(self->gateMu_);
+      self->status_.standing = false;
+    }
+    self->feed(Event::Withdraw, LossReason::Resigned);
+    self->standing_ = false;
+  });
+}
+
+void Elector::resign() {
+  asio::post(strand_, [self = shared_from_this()] { self->feed(Event::Resign, LossReason::Resigned); });
+}
+
+void Elector::sessionChanged(const SessionEvent& event) {
+  asio::post(strand_, [self = shared_from_this(), event] {
+    if (!self->standing_) return;
+    switch (event.state) {
+      case SessionState::Connected:
+        if (event.newSession) {
+          ++self->epoch_;
+          self->memberName_.clear();
+          self->seq_ = -1;
+          self->createInFlight_ = false;
+          self->pendingRemovals_.clear();
+          self->feed(Event::NewSession);
+        } else {
+          self->retryRemovals();
+          if (self->role_ == Role::Suspend) {
+            self->feed(Event::ReconnectedSame);
+          } else {
+            self->verifyMember();
+          }
+        }
+        break;
+      case SessionState::Suspended: self->feed(Event::Disconnected, LossReason::Suspended); break;
+      case SessionState::Expired:
+        self->feed(Event::Expired, LossReason::SessionExpired);
+        break;
+      case SessionState::Connecting:
+      case SessionState::Closed: break;
+    }
+  });
+}
+
+void Elector::stop(std::function<void()> done) {
+  asio::post(strand_, [self = shared_from_this(), done = std::move(done)]() mutable {
+    self->standing_ = false;
+    const bool leading = self->role_ == Role::Leader;
+    self->feed(Event::Stop, LossReason::Stopped);
+    if (leading && self->zk_.usable()) {
+      self->releaseLeadership(LossReason::Stopped, false, std::move(done));
+    } else {
+      done();
+    }
+  });
+}
+
+// ---- the state machine -----------------------------------------------------------------------
+
+void Elector::feed(Event event, LossReason reason) {
+  auto step = transition(role_, event);
+  if (!step) return;  // the event means nothing in this state
+  const Role before = role_;
+  setRole(step->to, std::string(reason == LossReason::Drift && event != Event::Drift &&
+                                        event != Event::MemberMissing && event != Event::MustWait
+                                    ? std::string_view("")
+                                    : toString(reason)));
+  perform(step->action, before, reason);
+}
+
+void Elector::perform(Action action, Role before, LossReason reason) {
+  switch (action) {
+    case Action::None: break;
+    case Action::Register: registerMember(); break;
+    case Action::Evaluate: requestEvaluate(); break;
+    case Action::VerifyMember: verifyMember(); break;
+    case Action::AnnounceLeader: announce(before); break;
+    case Action::StepDown:
+      reportLoss(reason);
+      requestEvaluate();
+      break;
+    case Action::StepDownRegister:
+      reportLoss(reason);
+      // Our member node is gone; an `active` node of ours would block everyone else.
+      if (activeVersion_ >= 0) removeUntilGone(active_, activeVersion_);
+      memberName_.clear();
+      seq_ = -1;
+      registerMember();
+      break;
+    case Action::ResignAndRegister: releaseLeadership(LossReason::Resigned, true, [] {}); break;
+    case Action::ResignAndLeave: releaseLeadership(LossReason::Resigned, false, [] {}); break;
+    case Action::Leave:
+      ++epoch_;
+      if (!memberName_.empty()) removeUntilGone(members_ + "/" + memberName_, -1);
+      memberName_.clear();
+      seq_ = -1;
+      break;
+    case Action::Suspend:
+      if (before == Role::Leader) reportLoss(LossReason::Suspended);
+      break;
+    case Action::Forget:
+      if (before == Role::Leader) reportLoss(LossReason::SessionExpired);
+      ++epoch_;
+      memberName_.clear();
+      seq_ = -1;
+      createInFlight_ = false;
+      break;
+    case Action::Halt:
+      if (before == Role::Leader) reportLoss(LossReason::Stopped);
+      break;
+  }
+}
+
+// ---- registration ----------------------------------------------------------------------------
+
+void Elector::registerMember() {
+  if (!standing_ || !zk_.usable() || createInFlight_ || !memberName_.empty()) return;
+  createInFlight_ = true;
+  replyLost_ = false;
+  const uint64_t epoch = epoch_;
+  const int64_t session = zk_.sessionId();
+  MemberInfo me{ctx_->options.instanceId, static_cast<int64_t>(::getpid()), kProcessStartMs,
+                ctx_->options.endpoint, -1};
+  zk_.createOn(strand_, members_ + "/m-", toJson(me), NodeKind::EphemeralSequential,
+               [self = shared_from_this(), epoch, session](ZkError err, std::string path) {
+                 self->onCreated(epoch, session, err, std::move(path));
+               });
+}
+
+void Elector::onCreated(uint64_t epoch, int64_t session, ZkError err, std::string path) {
+  if (epoch != epoch_) {
+    // Withdrawn meanwhile, or the session changed: a node we still own must not block the queue.
+    if (err == ZkError::Ok && session == zk_.sessionId()) removeUntilGone(path, -1);
+    return;
+  }
+  createInFlight_ = false;
+  switch (err) {
+    case ZkError::Ok:
+      memberName_ = baseName(path);
+      seq_ = seqOf(memberName_);
+      {
+        std::lock_guard lock(gateMu_);
+        status_.seq = seq_;
+      }
+      feed(Event::Registered);
+      break;
+    case ZkError::NoNode:  // first candidate ever, or the tree was deleted (CURATOR-724)
+      zk_.ensurePathOn(strand_, handover_, [self = shared_from_this(), epoch](ZkError) {
+        self->zk_.ensurePathOn(self->strand_, self->members_, [self, epoch](ZkError e2) {
+          if (epoch != self->epoch_) return;
+          if (e2 == ZkError::Ok) self->registerMember();
+        });
+      });
+      break;
+    case ZkError::ConnectionLoss:
+      // The server may have created the node and lost only the reply (kazoo #732): on reconnect,
+      // adopt it by ephemeralOwner instead of creating a second one.
+      replyLost_ = true;
+      break;
+    default: break;  // expired or closing: the next session registers again
+  }
+}
+
+// Finds the member node our session created but never heard back about; keeps the lowest, deletes
+// any other, or registers afresh when there is none.
+void Elector::adoptOrRegister() {
+  const uint64_t epoch = epoch_;
+  zk_.childrenOn(strand_, members_, nullptr, nullptr,
+                 [self = shared_from_this(), epoch](ZkError err, std::vector<std::string> names) {
+    if (epoch != self->epoch_ || err != ZkError::Ok) {
+      if (err == ZkError::NoNode) {
+        self->replyLost_ = false;
+        self->registerMember();
+      }
+      return;
+    }
+    using Owned = std::pair<int64_t, std::string>;
+    auto gather = std::make_shared<Gather<Owned>>();
+    gather->pending = names.size() + 1;
+    gather->done = [self, epoch](std::vector<Owned> owned) {
+      if (epoch != self->epoch_) return;
+      self->replyLost_ = false;
+      std::sort(owned.begin(), owned.end());
+      for (size_t i = 1; i < owned.size(); ++i) {
+        self->removeUntilGone(self->members_ + "/" + owned[i].second, -1);
+      }
+      if (owned.empty()) {
+        self->registerMember();
+        return;
+      }
+      self->memberName_ = owned.front().second;
+      self->seq_ = owned.front().first;
+      {
+        std::lock_guard lock(self->gateMu_);
+        self->status_.seq = self->seq_;
+      }
+      if (self->role_ == Role::Init) {
+        self->feed(Event::Registered);
+      } else {
+        self->requestEvaluate();
+      }
+    };
+    const int64_t session = self->zk_.sessionId();
+    for (auto& name : names) {
+      self->zk_.existsOn(self->strand_, self->members_ + "/" + name, nullptr, nullptr,
+                         [gather, name, session](ZkError, std::optional<NodeStat> stat) {
+                           if (stat && stat->ephemeralOwner == session && seqOf(name) >= 0) {
+                             gather->add(Owned{seqOf(name), name});
+                           } else {
+                             gather->add(std::nullopt);
+                           }
+                         });
+    }
+    gather->add(std::nullopt);  // the +1 above: completes even when there are no children
+  });
+}
+
+void Elector::verifyMember() {
+  if (!standing_) return;
+  if (memberName_.empty()) {
+    if (replyLost_) {
+      adoptOrRegister();
+    } else {
+      registerMember();
+    }
+    return;
+  }
+  const uint64_t epoch = epoch_;
+  zk_.existsOn(strand_, members_ + "/" + memberName_, nullptr, nullptr,
+               [self = shared_from_this(), epoch](ZkError err, std::optional<NodeStat> stat) {
+                 if (epoch != self->epoch_ || err != ZkError::Ok) return;
+                 if (stat && stat->ephemeralOwner == self->zk_.sessionId()) {
+                   self->requestEvaluate();
+                 } else {
+                   self->feed(Event::MemberMissing);
+                 }
+               });
+}
+
+// ---- evaluation ------------------------------------------------------------------------------
+
+void Elector::requestEvaluate() {
+  if (evaluating_) {
+    dirty_ = true;
+    return;
+  }
+  evaluate();
+}
+
+void Elector::finishEvaluate() {
+  evaluating_ = false;
+  if (dirty_) {
+    dirty_ = false;
+    evaluate();
+  }
+}
+
+void Elector::evaluate() {
+  if (memberName_.empty() || !zk_.usable()) return;
+  evaluating_ = true;
+  dirty_ = false;
+  const uint64_t epoch = epoch_;
+  zk_.childrenOn(strand_, members_, nullptr, nullptr,
+                 [self = shared_from_this(), epoch](ZkError err, std::vector<std::string> names) {
+    if (epoch != self->epoch_) return self->finishEvaluate();
+    if (err == ZkError::NoNode) {  // the members node itself was deleted
+      self->evaluating_ = false;
+      self->dirty_ = false;
+      return self->feed(Event::MemberMissing);
+    }
+    if (err != ZkError::Ok) return self->finishEvaluate();  // reconnect re-verifies
+    std::vector<std::pair<int64_t, std::string>> queue;
+    for (auto& n : names) {
+      if (int64_t s = seqOf(n); s >= 0) queue.emplace_back(s, n);
+    }
+    std::sort(queue.begin(), queue.end());
+    auto own = std::find_if(queue.begin(), queue.end(),
+                            [&](const auto& q) { return q.second == self->memberName_; });
+    if (own == queue.end()) {
+      self->evaluating_ = false;
+      self->dirty_ = false;
+      return self->feed(Event::MemberMissing);
+    }
+    // Seed 001 signal one: our own member node must stay; watch it directly.
+    self->zk_.existsOn(self->strand_, self->members_ + "/" + self->memberName_, &self->members_,
+                       [weak = self->weak_from_this()] {
+                         if (auto s = weak.lock()) s->requestEvaluate();
+                       },
+                       [](ZkError, std::optional<NodeStat>) {});
+    if (own == queue.begin()) return self->acquire(epoch);
+    // Watch only the predecessor: no herd when the leader goes (seed 001 §3.2).
+    const std::string predecessor = self->members_ + "/" + std::prev(own)->second;
+    self->zk_.existsOn(self->strand_, predecessor, self.get(),
+                       [weak = self->weak_from_this()] {
+                         if (auto s = weak.lock()) s->requestEvaluate();
+                       },
+                       [self, epoch](ZkError e2, std::optional<NodeStat> stat) {
+                         if (epoch != self->epoch_) return self->finishEvaluate();
+                         if (e2 == ZkError::Ok && !stat) {
+                           self->dirty_ = true;  // gone already: look again
+                         } else if (e2 == ZkError::Ok) {
+                           self->feed(Event::MustWait, LossReason::Drift);
+                           self->watchActive(epoch);
+                         }
+                         self->finishEvaluate();
+                       });
+  });
+}
+
+// Non-leaders watch `active` too: an operator deleting or editing it must trigger re-evaluation,
+// and refusals name the current leader.
+void Elector::watchActive(uint64_t epoch) {
+  zk_.getOn(strand_, active_, &active_,
+            [weak = weak_from_this()] {
+              if (auto s = weak.lock()) s->requestEvaluate();
+            },
+            [self = shared_from_this(), epoch](ZkError err, std::string data, NodeStat) {
+              if (epoch != self->epoch_) return;
+              if (err == ZkError::Ok) {
+                self->noteLeader(parseActive(data));
+              } else if (err == ZkError::NoNode) {
+                self->noteLeader(std::nullopt);
+                self->zk_.existsOn(self->strand_, self->active_, &self->active_,
+                                   [weak = self->weak_from_this()] {
+                                     if (auto s = weak.lock()) s->requestEvaluate();
+                                   },
+                                   [](ZkError, std::optional<NodeStat>) {});
+              }
+            });
+}
+
+void Elector::noteLeader(std::optional<ActiveInfo> leader) {
+  if (leader && !isOwnRecord(*leader)) lastForeignLeader_ = leader;
+  std::lock_guard lock(gateMu_);
+  status_.leader = std::move(leader);
+}
+
+// We are the smallest member: `active` is ours to hold.
+void Elector::acquire(uint64_t epoch) {
+  const uint64_t linkAtRead = zk_.linkEpoch();
+  zk_.getOn(strand_, active_, &active_,
+            [weak = weak_from_this()] {
+              if (auto s = weak.lock()) s->requestEvaluate();
+            },
+            [self = shared_from_this(), epoch, linkAtRead](ZkError err, std::string data,
+                                                           NodeStat stat) {
+    if (epoch != self->epoch_) return self->finishEvaluate();
+    if (err == ZkError::NoNode) {
+      auto previous = self->lastForeignLeader_;
+      return self->zk_.createOn(self->strand_, self->active_, toJson(self->ownRecord()),
+                                NodeKind::Ephemeral,
+                                [self, epoch](ZkError e2, std::string) {
+                                  if (epoch == self->epoch_ &&
+                                      (e2 == ZkError::Ok || e2 == ZkError::NodeExists)) {
+                                    self->dirty_ = true;  // read it back: confirm and arm the watch
+                                  }
+                                  self->finishEvaluate();
+                                });
+    }
+    if (err != ZkError::Ok) return self->finishEvaluate();
+    auto active = parseActive(data);
+    // Never lead on a node another session owns, even if its record looks like ours (CURATOR-696).
+    if (active && self->isOwnRecord(*active) && stat.ephemeralOwner == self->zk_.sessionId()) {
+      self->activeVersion_ = stat.version;
+      if (self->role_ == Role::Leader) return self->finishEvaluate();
+      return self->readHandover(epoch, linkAtRead);
+    }
+    self->noteLeader(active);
+    self->feed(self->role_ == Role::Leader ? Event::Drift : Event::MustWait, LossReason::Drift);
+    self->finishEvaluate();
+  });
+}
+
+// The predecessor's handover record tells a clean resign from a lost session (for the log line
+// and the agent's lock-delay).
+void Elector::readHandover(uint64_t epoch, uint64_t linkAtRead) {
+  zk_.getOn(strand_, handover_, nullptr, nullptr,
+            [self = shared_from_this(), epoch, linkAtRead](ZkError err, std::string data, NodeStat) {
+              if (epoch != self->epoch_) return self->finishEvaluate();
+              self->pendingPrevious_ = self->lastForeignLeader_;
+              self->pendingHandoverReason_ = self->pendingPrevious_ ? "session_expired" : "elected";
+              if (err == ZkError::Ok && self->pendingPrevious_) {
+                auto j = nlohmann::json::parse(data, nullptr, false);
+                if (j.is_object() && j.value("seq", int64_t{-2}) == self->pendingPrevious_->seq &&
+                    j.value("instanceId", std::string()) == self->pendingPrevious_->instanceId) {
+                  self->pendingHandoverReason_ = j.value("reason", std::string("resigned"));
+                }
+              }
+              self->pendingLink_ = linkAtRead;
+              self->feed(Event::Elected);
+              self->finishEvaluate();
+            });
+}
+
+// ---- leaving ---------------------------------------------------------------------------------
+
+// Gate first (closed by the role change already), then one multi deleting `active` and our
+// member, so the successor's watch fires at once and nothing can half-succeed.
+void Elector::releaseLeadership(LossReason reason, bool standAgain, std::function<void()> done) {
+  reportLoss(reason);
+  const std::string member = members_ + "/" + memberName_;
+  const int32_t version = activeVersion_;
+  zk_.set(handover_,
+          nlohmann::json{{"seq", seq_}, {"instanceId", ctx_->options.instanceId},
+                         {"reason", std::string(toString(reason))}}
+              .dump(),
+          -1, [](ZkError, NodeStat) {});
+  ++epoch_;
+  memberName_.clear();
+  seq_ = -1;
+  activeVersion_ = -1;
+  std::vector<MultiOp> ops{{MultiOp::Kind::Remove, active_, "", version},
+                           {MultiOp::Kind::Remove, member, "", -1}};
+  zk_.multiOn(strand_, std::move(ops),
+              [self = shared_from_this(), member, version, standAgain,
+               done = std::move(done)](ZkError err) {
+                if (err != ZkError::Ok) {
+                  // Partly gone already, or the reply was lost: delete each until gone
+                  // (CURATOR-202), never leave a node that blocks the queue.
+                  self->removeUntilGone(self->active_, version);
+                  self->removeUntilGone(member, -1);
+                }
+                if (standAgain && self->standing_) self->registerMember();
+                done();
+              });
+}
+
+void Elector::removeUntilGone(std::string path, int32_t version) {
+  const int64_t session = zk_.sessionId();
+  zk_.removeOn(strand_, path, version,
+               [self = shared_from_this(), path, version, session](ZkError err) {
+                 if (err == ZkError::ConnectionLoss && session == self->zk_.sessionId()) {
+                   self->pendingRemovals_.push_back({path, version});
+                 }
+               });
+}
+
+void Elector::retryRemovals() {
+  auto pending = std::move(pendingRemovals_);
+  pendingRemovals_.clear();
+  for (auto& [path, version] : pending) removeUntilGone(path, version);
+}
+
+// ---- reporting -------------------------------------------------------------------------------
+
+void Elector::announce(Role before) {
+  (void)before;
+  const ActiveInfo mine = ownRecord();
+  {
+    std::lock_guard lock(gateMu_);
+    gateToken_ = seq_;
+    gateLinkEpoch_ = pendingLink_;
+    gateSession_ = zk_.sessionId();
+    status_.leader = mine;
+  }
+  const auto& prev = pendingPrevious_;
+  spdlog::info("leader changed account={} oldSeq={} oldInstance={} newSeq={} newInstance={} reason={}",
+               account_, prev ? prev->seq : -1, prev ? prev->instanceId : "none", seq_,
+               ctx_->options.instanceId, pendingHandoverReason_);
+  if (ctx_->onLeadership) {
+    LeadershipEvent ev{LeadershipEvent::Kind::Acquired, account_, seq_, {}, prev,
+                       prev.has_value() && pendingHandoverReason_ == "session_expired",
+                       std::chrono::system_clock::now()};
+    ctx_->onLeadership(ev);
+  }
+}
+
+void Elector::reportLoss(LossReason reason) {
+  int64_t token = -1;
+  {
+    std::lock_guard lock(gateMu_);
+    token = gateToken_;
+    gateToken_ = -1;
+    if (status_.leader && isOwnRecord(*status_.leader)) status_.leader.reset();
+  }
+  if (token < 0) return;  // already reported (a stop or resign that follows a suspension)
+  spdlog::warn("leadership lost account={} seq={} instance={} reason={}", account_, token,
+               ctx_->options.instanceId, toString(reason));
+  if (ctx_->onLeadership) {
+    LeadershipEvent ev{LeadershipEvent::Kind::Lost, account_, token, reason, std::nullopt, false,
+                       std::chrono::system_clock::now()};
+    ctx_->onLeadership(ev);
+  }
+}
+
+void Elector::setRole(Role role, std::string reason) {
+  if (role == role_ && reason.empty()) return;
+  role_ = role;
+  std::lock_guard lock(gateMu_);
+  if (status_.role != role) status_.since = std::chrono::system_clock::now();
+  status_.role = role;
+  if (!reason.empty()) status_.lastReason = std::move(reason);
+  status_.seq = seq_;
+}
+
+ActiveInfo Elector::ownRecord() const {
+  return ActiveInfo{seq_, ctx_->options.instanceId, zk_.sessionId(), unixMillis(),
+                    ctx_->options.endpoint};
+}
+
+bool Elector::isOwnRecord(const ActiveInfo& a) const {
+  return a.seq == seq_ && a.instanceId == ctx_->options.instanceId && a.sessionId == zk_.sessionId();
+}
+
+// ---- gate and queries ------------------------------------------------------------------------
+
+GateDecision Elector::check() const {
+  std::lock_guard lock(gateMu_);
+  GateDecision d{GateDecision::Verdict::NotLeader, -1, zk_.sessionId(), status_.leader};
+  if (!zk_.usable()) {
+    d.verdict = GateDecision::Verdict::Suspended;
+  } else if (gateToken_ >= 0 && gateLinkEpoch_ == zk_.linkEpoch() &&
+             gateSession_ == zk_.sessionId()) {
+    d.verdict = GateDecision::Verdict::Allowed;
+    d.token = gateToken_;
+  } else if (status_.lastReason == toString(LossReason::Drift)) {
+    d.verdict = GateDecision::Verdict::Drifted;
+  }
+  return d;
+}
+
+void Elector::checkStrict(std::function<void(GateDecision)> done) {
+  asio::post(strand_, [self = shared_from_this(), done = std::move(done)]() mutable {
+    GateDecision fast = self->check();
+    if (!fast.allowed()) return done(fast);
+    const uint64_t epoch = self->epoch_;
+    self->zk_.syncOn(self->strand_, self->active_,
+                     [self, epoch, fast, done = std::move(done)](ZkError err) mutable {
+      if (err != ZkError::Ok) {
+        fast.verdict = GateDecision::Verdict::Suspended;
+        return done(fast);
+      }
+      self->zk_.getOn(self->strand_, self->active_, nullptr, nullptr,
+                      [self, epoch, fast, done = std::move(done)](ZkError e2, std::string data,
+                                                                  NodeStat stat) mutable {
+        auto active = e2 == ZkError::Ok ? parseActive(data) : std::nullopt;
+        const bool mine = active && self->isOwnRecord(*active) &&
+                          stat.ephemeralOwner == self->zk_.sessionId() && active->seq == fast.token;
+        if (mine) return done(self->check());
+        if (e2 == ZkError::Ok || e2 == ZkError::NoNode) {
+          fast.verdict = GateDecision::Verdict::Drifted;
+          fast.token = -1;
+          fast.leader = active;
+          if (epoch == self->epoch_ && self->role_ == Role::Leader) {
+            self->feed(Event::Drift, LossReason::Drift);
+          }
+        } else {
+          fast.verdict = GateDecision::Verdict::Suspended;
+          fast.token = -1;
+        }
+        done(fast);
+      });
+    });
+  });
+}
+
+void Elector::members(std::function<void(ZkError, std::vector<MemberInfo>)> done) {
+  zk_.childrenOn(strand_, members_, nullptr, nullptr,
+                 [self = shared_from_this(), done = std::move(done)](
+                     ZkError err, std::vector<std::string> names) mutable {
+    if (err != ZkError::Ok) return done(err, {});
+    auto gather = std::make_shared<Gather<MemberInfo>>();
+    gather->pending = names.size() + 1;
+    gather->done = [done = std::move(done)](std::vector<MemberInfo> all) {
+      std::sort(all.begin(), all.end(), [](auto& a, auto& b) { return a.seq < b.seq; });
+      done(ZkError::Ok, std::move(all));
+    };
+    for (auto& name : names) {
+      self->zk_.getOn(self->strand_, self->members_ + "/" + name, nullptr, nullptr,
+                      [gather, name](ZkError e2, std::string data, NodeStat) {
+                        auto m = e2 == ZkError::Ok ? parseMember(data) : std::nullopt;
+                        if (m) m->seq = seqOf(name);
+                        gather->add(m && m->seq >= 0 ? m : std::nullopt);
+                      });
+    }
+    gather->add(std::nullopt);
+  });
+}
+
+AccountStatus Elector::status() const {
+  std::lock_guard lock(gateMu_);
+  return status_;
+}
+
+}  // namespace zkagent::election::detail

@@ -1,0 +1,587 @@
+#include "zk_session.hpp"
+
+#include <zookeeper/zookeeper.h>
+
+#include <boost/asio/post.hpp>
+#include <cstdio>
+
+namespace zkagent::election::detail {
+namespace asio = boost::asio;
+
+namespace {
+
+// The watcher context of one handle: lives until that handle is closed (threads joined).
+struct HandleContext {
+  ZkSession* session;
+  uint64_t generation;
+};
+
+void globalWatcher(zhandle_t*, int type, int state, const char* path, void* ctx) {
+  auto* hc = static_cast<HandleContext*>(ctx);
+  hc->session->onWatcherEvent(hc->generation, type, state, path);
+}
+
+NodeStat toNodeStat(const Stat* stat) {
+  NodeStat out;
+  if (stat != nullptr) {
+    out.ephemeralOwner = stat->ephemeralOwner;
+    out.version = stat->version;
+    out.mzxid = stat->mzxid;
+  }
+  return out;
+}
+
+// Heap state of one asynchronous call; the C client invokes its completion exactly once (with
+// ZCLOSING when the handle closes first), and the completion frees it.
+template <typename Done>
+struct Call {
+  Call(ZkSession* s, uint64_t gen, Executor ex, Done d, const void* o = nullptr,
+       Session::Watch w = {}, std::string p = {})
+      : session(s), generation(gen), executor(std::move(ex)), done(std::move(d)), owner(o),
+        watch(std::move(w)), path(std::move(p)) {}
+  ZkSession* session;
+  uint64_t generation;
+  Executor executor;
+  Done done;
+  // Watch registration, applied on the completion thread so it is ordered before any event.
+  const void* owner;
+  Session::Watch watch;
+  std::string path;
+};
+
+// Closes a handle and frees its watcher context once the C client's threads are joined.
+void closeHandle(zhandle_t* zh) {
+  auto* ctx = static_cast<HandleContext*>(const_cast<void*>(zoo_get_context(zh)));
+  zookeeper_close(zh);
+  delete ctx;
+}
+
+template <typename Done, typename... Args>
+void deliver(Call<Done>* call, Args&&... args) {
+  asio::post(call->executor, [done = std::move(call->done),
+                              ... a = std::forward<Args>(args)]() mutable { done(std::move(a)...); });
+  delete call;
+}
+
+// Reports a call that the C client refused synchronously (bad state, marshalling error).
+template <typename Done, typename... Args>
+void refuse(Executor ex, Done done, Args... args) {
+  asio::post(ex, [done = std::move(done), ... a = std::move(args)]() mutable {
+    done(std::move(a)...);
+  });
+}
+
+int createMode(NodeKind kind) {
+  switch (kind) {
+    case NodeKind::Persistent: return ZOO_PERSISTENT;
+    case NodeKind::Ephemeral: return ZOO_EPHEMERAL;
+    case NodeKind::EphemeralSequential: return ZOO_EPHEMERAL_SEQUENTIAL;
+  }
+  return ZOO_PERSISTENT;
+}
+
+}  // namespace
+
+ZkSession::ZkSession(asio::io_context& io, SessionOptions options)
+    : io_(io),
+      strand_(asio::make_strand(io)),
+      options_(std::move(options)),
+      pingTimer_(strand_),
+      deadlineTimer_(strand_) {}
+
+ZkSession::~ZkSession() {
+  zhandle_t* zh = nullptr;
+  std::vector<std::thread> closers;
+  {
+    std::lock_guard lock(mu_);
+    zh = std::exchange(zh_, nullptr);
+    closers.swap(closers_);
+  }
+  if (zh != nullptr) closeHandle(zh);  // joins the C client's threads: no callback runs after
+  for (auto& t : closers) t.join();
+}
+
+ZkError ZkSession::fromRc(int rc) {
+  switch (rc) {
+    case ZOK: return ZkError::Ok;
+    case ZNONODE: return ZkError::NoNode;
+    case ZNODEEXISTS: return ZkError::NodeExists;
+    case ZNOTEMPTY: return ZkError::NotEmpty;
+    case ZBADVERSION: return ZkError::BadVersion;
+    case ZCONNECTIONLOSS:
+    case ZOPERATIONTIMEOUT: return ZkError::ConnectionLoss;
+    case ZSESSIONEXPIRED:
+    case ZSESSIONMOVED:
+    case ZINVALIDSTATE: return ZkError::SessionExpired;
+    case ZCLOSING: return ZkError::Closing;
+    default: return ZkError::Other;
+  }
+}
+
+void ZkSession::start(EventHandler onEvent) {
+  onEvent_ = std::move(onEvent);
+  static std::once_flag quietClientLog;
+  std::call_once(quietClientLog, [] { zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR); });
+  asio::post(strand_, [self = shared_from_this()] { self->openHandle(); });
+}
+
+void ZkSession::openHandle() {
+  std::lock_guard lock(mu_);
+  if (closing_) return;
+  auto* ctx = new HandleContext{this, ++generation_};
+  zh_ = zookeeper_init(options_.hosts.c_str(), globalWatcher,
+                       static_cast<int>(options_.timeout.count()), nullptr, ctx, 0);
+  if (zh_ == nullptr) {
+    delete ctx;
+    // Bad host string or out of resources: retry later rather than give up silently.
+    std::fprintf(stderr, "zookeeper_init failed for '%s'\n", options_.hosts.c_str());
+    auto timer = std::make_shared<asio::steady_timer>(strand_, std::chrono::seconds(1));
+    timer->async_wait([self = shared_from_this(), timer](auto) { self->openHandle(); });
+  }
+}
+
+void ZkSession::onWatcherEvent(uint64_t generation, int type, int state, const char* path) {
+  if (type == ZOO_SESSION_EVENT) {
+    // The gate must close the instant the link drops, before anything is posted (seed 001 §5.1).
+    if (state != ZOO_CONNECTED_STATE) {
+      connected_.store(false);
+      linkEpoch_.fetch_add(1);
+    }
+    asio::post(strand_, [weak = weak_from_this(), generation, state] {
+      if (auto self = weak.lock()) self->handleSessionState(generation, state);
+    });
+    return;
+  }
+  const std::string nodePath = path != nullptr ? path : "";
+  const bool data = type == ZOO_CREATED_EVENT || type == ZOO_DELETED_EVENT || type == ZOO_CHANGED_EVENT;
+  const bool child = type == ZOO_CHILD_EVENT || type == ZOO_DELETED_EVENT;
+  fireWatches(generation, data, child, nodePath);
+}
+
+void ZkSession::addWatch(uint64_t generation, bool childWatch, const std::string& path,
+                         const void* owner, Executor ex, Watch watch) {
+  std::lock_guard lock(mu_);
+  if (generation != generation_) return;  // the handle that armed it is gone
+  auto& entries = (childWatch ? childWatches_ : dataWatches_)[path];
+  for (auto& e : entries) {
+    if (owner != nullptr && e.owner == owner) {
+      e.watch = std::move(watch);
+      e.executor = std::move(ex);
+      return;
+    }
+  }
+  entries.push_back({owner, std::move(ex), std::move(watch)});
+}
+
+void ZkSession::fireWatches(uint64_t generation, bool data, bool child, const std::string& path) {
+  std::vector<WatchEntry> fired;
+  {
+    std::lock_guard lock(mu_);
+    if (generation != generation_) return;
+    for (auto* table : {data ? &dataWatches_ : nullptr, child ? &childWatches_ : nullptr}) {
+      if (table == nullptr) continue;
+      if (auto it = table->find(path); it != table->end()) {
+        for (auto& e : it->second) fired.push_back(std::move(e));
+        table->erase(it);
+      }
+    }
+  }
+  for (auto& e : fired) asio::post(e.executor, std::move(e.watch));
+}
+
+void ZkSession::publish(SessionState state, bool newSession) {
+  state_.store(state);
+  if (onEvent_) onEvent_(SessionEvent{state, sessionId_.load(), negotiatedTimeout(), newSession});
+}
+
+void ZkSession::handleSessionState(uint64_t generation, int zkState) {
+  if (closing_) return;
+  if (zkState == ZOO_CONNECTED_STATE) {
+    int64_t id = 0;
+    int negotiated = 0;
+    {
+      std::lock_guard lock(mu_);
+      if (generation != generation_ || zh_ == nullptr) return;
+      id = zoo_client_id(zh_)->client_id;
+      negotiated = zoo_recv_timeout(zh_);
+    }
+    const bool newSession = id != everConnectedId_;
+    everConnectedId_ = id;
+    sessionId_.store(id);
+    negotiatedMs_.store(negotiated);
+    lastContact_ = Clock::now();
+    deadlineTimer_.cancel();
+    // Only now that every listener will hear "connected" may the gate open again.
+    connected_.store(true);
+    publish(SessionState::Connected, newSession);
+    armPing();
+    return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (generation != generation_) return;
+  }
+  if (zkState == ZOO_EXPIRED_SESSION_STATE || zkState == ZOO_AUTH_FAILED_STATE) {
+    expireLocally(zkState == ZOO_EXPIRED_SESSION_STATE ? "expired" : "auth failed");
+  } else {  // CONNECTING / ASSOCIATING: the link is down, the session may still live
+    if (state_.load() == SessionState::Suspended) return;
+    pingTimer_.cancel();
+    publish(SessionState::Suspended, false);
+    armDeadline();
+  }
+}
+
+// The server expires a session `timeout` after it last heard from us, and only tells us once we
+// reconnect. Keep the same deadline locally on the monotonic clock (Mesos' group.cpp,
+// CURATOR-460/ZOOKEEPER-4508): when it passes while disconnected, the session is gone for us too.
+void ZkSession::armDeadline() {
+  const auto timeout = negotiatedTimeout().count() > 0 ? negotiatedTimeout() : options_.timeout;
+  deadlineTimer_.expires_at(lastContact_ + timeout);
+  deadlineTimer_.async_wait([weak = weak_from_this()](boost::system::error_code ec) {
+    auto self = weak.lock();
+    if (ec || !self || self->state_.load() != SessionState::Suspended) return;
+    self->expireLocally("client-side deadline passed");
+  });
+}
+
+// A cheap read every third of the timeout proves the server still knows our session; its answer
+// moves the local deadline.
+void ZkSession::armPing() {
+  const auto period = std::max(negotiatedTimeout() / 3, Millis(50));
+  pingTimer_.expires_after(period);
+  pingTimer_.async_wait([weak = weak_from_this()](boost::system::error_code ec) {
+    auto self = weak.lock();
+    if (ec || !self || self->state_.load() != SessionState::Connected) return;
+    const auto sent = Clock::now();
+    self->existsOn(self->strand_, "/", nullptr, nullptr,
+                   [weak2 = std::weak_ptr(self), sent](ZkError err, std::optional<NodeStat>) {
+                     auto s = weak2.lock();
+                     if (!s) return;
+                     if (err == ZkError::Ok) s->lastContact_ = std::max(s->lastContact_, sent);
+                     if (s->state_.load() == SessionState::Connected) s->armPing();
+                   });
+  });
+}
+
+void ZkSession::expireLocally(const char* why) {
+  (void)why;
+  pingTimer_.cancel();
+  deadlineTimer_.cancel();
+  connected_.store(false);
+  linkEpoch_.fetch_add(1);
+  zhandle_t* old = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    old = std::exchange(zh_, nullptr);
+    ++generation_;  // drops every event and watch of the old handle
+    dataWatches_.clear();
+    childWatches_.clear();
+  }
+  sessionId_.store(0);
+  publish(SessionState::Expired, false);
+  if (old != nullptr) retireHandle(old);
+  openHandle();
+}
+
+void ZkSession::retireHandle(zhandle_t* zh) {
+  std::lock_guard lock(mu_);
+  closers_.emplace_back([zh] { closeHandle(zh); });
+}
+
+void ZkSession::close(std::function<void()> done) {
+  asio::post(strand_, [self = shared_from_this(), done = std::move(done)]() mutable {
+    self->closeOnStrand(std::move(done));
+  });
+}
+
+void ZkSession::closeOnStrand(std::function<void()> done) {
+  closing_ = true;
+  pingTimer_.cancel();
+  deadlineTimer_.cancel();
+  connected_.store(false);
+  zhandle_t* zh = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    zh = std::exchange(zh_, nullptr);
+    ++generation_;
+    dataWatches_.clear();
+    childWatches_.clear();
+  }
+  publish(SessionState::Closed, false);
+  sessionId_.store(0);
+  std::lock_guard lock(mu_);
+  closers_.emplace_back([zh, done = std::move(done), ex = io_.get_executor()]() mutable {
+    if (zh != nullptr) closeHandle(zh);  // closeSession: the server drops our ephemerals at once
+    if (done) asio::post(ex, std::move(done));
+  });
+}
+
+// ---- operations -----------------------------------------------------------------------------
+
+void ZkSession::create(std::string path, std::string data, NodeKind kind,
+                       std::function<void(ZkError, std::string)> done) {
+  createOn(io_.get_executor(), std::move(path), std::move(data), kind, std::move(done));
+}
+void ZkSession::set(std::string path, std::string data, int32_t version,
+                    std::function<void(ZkError, NodeStat)> done) {
+  using Done = std::function<void(ZkError, NodeStat)>;
+  std::unique_lock lock(mu_);  // held while submitting: a handle is never closed under a call
+  zhandle_t* zh = zh_;
+  const uint64_t gen = generation_;
+  auto* call = new Call<Done>(this, gen, io_.get_executor(), std::move(done));
+  int rc = zh == nullptr ? ZINVALIDSTATE
+                         : zoo_aset(zh, path.c_str(), data.data(), static_cast<int>(data.size()),
+                                    version,
+                                    [](int rc2, const Stat* stat, const void* p) {
+                                      auto* c = static_cast<Call<Done>*>(const_cast<void*>(p));
+                                      deliver(c, ZkSession::fromRc(rc2), toNodeStat(stat));
+                                    },
+                                    call);
+  lock.unlock();
+  if (rc != ZOK) {
+    refuse(call->executor, std::move(call->done), fromRc(rc), NodeStat{});
+    delete call;
+  }
+}
+void ZkSession::get(std::string path, Watch watch,
+                    std::function<void(ZkError, std::string, NodeStat)> done) {
+  getOn(io_.get_executor(), std::move(path), nullptr, std::move(watch), std::move(done));
+}
+void ZkSession::exists(std::string path, Watch watch,
+                       std::function<void(ZkError, std::optional<NodeStat>)> done) {
+  existsOn(io_.get_executor(), std::move(path), nullptr, std::move(watch), std::move(done));
+}
+void ZkSession::children(std::string path, Watch watch,
+                         std::function<void(ZkError, std::vector<std::string>)> done) {
+  childrenOn(io_.get_executor(), std::move(path), nullptr, std::move(watch), std::move(done));
+}
+void ZkSession::remove(std::string path, int32_t version, std::function<void(ZkError)> done) {
+  removeOn(io_.get_executor(), std::move(path), version, std::move(done));
+}
+void ZkSession::ensurePath(std::string path, std::function<void(ZkError)> done) {
+  ensurePathOn(io_.get_executor(), std::move(path), std::move(done));
+}
+
+void ZkSession::createOn(Executor ex, std::string path, std::string data, NodeKind kind,
+                         std::function<void(ZkError, std::string)> done) {
+  using Done = std::function<void(ZkError, std::string)>;
+  std::unique_lock lock(mu_);  // held while submitting: a handle is never closed under a call
+  zhandle_t* zh = zh_;
+  const uint64_t gen = generation_;
+  auto* call = new Call<Done>(this, gen, ex, std::move(done));
+  int rc = zh == nullptr
+               ? ZINVALIDSTATE
+               : zoo_acreate(zh, path.c_str(), data.data(), static_cast<int>(data.size()),
+                             &ZOO_OPEN_ACL_UNSAFE, createMode(kind),
+                             [](int rc2, const char* value, const void* p) {
+                               auto* c = static_cast<Call<Done>*>(const_cast<void*>(p));
+                               deliver(c, ZkSession::fromRc(rc2),
+                                       std::string(value != nullptr ? value : ""));
+                             },
+                             call);
+  lock.unlock();
+  if (rc != ZOK) {
+    refuse(ex, std::move(call->done), fromRc(rc), std::string());
+    delete call;
+  }
+}
+
+void ZkSession::getOn(Executor ex, std::string path, const void* owner, Watch watch,
+                      std::function<void(ZkError, std::string, NodeStat)> done) {
+  using Done = std::function<void(ZkError, std::string, NodeStat)>;
+  std::unique_lock lock(mu_);  // held while submitting: a handle is never closed under a call
+  zhandle_t* zh = zh_;
+  const uint64_t gen = generation_;
+  const bool watching = static_cast<bool>(watch);
+  auto* call = new Call<Done>(this, gen, ex, std::move(done), owner, std::move(watch), path);
+  int rc = zh == nullptr
+               ? ZINVALIDSTATE
+               : zoo_aget(zh, path.c_str(), watching ? 1 : 0,
+                          [](int rc2, const char* value, int len, const Stat* stat, const void* p) {
+                            auto* c = static_cast<Call<Done>*>(const_cast<void*>(p));
+                            if (rc2 == ZOK && c->watch) {
+                              c->session->addWatch(c->generation, false, c->path, c->owner,
+                                                   c->executor, std::move(c->watch));
+                            }
+                            deliver(c, ZkSession::fromRc(rc2),
+                                    value != nullptr && len > 0 ? std::string(value, len)
+                                                                : std::string(),
+                                    toNodeStat(stat));
+                          },
+                          call);
+  lock.unlock();
+  if (rc != ZOK) {
+    refuse(ex, std::move(call->done), fromRc(rc), std::string(), NodeStat{});
+    delete call;
+  }
+}
+
+void ZkSession::existsOn(Executor ex, std::string path, const void* owner, Watch watch,
+                         std::function<void(ZkError, std::optional<NodeStat>)> done) {
+  using Done = std::function<void(ZkError, std::optional<NodeStat>)>;
+  std::unique_lock lock(mu_);  // held while submitting: a handle is never closed under a call
+  zhandle_t* zh = zh_;
+  const uint64_t gen = generation_;
+  const bool watching = static_cast<bool>(watch);
+  auto* call = new Call<Done>(this, gen, ex, std::move(done), owner, std::move(watch), path);
+  int rc = zh == nullptr
+               ? ZINVALIDSTATE
+               : zoo_aexists(zh, path.c_str(), watching ? 1 : 0,
+                             [](int rc2, const Stat* stat, const void* p) {
+                               auto* c = static_cast<Call<Done>*>(const_cast<void*>(p));
+                               // exists() leaves a watch both when the node is there and when not.
+                               if ((rc2 == ZOK || rc2 == ZNONODE) && c->watch) {
+                                 c->session->addWatch(c->generation, false, c->path, c->owner,
+                                                      c->executor, std::move(c->watch));
+                               }
+                               std::optional<NodeStat> st;
+                               if (rc2 == ZOK) st = toNodeStat(stat);
+                               deliver(c, rc2 == ZNONODE ? ZkError::Ok : ZkSession::fromRc(rc2), st);
+                             },
+                             call);
+  lock.unlock();
+  if (rc != ZOK) {
+    refuse(ex, std::move(call->done), fromRc(rc), std::optional<NodeStat>());
+    delete call;
+  }
+}
+
+void ZkSession::childrenOn(Executor ex, std::string path, const void* owner, Watch watch,
+                           std::function<void(ZkError, std::vector<std::string>)> done) {
+  using Done = std::function<void(ZkError, std::vector<std::string>)>;
+  std::unique_lock lock(mu_);  // held while submitting: a handle is never closed under a call
+  zhandle_t* zh = zh_;
+  const uint64_t gen = generation_;
+  const bool watching = static_cast<bool>(watch);
+  auto* call = new Call<Done>(this, gen, ex, std::move(done), owner, std::move(watch), path);
+  int rc = zh == nullptr
+               ? ZINVALIDSTATE
+               : zoo_aget_children(
+                     zh, path.c_str(), watching ? 1 : 0,
+                     [](int rc2, const String_vector* strings, const void* p) {
+                       auto* c = static_cast<Call<Done>*>(const_cast<void*>(p));
+                       if (rc2 == ZOK && c->watch) {
+                         c->session->addWatch(c->generation, true, c->path, c->owner, c->executor,
+                                              std::move(c->watch));
+                       }
+                       std::vector<std::string> names;
+                       if (rc2 == ZOK && strings != nullptr) {
+                         names.reserve(static_cast<size_t>(strings->count));
+                         for (int i = 0; i < strings->count; ++i) names.emplace_back(strings->data[i]);
+                       }
+                       deliver(c, ZkSession::fromRc(rc2), std::move(names));
+                     },
+                     call);
+  lock.unlock();
+  if (rc != ZOK) {
+    refuse(ex, std::move(call->done), fromRc(rc), std::vector<std::string>());
+    delete call;
+  }
+}
+
+void ZkSession::removeOn(Executor ex, std::string path, int32_t version,
+                         std::function<void(ZkError)> done) {
+  using Done = std::function<void(ZkError)>;
+  std::unique_lock lock(mu_);  // held while submitting: a handle is never closed under a call
+  zhandle_t* zh = zh_;
+  const uint64_t gen = generation_;
+  auto* call = new Call<Done>(this, gen, ex, std::move(done));
+  int rc = zh == nullptr ? ZINVALIDSTATE
+                         : zoo_adelete(zh, path.c_str(), version,
+                                       [](int rc2, const void* p) {
+                                         auto* c = static_cast<Call<Done>*>(const_cast<void*>(p));
+                                         deliver(c, ZkSession::fromRc(rc2));
+                                       },
+                                       call);
+  lock.unlock();
+  if (rc != ZOK) {
+    refuse(ex, std::move(call->done), fromRc(rc));
+    delete call;
+  }
+}
+
+// All missing ancestors are created in one pipelined burst: ZooKeeper applies a session's
+// requests in order, so each create finds its parent already made.
+void ZkSession::ensurePathOn(Executor ex, std::string path, std::function<void(ZkError)> done) {
+  std::vector<std::string> prefixes;
+  for (size_t pos = path.find('/', 1); pos != std::string::npos; pos = path.find('/', pos + 1)) {
+    prefixes.push_back(path.substr(0, pos));
+  }
+  prefixes.push_back(path);
+  struct Join {
+    size_t pending;
+    ZkError result = ZkError::Ok;
+    std::function<void(ZkError)> done;
+  };
+  auto join = std::make_shared<Join>(Join{prefixes.size(), ZkError::Ok, std::move(done)});
+  for (auto& p : prefixes) {
+    createOn(ex, p, "", NodeKind::Persistent, [join](ZkError err, std::string) {
+      if (err != ZkError::Ok && err != ZkError::NodeExists && join->result == ZkError::Ok) {
+        join->result = err;
+      }
+      if (--join->pending == 0) join->done(join->result);
+    });
+  }
+}
+
+void ZkSession::multiOn(Executor ex, std::vector<MultiOp> ops, std::function<void(ZkError)> done) {
+  struct MultiCall {
+    std::vector<MultiOp> ops;
+    std::vector<zoo_op_t> zops;
+    std::vector<zoo_op_result_t> results;
+    Executor executor;
+    std::function<void(ZkError)> done;
+  };
+  std::unique_lock lock(mu_);  // held while submitting: a handle is never closed under a call
+  zhandle_t* zh = zh_;
+    auto* call = new MultiCall{std::move(ops), {}, {}, ex, std::move(done)};
+  call->zops.resize(call->ops.size());
+  call->results.resize(call->ops.size());
+  for (size_t i = 0; i < call->ops.size(); ++i) {
+    const auto& op = call->ops[i];
+    if (op.kind == MultiOp::Kind::Remove) {
+      zoo_delete_op_init(&call->zops[i], op.path.c_str(), op.version);
+    } else {
+      zoo_set_op_init(&call->zops[i], op.path.c_str(), op.data.data(),
+                      static_cast<int>(op.data.size()), op.version, nullptr);
+    }
+  }
+  int rc = zh == nullptr ? ZINVALIDSTATE
+                         : zoo_amulti(zh, static_cast<int>(call->zops.size()), call->zops.data(),
+                                      call->results.data(),
+                                      [](int rc2, const void* p) {
+                                        auto* c = static_cast<MultiCall*>(const_cast<void*>(p));
+                                        asio::post(c->executor, [done = std::move(c->done), rc2] {
+                                          done(ZkSession::fromRc(rc2));
+                                        });
+                                        delete c;
+                                      },
+                                      call);
+  lock.unlock();
+  if (rc != ZOK) {
+    refuse(ex, std::move(call->done), fromRc(rc));
+    delete call;
+  }
+}
+
+void ZkSession::syncOn(Executor ex, std::string path, std::function<void(ZkError)> done) {
+  using Done = std::function<void(ZkError)>;
+  std::unique_lock lock(mu_);  // held while submitting: a handle is never closed under a call
+  zhandle_t* zh = zh_;
+  const uint64_t gen = generation_;
+  auto* call = new Call<Done>(this, gen, ex, std::move(done));
+  int rc = zh == nullptr ? ZINVALIDSTATE
+                         : zoo_async(zh, path.c_str(),
+                                     [](int rc2, const char*, const void* p) {
+                                       auto* c = static_cast<Call<Done>*>(const_cast<void*>(p));
+                                       deliver(c, ZkSession::fromRc(rc2));
+                                     },
+                                     call);
+  lock.unlock();
+  if (rc != ZOK) {
+    refuse(ex, std::move(call->done), fromRc(rc));
+    delete call;
+  }
+}
+
+}  // namespace zkagent::election::detail

@@ -1,0 +1,134 @@
+// ZkSession: the one owner of a zhandle_t. Everything the C client calls back is marshalled onto
+// Asio executors together with the handle generation it belongs to (Mesos' pattern); events of an
+// old handle are dropped. Callbacks on ZooKeeper's completion thread only copy and post: they never
+// block and never close a handle.
+#pragma once
+
+#include <atomic>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <chrono>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "zkagent/election.hpp"
+
+typedef struct _zhandle zhandle_t;
+
+namespace zkagent::election::detail {
+
+using Executor = boost::asio::any_io_executor;
+using Clock = std::chrono::steady_clock;
+
+// One operation of an atomic multi (only the kinds the election needs).
+struct MultiOp {
+  enum class Kind { Remove, Set } kind;
+  std::string path;
+  std::string data;     // Set
+  int32_t version = -1;
+};
+
+class ZkSession : public Session, public std::enable_shared_from_this<ZkSession> {
+ public:
+  using EventHandler = std::function<void(const SessionEvent&)>;
+
+  ZkSession(boost::asio::io_context& io, SessionOptions options);
+  ~ZkSession() override;
+
+  // Opens the first handle. `onEvent` runs on the io_context for every state change.
+  void start(EventHandler onEvent);
+  // Closes the session (the server deletes its ephemeral nodes in one request) without blocking the
+  // caller; `done` runs on the io_context afterwards.
+  void close(std::function<void()> done);
+
+  SessionState state() const override { return state_.load(); }
+  int64_t sessionId() const override { return sessionId_.load(); }
+  Millis negotiatedTimeout() const override { return Millis(negotiatedMs_.load()); }
+  // False from the instant the C client reports a disconnect (set on its thread, before any post).
+  bool usable() const { return connected_.load(); }
+  // Counts link losses; bumped on ZooKeeper's thread at the instant of a disconnect, so a leader
+  // confirmed under an older count is not trusted by the gate until it confirms again.
+  uint64_t linkEpoch() const { return linkEpoch_.load(); }
+
+  void create(std::string path, std::string data, NodeKind kind,
+              std::function<void(ZkError, std::string)> done) override;
+  void set(std::string path, std::string data, int32_t version,
+           std::function<void(ZkError, NodeStat)> done) override;
+  void get(std::string path, Watch watch,
+           std::function<void(ZkError, std::string, NodeStat)> done) override;
+  void exists(std::string path, Watch watch,
+              std::function<void(ZkError, std::optional<NodeStat>)> done) override;
+  void children(std::string path, Watch watch,
+                std::function<void(ZkError, std::vector<std::string>)> done) override;
+  void remove(std::string path, int32_t version, std::function<void(ZkError)> done) override;
+  void ensurePath(std::string path, std::function<void(ZkError)> done) override;
+
+  // Same operations, answered on `ex` (an account's strand). A watch is keyed by `owner`: re-arming
+  // the same path for the same owner replaces the callback, so repeated evaluations never pile up.
+  void createOn(Executor ex, std::string path, std::string data, NodeKind kind,
+                std::function<void(ZkError, std::string)> done);
+  void getOn(Executor ex, std::string path, const void* owner, Watch watch,
+             std::function<void(ZkError, std::string, NodeStat)> done);
+  void existsOn(Executor ex, std::string path, const void* owner, Watch watch,
+                std::function<void(ZkError, std::optional<NodeStat>)> done);
+  void childrenOn(Executor ex, std::string path, const void* owner, Watch watch,
+                  std::function<void(ZkError, std::vector<std::string>)> done);
+  void removeOn(Executor ex, std::string path, int32_t version, std::function<void(ZkError)> done);
+  void ensurePathOn(Executor ex, std::string path, std::function<void(ZkError)> done);
+  void multiOn(Executor ex, std::vector<MultiOp> ops, std::function<void(ZkError)> done);
+  // Makes the next read on this session see everything the ensemble leader has committed.
+  void syncOn(Executor ex, std::string path, std::function<void(ZkError)> done);
+
+  // Called by the C trampolines (ZooKeeper's threads).
+  void onWatcherEvent(uint64_t generation, int type, int state, const char* path);
+  void addWatch(uint64_t generation, bool childWatch, const std::string& path, const void* owner,
+                Executor ex, Watch watch);
+
+  static ZkError fromRc(int rc);
+
+ private:
+  struct WatchEntry {
+    const void* owner;
+    Executor executor;
+    Watch watch;
+  };
+  using WatchTable = std::unordered_map<std::string, std::vector<WatchEntry>>;
+
+  void openHandle();  // strand
+  void closeOnStrand(std::function<void()> done);
+  void handleSessionState(uint64_t generation, int zkState);
+  void expireLocally(const char* why);
+  void retireHandle(zhandle_t* zh);  // closes an old handle off the io thread
+  void armPing();
+  void armDeadline();
+  void fireWatches(uint64_t generation, bool data, bool child, const std::string& path);
+  void publish(SessionState state, bool newSession);
+
+  boost::asio::io_context& io_;
+  boost::asio::strand<boost::asio::io_context::executor_type> strand_;  // session-internal work
+  SessionOptions options_;
+  EventHandler onEvent_;
+
+  mutable std::mutex mu_;  // guards zh_, generation_, watches, closers_
+  zhandle_t* zh_ = nullptr;
+  uint64_t generation_ = 0;
+  WatchTable dataWatches_;
+  WatchTable childWatches_;
+  std::vector<std::thread> closers_;
+
+  std::atomic<SessionState> state_{SessionState::Connecting};
+  std::atomic<bool> connected_{false};
+  std::atomic<uint64_t> linkEpoch_{0};
+  std::atomic<int64_t> sessionId_{0};
+  std::atomic<int64_t> negotiatedMs_{0};
+  int64_t everConnectedId_ = 0;  // strand: id of the last session we announced
+  bool closing_ = false;         // strand
+  Clock::time_point lastContact_{};  // strand: last proof that the server knew our session
+  boost::asio::steady_timer pingTimer_;
+  boost::asio::steady_timer deadlineTimer_;
+};
+
+}  // namespace zkagent::election::detail

@@ -1,0 +1,200 @@
+// zk-elect: stands for a list of accounts and prints one line per election event (for scripts,
+// benchmarks and operators). Lines on stdout, flushed at once:
+//   SESSION <unix_ns> <negotiated_timeout_ms> | READY | LEADER <account> <token> <unix_ns>
+//   LOST <account> <reason> <unix_ns>
+// stdin accepts "resign <account>" lines. SIGTERM/SIGINT: LOST lines, close the session, exit 0.
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/read_until.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/streambuf.hpp>
+#include <charconv>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <set>
+
+#include "zkagent/election.hpp"
+
+namespace asio = boost::asio;
+using namespace zkagent::election;
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: zk-elect --zk HOST:PORT[,...] --instance-id ID (--accounts a,b,c | --accounts-file F)\n"
+    "                [--root /wx-accounts] [--session-timeout-ms N] [--endpoint URL]\n"
+    "Stands for every account and prints SESSION/READY/LEADER/LOST lines on stdout.\n"
+    "stdin: 'resign <account>' hands an account over. SIGTERM/SIGINT: stop cleanly.\n";
+
+[[noreturn]] void usageError(const std::string& message) {
+  std::fprintf(stderr, "zk-elect: %s\n%s", message.c_str(), kUsage);
+  std::exit(2);
+}
+
+int64_t unixNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void emit(const std::string& line) {
+  std::fwrite(line.data(), 1, line.size(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+}
+
+struct Args {
+  ElectionOptions election;
+  std::vector<std::string> accounts;
+};
+
+void addAccount(Args& args, std::set<std::string>& seen, std::string id) {
+  if (auto error = accountIdError(id)) usageError(*error);
+  if (seen.insert(id).second) args.accounts.push_back(std::move(id));
+}
+
+Args parseArgs(int argc, char** argv) {
+  Args args;
+  std::set<std::string> seen;
+  bool haveAccounts = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (flag == "--version") {
+      std::printf("zk-elect %s\n", ZKAGENT_VERSION);
+      std::exit(0);
+    }
+    if (i + 1 >= argc) usageError("missing value for " + flag);
+    const std::string value = argv[++i];
+    if (flag == "--zk") {
+      args.election.session.hosts = value;
+    } else if (flag == "--root") {
+      args.election.root = value;
+    } else if (flag == "--instance-id") {
+      args.election.instanceId = value;
+    } else if (flag == "--endpoint") {
+      args.election.endpoint = value;
+    } else if (flag == "--session-timeout-ms") {
+      int ms = 0;
+      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), ms);
+      if (ec != std::errc() || end != value.data() + value.size() || ms <= 0) {
+        usageError("--session-timeout-ms must be a positive integer, got '" + value + "'");
+      }
+      args.election.session.timeout = Millis(ms);
+    } else if (flag == "--accounts") {
+      haveAccounts = true;
+      size_t start = 0;
+      while (start <= value.size()) {
+        size_t comma = value.find(',', start);
+        if (comma == std::string::npos) comma = value.size();
+        addAccount(args, seen, value.substr(start, comma - start));
+        start = comma + 1;
+      }
+    } else if (flag == "--accounts-file") {
+      haveAccounts = true;
+      std::ifstream in(value);
+      if (!in) usageError("cannot read accounts file '" + value + "'");
+      for (std::string line; std::getline(in, line);) {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (line.empty() || line.front() == '#') continue;
+        addAccount(args, seen, line);
+      }
+    } else {
+      usageError("unknown argument '" + flag + "'");
+    }
+  }
+  if (args.election.session.hosts.empty()) usageError("--zk is required");
+  if (args.election.instanceId.empty()) usageError("--instance-id is required");
+  if (!haveAccounts || args.accounts.empty()) usageError("--accounts or --accounts-file is required");
+  if (args.election.root.empty() || args.election.root.front() != '/' ||
+      args.election.root.back() == '/') {
+    usageError("--root must start with '/' and not end with '/'");
+  }
+  return args;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args = parseArgs(argc, argv);
+  spdlog::set_default_logger(spdlog::stderr_color_mt("zk-elect"));
+
+  asio::io_context io;
+  ElectionGroup group(io, args.election);
+  bool ready = false;
+  asio::steady_timer readyPoll(io);
+
+  // READY once every candidate holds a member node on this session.
+  std::function<void()> pollReady = [&] {
+    if (ready) return;
+    auto all = group.status();
+    bool registered = group.sessionState() == SessionState::Connected;
+    for (auto& s : all) registered = registered && s.seq >= 0;
+    if (registered) {
+      ready = true;
+      emit("READY");
+      return;
+    }
+    readyPoll.expires_after(Millis(5));
+    readyPoll.async_wait([&](boost::system::error_code ec) {
+      if (!ec) pollReady();
+    });
+  };
+
+  group.onSession([&](const SessionEvent& ev) {
+    if (ev.state == SessionState::Connected && ev.newSession) {
+      emit("SESSION " + std::to_string(unixNanos()) + " " +
+           std::to_string(ev.negotiatedTimeout.count()));
+      pollReady();
+    }
+  });
+  group.onLeadership([](const LeadershipEvent& ev) {
+    if (ev.kind == LeadershipEvent::Kind::Acquired) {
+      emit("LEADER " + ev.account + " " + std::to_string(ev.token) + " " + std::to_string(unixNanos()));
+    } else {
+      emit("LOST " + ev.account + " " + std::string(toString(ev.reason)) + " " +
+           std::to_string(unixNanos()));
+    }
+  });
+  for (auto& a : args.accounts) group.join(a);
+  group.start();
+
+  asio::signal_set signals(io, SIGTERM, SIGINT);
+  signals.async_wait([&](boost::system::error_code ec, int) {
+    if (ec) return;
+    group.stop([&] { io.stop(); });
+  });
+
+  // Operator commands on stdin; end of input just stops reading.
+  asio::posix::stream_descriptor input(io, ::dup(STDIN_FILENO));
+  asio::streambuf buffer;
+  std::function<void()> readCommand = [&] {
+    asio::async_read_until(input, buffer, '\n', [&](boost::system::error_code ec, size_t) {
+      if (ec) return;
+      std::istream line(&buffer);
+      std::string verb, account;
+      line >> verb >> account;
+      line.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+      if (verb == "resign" && !accountIdError(account)) {
+        group.resign(account);
+      } else if (!verb.empty()) {
+        std::fprintf(stderr, "zk-elect: unknown command '%s %s' (expected: resign <account>)\n",
+                     verb.c_str(), account.c_str());
+      }
+      readCommand();
+    });
+  };
+  readCommand();
+
+  io.run();
+  return 0;
+}
