@@ -1,0 +1,241 @@
+// Command line and JSON config of fencing-gateway. One validator: every field, from a flag or
+// from the file, goes through the same setters, and errors name the field.
+#include <charconv>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+#include "gateway.hpp"
+
+namespace zkagent::gateway {
+namespace {
+
+constexpr std::string_view kUsage = R"(Usage: fencing-gateway --data-dir DIR [options]
+
+Accepts an IM account's operations only with a valid fencing token (see docs/gateway.md).
+
+Options:
+  --listen HOST:PORT        address to serve HTTP on (default 127.0.0.1:8480; port 0 picks a
+                            free port; the bound address is printed as "LISTENING HOST:PORT")
+  --data-dir DIR            durable HWM and operation log (required)
+  --zk HOST:PORT[,...]      ZooKeeper ensemble: also require token == seq of the active node
+  --root PATH               election root in ZooKeeper (default /wx-accounts)
+  --zk-untrusted POLICY     while ZooKeeper is unreachable: hwm_only (default) or refuse
+  --commit-mode MODE        group (default) or per_operation (one fsync per operation)
+  --config FILE             JSON config file; flags given on the command line override it
+  --log-level LEVEL         trace, debug, info (default), warn, error
+  --log-format FORMAT       text (default) or json
+  --help, --version
+
+Environment:
+  ZKAGENT_GATEWAY_TOKEN     bearer token every request must carry (overrides "token" of the
+                            config file); without one, no authentication and no HWM reset
+)";
+
+[[noreturn]] void fail(std::string_view field, std::string_view problem) {
+  throw std::invalid_argument(std::string(field) + ": " + std::string(problem));
+}
+
+void setListen(Config& config, std::string_view field, std::string_view value) {
+  auto colon = value.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) fail(field, "expected HOST:PORT");
+  auto host = value.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  auto portText = value.substr(colon + 1);
+  unsigned port = 0;
+  auto [end, error] = std::from_chars(portText.data(), portText.data() + portText.size(), port);
+  if (error != std::errc() || end != portText.data() + portText.size() || port > 65535) {
+    fail(field, "port must be a number from 0 to 65535, got '" + std::string(portText) + "'");
+  }
+  config.listenAddress = std::string(host);
+  config.listenPort = static_cast<uint16_t>(port);
+}
+
+void setUntrusted(Config& config, std::string_view field, std::string_view value) {
+  if (value == "hwm_only") {
+    config.untrusted = UntrustedPolicy::HwmOnly;
+  } else if (value == "refuse") {
+    config.untrusted = UntrustedPolicy::Refuse;
+  } else {
+    fail(field, "expected hwm_only or refuse, got '" + std::string(value) + "'");
+  }
+}
+
+void setCommitMode(Config& config, std::string_view field, std::string_view value) {
+  if (value == "group") {
+    config.commitMode = fencing::CommitMode::group;
+  } else if (value == "per_operation") {
+    config.commitMode = fencing::CommitMode::per_operation;
+  } else {
+    fail(field, "expected group or per_operation, got '" + std::string(value) + "'");
+  }
+}
+
+void setRoot(Config& config, std::string_view field, std::string_view value) {
+  if (value.size() < 2 || value.front() != '/' || value.back() == '/') {
+    fail(field, "expected an absolute znode path such as /wx-accounts");
+  }
+  config.zkRoot = std::string(value);
+}
+
+void setLogLevel(Config& config, std::string_view field, std::string_view value) {
+  for (auto level : {"trace", "debug", "info", "warn", "error"}) {
+    if (value == level) {
+      config.logLevel = std::string(value);
+      return;
+    }
+  }
+  fail(field, "expected trace, debug, info, warn or error");
+}
+
+void setLogFormat(Config& config, std::string_view field, std::string_view value) {
+  if (value != "text" && value != "json") fail(field, "expected text or json");
+  config.jsonLogs = value == "json";
+}
+
+std::string stringField(const nlohmann::json& object, const char* key, std::string_view field) {
+  const auto& value = object.at(key);
+  if (!value.is_string()) fail(field, "must be a string");
+  return value.get<std::string>();
+}
+
+int64_t integerField(const nlohmann::json& object, const char* key, std::string_view field,
+                     int64_t low, int64_t high) {
+  const auto& value = object.at(key);
+  if (!value.is_number_integer() || value.get<int64_t>() < low || value.get<int64_t>() > high) {
+    fail(field, "must be an integer from " + std::to_string(low) + " to " + std::to_string(high));
+  }
+  return value.get<int64_t>();
+}
+
+void requireKnownKeys(const nlohmann::json& object, std::string_view where,
+                      std::initializer_list<std::string_view> known) {
+  if (!object.is_object()) fail(where.empty() ? "config" : where, "must be a JSON object");
+  for (const auto& [key, value] : object.items()) {
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      fail(std::string(where) + (where.empty() ? "" : ".") + key, "unknown field");
+    }
+  }
+}
+
+}  // namespace
+
+Config parseConfigJson(std::string_view text, Config config) {
+  nlohmann::json root;
+  try {
+    root = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& error) {
+    fail("config", std::string("not valid JSON: ") + error.what());
+  }
+  requireKnownKeys(root, "", {"listen", "dataDir", "zookeeper", "token", "accounts", "commitMode",
+                              "handlerThreads", "ioThreads", "log"});
+  if (root.contains("listen")) setListen(config, "listen", stringField(root, "listen", "listen"));
+  if (root.contains("dataDir")) config.dataDir = stringField(root, "dataDir", "dataDir");
+  if (root.contains("token")) config.bearerToken = stringField(root, "token", "token");
+  if (root.contains("commitMode")) {
+    setCommitMode(config, "commitMode", stringField(root, "commitMode", "commitMode"));
+  }
+  if (root.contains("handlerThreads")) {
+    config.handlerThreads =
+        static_cast<size_t>(integerField(root, "handlerThreads", "handlerThreads", 1, 1024));
+  }
+  if (root.contains("ioThreads")) {
+    config.ioThreads = static_cast<size_t>(integerField(root, "ioThreads", "ioThreads", 1, 64));
+  }
+  if (root.contains("accounts")) {
+    const auto& accounts = root["accounts"];
+    if (!accounts.is_array()) fail("accounts", "must be an array of account ids");
+    config.accounts.clear();
+    for (size_t i = 0; i < accounts.size(); ++i) {
+      std::string field = "accounts[" + std::to_string(i) + "]";
+      if (!accounts[i].is_string() || !fencing::isValidAccountId(accounts[i].get<std::string>())) {
+        fail(field, "must be an account id ([A-Za-z0-9_.-]{1,128}, not . or ..)");
+      }
+      config.accounts.push_back(accounts[i].get<std::string>());
+    }
+  }
+  if (root.contains("zookeeper")) {
+    const auto& zk = root["zookeeper"];
+    requireKnownKeys(zk, "zookeeper", {"hosts", "root", "sessionTimeoutMs", "untrusted"});
+    if (zk.contains("hosts")) config.zkHosts = stringField(zk, "hosts", "zookeeper.hosts");
+    if (zk.contains("root")) setRoot(config, "zookeeper.root", stringField(zk, "root", "zookeeper.root"));
+    if (zk.contains("sessionTimeoutMs")) {
+      config.zkSessionTimeoutMs = static_cast<int>(
+          integerField(zk, "sessionTimeoutMs", "zookeeper.sessionTimeoutMs", 400, 600000));
+    }
+    if (zk.contains("untrusted")) {
+      setUntrusted(config, "zookeeper.untrusted",
+                   stringField(zk, "untrusted", "zookeeper.untrusted"));
+    }
+  }
+  if (root.contains("log")) {
+    const auto& log = root["log"];
+    requireKnownKeys(log, "log", {"level", "format"});
+    if (log.contains("level")) setLogLevel(config, "log.level", stringField(log, "level", "log.level"));
+    if (log.contains("format")) {
+      setLogFormat(config, "log.format", stringField(log, "format", "log.format"));
+    }
+  }
+  return config;
+}
+
+CommandLine parseCommandLine(const std::vector<std::string>& args,
+                             std::optional<std::string> environmentToken) {
+  CommandLine result;
+  try {
+    Config config;
+    // The config file first, so that flags override it wherever they stand.
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i] == "--help") return {std::nullopt, std::string(kUsage), 0};
+      if (args[i] == "--version") {
+        return {std::nullopt, std::string("fencing-gateway ") + ZKAGENT_VERSION + "\n", 0};
+      }
+      if (args[i] == "--config") {
+        if (i + 1 >= args.size()) fail("--config", "needs a file name");
+        std::ifstream file(args[i + 1]);
+        if (!file) fail("--config", "cannot read " + args[i + 1]);
+        std::stringstream text;
+        text << file.rdbuf();
+        config = parseConfigJson(text.str(), config);
+      }
+    }
+    for (size_t i = 0; i < args.size(); i += 2) {
+      const std::string& flag = args[i];
+      if (i + 1 >= args.size()) fail(flag, flag.starts_with("--") ? "needs a value" : "unexpected argument");
+      const std::string& value = args[i + 1];
+      if (flag == "--config") {
+        continue;
+      } else if (flag == "--listen") {
+        setListen(config, flag, value);
+      } else if (flag == "--data-dir") {
+        config.dataDir = value;
+      } else if (flag == "--zk") {
+        config.zkHosts = value;
+      } else if (flag == "--root") {
+        setRoot(config, flag, value);
+      } else if (flag == "--zk-untrusted") {
+        setUntrusted(config, flag, value);
+      } else if (flag == "--commit-mode") {
+        setCommitMode(config, flag, value);
+      } else if (flag == "--log-level") {
+        setLogLevel(config, flag, value);
+      } else if (flag == "--log-format") {
+        setLogFormat(config, flag, value);
+      } else {
+        fail(flag, "unknown option (see --help)");
+      }
+    }
+    if (environmentToken && !environmentToken->empty()) config.bearerToken = *environmentToken;
+    if (config.dataDir.empty()) fail("--data-dir", "required: the HWM must survive restarts");
+    result.config = std::move(config);
+  } catch (const std::invalid_argument& error) {
+    result.message = std::string("fencing-gateway: ") + error.what() + "\n";
+    result.exitCode = 2;
+  }
+  return result;
+}
+
+}  // namespace zkagent::gateway

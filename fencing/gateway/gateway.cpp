@@ -1,0 +1,279 @@
+// The gateway's HTTP API: each handler maps one request onto the TokenValidator and its answer
+// onto HTTP, counts it and logs what an operator needs (account, token, hwm, reason).
+#include "gateway.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+namespace zkagent::gateway {
+namespace {
+
+using nlohmann::json;
+
+http::Response jsonResponse(int status, const json& body) {
+  return http::Response::json(status, body.dump());
+}
+
+}  // namespace
+
+std::string_view toString(CheckMode mode) {
+  switch (mode) {
+    case CheckMode::ZooKeeper: return "zookeeper";
+    case CheckMode::HwmOnly: return "hwm_only";
+    case CheckMode::Refusing: return "refusing";
+  }
+  return "unknown";
+}
+
+Gateway::Gateway(const Config& config, fencing::TokenValidator& validator, LeaderSource* leaders,
+                 metrics::Registry& registry)
+    : config_(config),
+      validator_(validator),
+      leaders_(leaders),
+      registry_(registry),
+      mode_(CheckMode::HwmOnly),
+      ops_(registry.counter("zkagent_gateway_ops_total",
+                            "Operations decided, by result (accepted, stale_token, "
+                            "not_current_leader, account_fenced, zookeeper_unavailable) and by "
+                            "the checks applied (zookeeper, hwm_only, refusing).",
+                            {"result", "check"})),
+      replayed_(registry
+                    .counter("zkagent_gateway_replayed_ops_total",
+                             "Retries answered with the first result of the same opId.")
+                    .with({})),
+      badRequests_(registry
+                       .counter("zkagent_gateway_bad_requests_total",
+                                "Operations refused with 400 (malformed, missing fields, bad "
+                                "account or token); nothing was changed.")
+                       .with({})),
+      hwmResets_(registry
+                     .counter("zkagent_gateway_hwm_resets_total",
+                              "High-water marks reset by an operator.")
+                     .with({})),
+      storageErrors_(registry
+                         .counter("zkagent_gateway_storage_errors_total",
+                                  "Failed writes to the durable log; the gateway then refuses "
+                                  "every operation until restarted.")
+                         .with({})),
+      opSeconds_(registry
+                     .histogram("zkagent_gateway_op_duration_seconds",
+                                "Time to decide an operation, including its durable commit.",
+                                metrics::latencyBuckets())
+                     .with({})),
+      checkMode_(registry.gauge("zkagent_gateway_check_mode",
+                                "1 for the checks applied to operations right now: zookeeper "
+                                "(HWM and active seq), hwm_only, or refusing.",
+                                {"mode"})),
+      fencedAccounts_(registry
+                          .gauge("zkagent_gateway_fenced_accounts",
+                                 "Accounts failing closed because ZooKeeper's active seq fell "
+                                 "below their HWM; an operator must reset their HWM.")
+                          .with({})),
+      zookeeperTrusted_(registry
+                            .gauge("zkagent_gateway_zookeeper_trusted",
+                                   "1 when the ZooKeeper cache of active nodes is trusted, 0 when "
+                                   "unreachable or not configured.")
+                            .with({})) {
+  const auto& recovery = validator.recovery();
+  registry
+      .gauge("zkagent_gateway_recovered_records",
+             "Log records replayed at start-up.")
+      .with({})
+      .set(static_cast<double>(recovery.replayedRecords));
+  registry
+      .gauge("zkagent_gateway_recovery_truncated_bytes",
+             "Bytes of a torn or corrupt log tail cut off at start-up.")
+      .with({})
+      .set(static_cast<double>(recovery.truncatedBytes));
+  registry.gauge("zkagent_gateway_build_info", "Always 1; the version as a label.", {"version"})
+      .with({ZKAGENT_VERSION})
+      .set(1);
+  for (auto mode : {CheckMode::ZooKeeper, CheckMode::HwmOnly, CheckMode::Refusing}) {
+    checkMode_.with({std::string(toString(mode))}).set(0);
+  }
+  checkMode_.with({std::string(toString(CheckMode::HwmOnly))}).set(1);
+  refreshCheckMode();
+}
+
+CheckMode Gateway::refreshCheckMode() {
+  CheckMode now = CheckMode::HwmOnly;
+  bool trusted = leaders_ != nullptr && leaders_->trusted();
+  if (trusted) {
+    now = CheckMode::ZooKeeper;
+  } else if (leaders_ != nullptr && config_.untrusted == UntrustedPolicy::Refuse) {
+    now = CheckMode::Refusing;
+  }
+  std::lock_guard lock(modeMutex_);
+  zookeeperTrusted_.set(trusted ? 1 : 0);
+  CheckMode before = mode_.exchange(now);
+  if (before != now) {
+    checkMode_.with({std::string(toString(before))}).set(0);
+    checkMode_.with({std::string(toString(now))}).set(1);
+    if (now == CheckMode::ZooKeeper) {
+      spdlog::info("check mode {}: ZooKeeper cache trusted, token must equal the active seq",
+                   toString(now));
+    } else if (leaders_ != nullptr) {
+      spdlog::warn("check mode {}: ZooKeeper unreachable, {}", toString(now),
+                   now == CheckMode::Refusing ? "refusing every operation"
+                                              : "accepting on the high-water mark alone");
+    }
+  }
+  return now;
+}
+
+http::Router Gateway::router() {
+  http::Router router({.bearerToken = config_.bearerToken});
+  router.add(http::Method::Post, "/v1/ops",
+             [this](const http::Request& request) { return submitOperation(request); });
+  router.add(http::Method::Get, "/v1/accounts/{id}",
+             [this](const http::Request& request) { return accountStatus(request); });
+  router.add(http::Method::Post, "/v1/accounts/{id}/reset-hwm",
+             [this](const http::Request& request) { return resetHighWaterMark(request); });
+  router.add(http::Method::Get, "/metrics",
+             [this](const http::Request&) { return metricsText(); });
+  router.add(http::Method::Get, "/healthz", [this](const http::Request&) { return health(); });
+  return router;
+}
+
+http::Response Gateway::submitOperation(const http::Request& request) {
+  auto started = std::chrono::steady_clock::now();
+  if (storageFailed_) {
+    return http::Response::error(503, "durable log failed; restart the gateway to recover");
+  }
+  fencing::Operation operation;
+  try {
+    operation = fencing::parseOperation(request.body);
+    if (!config_.accounts.empty() &&
+        std::find(config_.accounts.begin(), config_.accounts.end(),
+                  operation.fencing.account) == config_.accounts.end()) {
+      throw fencing::BadRequest("unknown account '" + operation.fencing.account +
+                                "': not in the gateway's accounts list");
+    }
+  } catch (const fencing::BadRequest& error) {
+    badRequests_.inc();
+    return http::Response::error(400, error.what());
+  }
+  const auto& account = operation.fencing.account;
+
+  CheckMode mode = refreshCheckMode();
+  fencing::ActiveView active;
+  if (mode == CheckMode::ZooKeeper) {
+    active = leaders_->active(account);
+    if (active.state == fencing::ActiveView::State::unknown) {
+      // The cache could not answer for this account in time: the untrusted policy decides.
+      mode = config_.untrusted == UntrustedPolicy::Refuse ? CheckMode::Refusing
+                                                          : CheckMode::HwmOnly;
+    }
+  }
+  if (mode == CheckMode::Refusing) {
+    ops_.with({"zookeeper_unavailable", std::string(toString(mode))}).inc();
+    auto hwm = validator_.status(account).value_or(fencing::AccountStatus{}).hwm;
+    return jsonResponse(503, {{"accepted", false},
+                              {"reason", "zookeeper_unavailable"},
+                              {"hwm", hwm},
+                              {"detail", "ZooKeeper is unreachable and the gateway is "
+                                         "configured to refuse operations meanwhile"}});
+  }
+
+  fencing::Decision decision;
+  try {
+    decision = validator_.submit(operation, active);
+  } catch (const fencing::BadRequest& error) {
+    badRequests_.inc();
+    return http::Response::error(400, error.what());
+  } catch (const fencing::StorageError& error) {
+    storageFailed_ = true;
+    storageErrors_.inc();
+    spdlog::error("durable log failed, refusing every operation until restart: {}", error.what());
+    return http::Response::error(503, std::string("durable log failed: ") + error.what());
+  }
+  ops_.with({std::string(fencing::reasonCode(decision.verdict)), std::string(toString(mode))})
+      .inc();
+  if (decision.replayed) replayed_.inc();
+  opSeconds_.observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  if (!decision.accepted()) {
+    spdlog::info("op rejected account={} token={} hwm={} instance={} opId={} reason={} check={}{}",
+                 account, operation.fencing.token, decision.hwm, operation.fencing.instanceId,
+                 operation.opId, fencing::reasonCode(decision.verdict), toString(mode),
+                 decision.detail.empty() ? "" : " detail=" + decision.detail);
+  }
+  return jsonResponse(decision.accepted() ? 200 : 409, fencing::toJson(decision));
+}
+
+http::Response Gateway::accountStatus(const http::Request& request) const {
+  const auto& account = request.params.at("id");
+  if (!fencing::isValidAccountId(account)) {
+    return http::Response::error(400, "bad account id: expected [A-Za-z0-9_.-]{1,128}");
+  }
+  auto status = validator_.status(account);
+  if (!status) return http::Response::error(404, "no operation seen for account " + account);
+  json body = {{"account", account},
+               {"hwm", status->hwm},
+               {"accepted", status->accepted},
+               {"rejected", status->rejected},
+               {"fenced", status->fenced}};
+  if (status->fenced) body["fencedAtActiveSeq"] = status->fencedAtActiveSeq;
+  return jsonResponse(200, body);
+}
+
+http::Response Gateway::resetHighWaterMark(const http::Request& request) {
+  if (config_.bearerToken.empty()) {
+    return http::Response::error(
+        403, "HWM reset is disabled: start the gateway with a bearer token "
+             "(ZKAGENT_GATEWAY_TOKEN or \"token\" in the config)");
+  }
+  const auto& account = request.params.at("id");
+  if (!fencing::isValidAccountId(account)) {
+    return http::Response::error(400, "bad account id: expected [A-Za-z0-9_.-]{1,128}");
+  }
+  json body = json::parse(request.body, nullptr, false);
+  if (body.is_discarded() || !body.is_object()) {
+    return http::Response::error(400, "body must be a JSON object {\"hwm\":N,\"reason\":\"...\"}");
+  }
+  if (!body.contains("hwm") || !body["hwm"].is_number_unsigned()) {
+    return http::Response::error(400, "field 'hwm' must be a non-negative integer");
+  }
+  if (!body.contains("reason") || !body["reason"].is_string() ||
+      body["reason"].get<std::string>().empty()) {
+    return http::Response::error(400, "field 'reason' must be a non-empty string");
+  }
+  if (body.contains("actor") && !body["actor"].is_string()) {
+    return http::Response::error(400, "field 'actor' must be a string");
+  }
+  auto hwm = body["hwm"].get<uint64_t>();
+  auto reason = body["reason"].get<std::string>();
+  auto actor = body.value("actor", std::string("operator")) + "@" + request.remoteAddress;
+  fencing::AccountStatus status;
+  try {
+    status = validator_.resetHighWaterMark(account, hwm, actor, reason);
+  } catch (const fencing::BadRequest& error) {
+    return http::Response::error(400, error.what());
+  } catch (const fencing::StorageError& error) {
+    storageFailed_ = true;
+    storageErrors_.inc();
+    spdlog::error("durable log failed during HWM reset: {}", error.what());
+    return http::Response::error(503, std::string("durable log failed: ") + error.what());
+  }
+  hwmResets_.inc();
+  spdlog::warn("hwm reset account={} hwm={} actor={} reason={}", account, hwm, actor, reason);
+  return jsonResponse(200, {{"account", account}, {"hwm", status.hwm}, {"fenced", status.fenced}});
+}
+
+http::Response Gateway::health() const {
+  if (storageFailed_) {
+    return http::Response::json(503, R"({"status":"storage_failed"})");
+  }
+  return jsonResponse(200, {{"status", "ok"}, {"check", toString(mode_.load())}});
+}
+
+http::Response Gateway::metricsText() {
+  refreshCheckMode();
+  fencedAccounts_.set(static_cast<double>(validator_.fencedAccounts().size()));
+  return http::Response::text(200, registry_.expose(), std::string(metrics::kContentType));
+}
+
+}  // namespace zkagent::gateway

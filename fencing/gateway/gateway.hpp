@@ -1,0 +1,112 @@
+// fencing-gateway: the downstream service that accepts an account's operation only with a valid
+// fencing token (SPEC §4, issue 4). This header is the gateway's own seam for tests: the
+// configuration, the view of ZooKeeper behind a small interface, and the HTTP API as a Router.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "zkagent/fencing.hpp"
+#include "zkagent/http.hpp"
+#include "zkagent/metrics.hpp"
+
+namespace zkagent::gateway {
+
+// What to do while ZooKeeper is configured but its cache cannot be trusted (session down).
+enum class UntrustedPolicy { HwmOnly, Refuse };
+
+struct Config {
+  std::string listenAddress = "127.0.0.1";
+  uint16_t listenPort = 8480;
+  std::filesystem::path dataDir;
+  std::string zkHosts;  // empty: HWM checks only
+  std::string zkRoot = "/wx-accounts";
+  int zkSessionTimeoutMs = 10000;
+  UntrustedPolicy untrusted = UntrustedPolicy::HwmOnly;
+  std::string bearerToken;               // empty: no authentication (and no HWM reset)
+  std::vector<std::string> accounts;     // empty: any valid account id
+  fencing::CommitMode commitMode = fencing::CommitMode::group;
+  size_t handlerThreads = 64;            // concurrent ops waiting on one group commit
+  size_t ioThreads = 2;
+  std::string logLevel = "info";
+  bool jsonLogs = false;
+};
+
+// The outcome of reading the command line: run with a config, or print and exit.
+struct CommandLine {
+  std::optional<Config> config;  // set: run
+  std::string message;           // --help / --version text, or the error
+  int exitCode = 0;              // when not running: 0 for --help/--version, 2 for errors
+};
+
+// Parses `fencing-gateway [options]`; a --config file is read first, flags override it, then
+// ZKAGENT_GATEWAY_TOKEN (`environmentToken`) overrides the file's token. Never throws.
+CommandLine parseCommandLine(const std::vector<std::string>& args,
+                             std::optional<std::string> environmentToken);
+
+// Config from JSON text (the --config file); throws std::invalid_argument naming the field.
+Config parseConfigJson(std::string_view json, Config base = {});
+
+// What the gateway knows about an account's `active` node. The ZooKeeper implementation wraps
+// election::LeaderObserver; tests use a fake.
+class LeaderSource {
+ public:
+  virtual ~LeaderSource() = default;
+  // Whether the cache reflects ZooKeeper now (session connected).
+  virtual bool trusted() const = 0;
+  // The account's active node; may block briefly to read an account not cached yet. Returns
+  // ActiveView::unknown() when it cannot tell.
+  virtual fencing::ActiveView active(std::string_view account) = 0;
+};
+
+std::unique_ptr<LeaderSource> makeZooKeeperLeaderSource(const Config& config);
+
+// Which checks an operation gets right now (also the `check` label of the ops metric).
+enum class CheckMode { ZooKeeper, HwmOnly, Refusing };
+std::string_view toString(CheckMode mode);
+
+// The HTTP API over one TokenValidator. Thread-safe: handlers run on many threads at once.
+class Gateway {
+ public:
+  // `leaders` is null when ZooKeeper is not configured.
+  Gateway(const Config& config, fencing::TokenValidator& validator, LeaderSource* leaders,
+          metrics::Registry& registry);
+
+  http::Router router();  // handlers refer to this Gateway: keep it alive while serving
+  // The current check mode; logs and updates the metrics when it changed since the last call.
+  CheckMode refreshCheckMode();
+
+ private:
+  http::Response submitOperation(const http::Request& request);
+  http::Response accountStatus(const http::Request& request) const;
+  http::Response resetHighWaterMark(const http::Request& request);
+  http::Response health() const;
+  http::Response metricsText();
+
+  Config config_;
+  fencing::TokenValidator& validator_;
+  LeaderSource* leaders_;
+  metrics::Registry& registry_;
+  std::mutex modeMutex_;  // one check-mode change at a time, so its gauges stay one-hot
+  std::atomic<CheckMode> mode_;
+  std::atomic<bool> storageFailed_{false};
+
+  metrics::CounterFamily& ops_;          // by result and check
+  metrics::Counter& replayed_;
+  metrics::Counter& badRequests_;
+  metrics::Counter& hwmResets_;
+  metrics::Counter& storageErrors_;
+  metrics::Histogram& opSeconds_;
+  metrics::GaugeFamily& checkMode_;
+  metrics::Gauge& fencedAccounts_;
+  metrics::Gauge& zookeeperTrusted_;
+};
+
+}  // namespace zkagent::gateway

@@ -1,0 +1,139 @@
+// fencing-gateway: wires the durable TokenValidator, the optional ZooKeeper cache and the HTTP
+// API together, prints "LISTENING HOST:PORT" once it serves, and stops on SIGINT/SIGTERM.
+#include <spdlog/pattern_formatter.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cstdlib>
+#include <iostream>
+#include <thread>
+
+#include "gateway.hpp"
+
+namespace {
+
+using namespace zkagent;
+
+// The log message as a JSON string body (spdlog's pattern does not escape it).
+class JsonEscapedMessage final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& message, const std::tm&,
+              spdlog::memory_buf_t& out) override {
+    for (char c : std::string_view(message.payload.data(), message.payload.size())) {
+      if (c == '"' || c == '\\') {
+        out.push_back('\\');
+        out.push_back(c);
+      } else if (static_cast<unsigned char>(c) < 0x20) {
+        fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<unsigned>(c));
+      } else {
+        out.push_back(c);
+      }
+    }
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<JsonEscapedMessage>();
+  }
+};
+
+void setUpLogging(const gateway::Config& config) {
+  auto logger = spdlog::stderr_color_mt("fencing-gateway");
+  if (config.jsonLogs) {
+    auto formatter = std::make_unique<spdlog::pattern_formatter>();
+    formatter->add_flag<JsonEscapedMessage>('*').set_pattern(
+        R"({"time":"%Y-%m-%dT%H:%M:%S.%e%z","level":"%l","logger":"%n","msg":"%*"})");
+    logger->set_formatter(std::move(formatter));
+  } else {
+    logger->set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
+  }
+  logger->set_level(spdlog::level::from_str(config.logLevel));
+  logger->flush_on(spdlog::level::info);
+  spdlog::set_default_logger(logger);
+}
+
+// Re-reads the ZooKeeper trust state every second, so a change is logged and shown in the
+// metrics even when no operation arrives.
+void refreshPeriodically(boost::asio::steady_timer& timer, gateway::Gateway& gateway) {
+  timer.expires_after(std::chrono::seconds(1));
+  timer.async_wait([&timer, &gateway](const boost::system::error_code& error) {
+    if (error) return;
+    gateway.refreshCheckMode();
+    refreshPeriodically(timer, gateway);
+  });
+}
+
+int run(const gateway::Config& config) {
+  fencing::TokenValidator validator({.dataDir = config.dataDir, .commitMode = config.commitMode});
+  const auto& recovery = validator.recovery();
+  spdlog::info("data dir {}: {} accounts from snapshot, {} log records replayed{}",
+               config.dataDir.string(), recovery.snapshotAccounts, recovery.replayedRecords,
+               recovery.truncatedBytes == 0
+                   ? std::string()
+                   : ", cut " + std::to_string(recovery.truncatedBytes) +
+                         " bytes of torn tail: " + recovery.truncationReason);
+
+  std::unique_ptr<gateway::LeaderSource> leaders;
+  if (!config.zkHosts.empty()) {
+    leaders = gateway::makeZooKeeperLeaderSource(config);
+    spdlog::info("ZooKeeper check on {} root {}, while unreachable: {}", config.zkHosts,
+                 config.zkRoot,
+                 config.untrusted == gateway::UntrustedPolicy::Refuse ? "refuse" : "hwm_only");
+  } else {
+    spdlog::warn("no ZooKeeper configured: operations are checked on the high-water mark only");
+  }
+  metrics::Registry registry;
+  gateway::Gateway gateway(config, validator, leaders.get(), registry);
+
+  boost::asio::io_context io;
+  http::Server server(io,
+                      {.address = config.listenAddress,
+                       .port = config.listenPort,
+                       .bodyLimit = fencing::kMaxOperationBytes,
+                       .handlerThreads = config.handlerThreads},
+                      gateway.router());
+  server.start();
+  auto host = server.address();
+  if (host.find(':') != std::string::npos) host = "[" + host + "]";
+  std::cout << "LISTENING " << host << ":" << server.port() << std::endl;
+  spdlog::info("fencing-gateway {} listening on {}:{}{}", ZKAGENT_VERSION, host, server.port(),
+               config.bearerToken.empty() ? " without authentication" : " (bearer token required)");
+
+  boost::asio::steady_timer refresh(io);
+  refreshPeriodically(refresh, gateway);
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& error, int signal) {
+    if (error) return;
+    spdlog::info("signal {}: stopping", signal);
+    server.stop();
+    refresh.cancel();
+  });
+
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < config.ioThreads; ++i) threads.emplace_back([&io] { io.run(); });
+  io.run();
+  for (auto& thread : threads) thread.join();
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  const char* token = std::getenv("ZKAGENT_GATEWAY_TOKEN");
+  auto commandLine = zkagent::gateway::parseCommandLine(
+      args, token ? std::optional<std::string>(token) : std::nullopt);
+  if (!commandLine.config) {
+    (commandLine.exitCode == 0 ? std::cout : std::cerr) << commandLine.message;
+    return commandLine.exitCode;
+  }
+  setUpLogging(*commandLine.config);
+  try {
+    return run(*commandLine.config);
+  } catch (const std::exception& error) {
+    spdlog::critical("cannot run: {}", error.what());
+    return 1;
+  }
+}

@@ -1,0 +1,81 @@
+// LeaderSource over election::LeaderObserver: a watched cache of every account's `active` node
+// on the election library's own ZooKeeper session, served by a private io_context thread so that
+// HTTP handlers can wait for a first read without ever blocking the gateway's I/O threads.
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <future>
+#include <thread>
+
+#include "gateway.hpp"
+#include "zkagent/election.hpp"
+
+namespace zkagent::gateway {
+namespace {
+
+// How long an operation for an account not cached yet may wait for its first read.
+constexpr std::chrono::milliseconds kFirstReadTimeout{2000};
+
+fencing::ActiveView toActiveView(const election::LeaderObserver::View& view) {
+  using State = election::LeaderObserver::View::State;
+  switch (view.state) {
+    case State::Leader:
+      if (view.active.seq < 0) return fencing::ActiveView::unknown();
+      return fencing::ActiveView::present(static_cast<uint64_t>(view.active.seq));
+    case State::NoLeader: return fencing::ActiveView::absent();
+    case State::Unknown: break;
+  }
+  return fencing::ActiveView::unknown();
+}
+
+class ZooKeeperLeaderSource final : public LeaderSource {
+ public:
+  explicit ZooKeeperLeaderSource(const Config& config)
+      : work_(io_.get_executor()),
+        observer_(io_,
+                  election::SessionOptions{config.zkHosts,
+                                           std::chrono::milliseconds(config.zkSessionTimeoutMs)},
+                  config.zkRoot) {
+    observer_.start();
+    thread_ = std::thread([this] { io_.run(); });
+  }
+
+  ~ZooKeeperLeaderSource() override {
+    observer_.stop();
+    work_.reset();
+    io_.stop();
+    thread_.join();
+  }
+
+  bool trusted() const override { return observer_.trusted(); }
+
+  fencing::ActiveView active(std::string_view account) override {
+    if (!observer_.trusted()) return fencing::ActiveView::unknown();
+    auto cached = observer_.current(account);
+    if (cached.state != election::LeaderObserver::View::State::Unknown) {
+      return toActiveView(cached);
+    }
+    auto answer = std::make_shared<std::promise<election::LeaderObserver::View>>();
+    auto future = answer->get_future();
+    observer_.lookup(account, [answer](election::LeaderObserver::View view) {
+      answer->set_value(std::move(view));
+    });
+    if (future.wait_for(kFirstReadTimeout) != std::future_status::ready) {
+      return fencing::ActiveView::unknown();
+    }
+    return toActiveView(future.get());
+  }
+
+ private:
+  boost::asio::io_context io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
+  election::LeaderObserver observer_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+std::unique_ptr<LeaderSource> makeZooKeeperLeaderSource(const Config& config) {
+  return std::make_unique<ZooKeeperLeaderSource>(config);
+}
+
+}  // namespace zkagent::gateway
