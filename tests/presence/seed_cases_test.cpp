@@ -92,6 +92,21 @@ TEST(SeedCases, ReconnectWithinTenSecondsOfCloseShowsTheSubscriberNothing) {
   EXPECT_EQ(world.service.view().counters().deviceFlaps, 3u);  // up, down, up again
 }
 
+TEST(SeedCases, ComingBackVoidsThePendingOfflineSoLeavingAgainRestartsTheDebounce) {
+  Scenario world;
+  SimulatedDevice& phone = world.device("alice");
+  phone.connect(world.gateway);
+  world.clock.scheduleAt(at(300), [&] { phone.close(); });
+  world.clock.scheduleAt(at(305), [&] { phone.connect(world.gateway); });
+  world.clock.scheduleAt(at(310), [&] { phone.close(); });
+
+  world.runUntil(600);
+  const auto changes = world.changesOf("alice");
+  ASSERT_EQ(changes.size(), 2u);
+  EXPECT_FALSE(changes[1].online);
+  EXPECT_EQ(changes[1].at, at(330));  // the timer of the first close (320) was voided
+}
+
 TEST(SeedCases, LateOfflineFromOldGatewayIsRejectedAndTheLeaseStaysWithTheNewGateway) {
   Scenario world;
   // The device first sits on gateway "old" (leadership 1), whose removals arrive 30 s late.

@@ -25,7 +25,8 @@ Epoch ConnectionTable::connect(DeviceKey key) {
   if (crashed_) throw std::logic_error("gateway " + identity_.name + " crashed: connect to another");
   const Epoch epoch{identity_.leaderToken, ++lastCounter_};
   const LeaseEntry entry{key, epoch};
-  connections_.emplace(epoch.connection, Connection{std::move(key), timers_.now()});
+  auto it = connections_.emplace(epoch.connection, Connection{std::move(key), {}}).first;
+  recordPing(epoch.connection, it->second);
   store_.renew(identity_.name, std::span(&entry, 1));
   return epoch;
 }
@@ -39,8 +40,13 @@ ConnectionTable::Connection* ConnectionTable::find(Epoch connection) {
 bool ConnectionTable::ping(Epoch connection) {
   Connection* found = find(connection);
   if (found == nullptr) return false;
-  found->lastPing = timers_.now();
+  recordPing(connection.connection, *found);
   return true;
+}
+
+void ConnectionTable::recordPing(std::uint64_t counter, Connection& connection) {
+  connection.lastPing = timers_.now();
+  if (params_.pingTimeout > Millis{0}) pings_.emplace_back(connection.lastPing, counter);
 }
 
 bool ConnectionTable::close(Epoch connection) {
@@ -52,6 +58,7 @@ bool ConnectionTable::close(Epoch connection) {
 void ConnectionTable::crash() {
   timers_.cancelAll();
   connections_.clear();
+  pings_.clear();
   crashed_ = true;
 }
 
@@ -66,11 +73,13 @@ void ConnectionTable::end(std::uint64_t counter, LeaveReason reason) {
 
 void ConnectionTable::checkTimeouts() {
   const TimePoint now = timers_.now();
-  std::vector<std::uint64_t> dead;
-  for (const auto& [counter, connection] : connections_) {
-    if (now - connection.lastPing > params_.pingTimeout) dead.push_back(counter);
+  for (; !pings_.empty() && now - pings_.front().first > params_.pingTimeout; pings_.pop_front()) {
+    const auto [pingedAt, counter] = pings_.front();
+    auto it = connections_.find(counter);
+    if (it != connections_.end() && it->second.lastPing == pingedAt) {
+      end(counter, LeaveReason::PingTimeout);
+    }
   }
-  for (std::uint64_t counter : dead) end(counter, LeaveReason::PingTimeout);
   timers_.after(params_.checkInterval, [this] { checkTimeouts(); });
 }
 

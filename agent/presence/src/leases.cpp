@@ -1,5 +1,4 @@
 #include <functional>
-#include <vector>
 
 #include "zkagent/presence/leases.hpp"
 
@@ -43,6 +42,7 @@ void LeaseStore::renew(std::string_view gateway, std::span<const LeaseEntry> ent
     lease.epoch = entry.epoch;
     if (lease.gateway != gateway) lease.gateway = gateway;
     lease.expires = now + params_.leaseTtl;
+    expiries_.emplace_back(lease.expires, entry.key);
     ++counters_.renewalsAccepted;
     if (created && onChange_) {
       onChange_(DeviceChange{it->first, true, LeaveReason::Close, now});
@@ -59,6 +59,7 @@ void LeaseStore::remove(const DeviceKey& key, Epoch epoch, LeaveReason reason) {
   const TimePoint now = timers_.now();
   // Renewals sent before this removal may still be in flight; the tombstone outlives them.
   removed_[key] = Tombstone{epoch, now + params_.leaseTtl};
+  forgets_.emplace_back(now + params_.leaseTtl, key);
   const DeviceKey removedKey = it->first;
   leases_.erase(it);
   ++counters_.removals;
@@ -72,16 +73,18 @@ const Lease* LeaseStore::find(const DeviceKey& key) const {
 
 void LeaseStore::sweep() {
   const TimePoint now = timers_.now();
-  std::vector<DeviceKey> expired;
-  for (const auto& [key, lease] : leases_) {
-    if (lease.expires <= now) expired.push_back(key);
-  }
-  for (const DeviceKey& key : expired) {
-    leases_.erase(key);
+  for (; !expiries_.empty() && expiries_.front().first <= now; expiries_.pop_front()) {
+    const DeviceKey& key = expiries_.front().second;
+    auto it = leases_.find(key);
+    if (it == leases_.end() || it->second.expires > now) continue;  // renewed or removed since
+    leases_.erase(it);
     ++counters_.leaseExpirations;
     if (onChange_) onChange_(DeviceChange{key, false, LeaveReason::LeaseExpired, now});
   }
-  std::erase_if(removed_, [now](const auto& entry) { return entry.second.forgetAt <= now; });
+  for (; !forgets_.empty() && forgets_.front().first <= now; forgets_.pop_front()) {
+    auto it = removed_.find(forgets_.front().second);
+    if (it != removed_.end() && it->second.forgetAt <= now) removed_.erase(it);
+  }
   timers_.after(params_.sweepInterval, [this] { sweep(); });
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <string>
 #include <unordered_map>
@@ -51,6 +52,7 @@ class ConnectionTable {
   };
 
   Connection* find(Epoch connection);
+  void recordPing(std::uint64_t counter, Connection& connection);
   void end(std::uint64_t counter, LeaveReason reason);
   void checkTimeouts();
   void scheduleRenewal(bool first);
@@ -65,6 +67,9 @@ class ConnectionTable {
   std::uint64_t lastCounter_ = 0;
   bool crashed_ = false;
   std::unordered_map<std::uint64_t, Connection> connections_;  // by Epoch::connection
+  // (ping time, connection) in time order, so a check touches only connections that may be due;
+  // an entry is stale once that connection pinged again.
+  std::deque<std::pair<TimePoint, std::uint64_t>> pings_;
 };
 
 }  // namespace zkagent::presence

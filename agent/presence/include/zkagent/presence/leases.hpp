@@ -4,6 +4,7 @@
 
 #include <compare>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <span>
 #include <string>
@@ -97,6 +98,10 @@ class LeaseStore final : public LeaseWriter {
     Epoch epoch;
     TimePoint forgetAt;
   };
+  // (deadline, key) in deadline order: every deadline is now + a constant, so appending keeps the
+  // order and a sweep touches only what is due instead of every lease. An entry whose lease was
+  // renewed or removed since is skipped when it comes up.
+  using DeadlineQueue = std::deque<std::pair<TimePoint, DeviceKey>>;
 
   void sweep();
 
@@ -105,6 +110,8 @@ class LeaseStore final : public LeaseWriter {
   ChangeHandler onChange_;
   std::unordered_map<DeviceKey, Lease, DeviceKeyHash> leases_;
   std::unordered_map<DeviceKey, Tombstone, DeviceKeyHash> removed_;
+  DeadlineQueue expiries_;
+  DeadlineQueue forgets_;
   LeaseCounters counters_;
 };
 
