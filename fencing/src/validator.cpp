@@ -35,6 +35,7 @@ struct TokenValidator::Impl {
   std::uint64_t durableLsn = 0;              // records known to be on disk
   std::uint64_t compactionsRequested = 0;
   std::uint64_t compactionsDone = 0;
+  CommitStats stats;
   std::string failure;  // first storage error; from then on everything is refused
   bool stopping = false;
   std::thread committer;
@@ -122,8 +123,15 @@ void TokenValidator::Impl::commitLoop() {
       progress.notify_all();
       return;
     }
+    if (!batch.empty()) {
+      stats.recordsWritten += count;
+      ++stats.syncs;
+    }
     durableLsn = batchLsn;
-    if (compactNow) compactionsDone = compactionsServed;
+    if (compactNow) {
+      compactionsDone = compactionsServed;
+      ++stats.compactions;
+    }
     progress.notify_all();
   }
 }
@@ -187,5 +195,10 @@ void TokenValidator::compact() {
 }
 
 const RecoveryReport& TokenValidator::recovery() const { return impl_->report; }
+
+CommitStats TokenValidator::commitStats() const {
+  const std::lock_guard lock(impl_->mutex);
+  return impl_->stats;
+}
 
 }  // namespace zkagent::fencing

@@ -266,6 +266,15 @@ void concurrentSubmittersTest(CommitMode mode) {
       });
     }
     for (std::thread& thread : threads) thread.join();
+    const CommitStats stats = validator.commitStats();
+    std::size_t acceptedSoFar = 0;
+    for (const auto& ids : acceptedBy) acceptedSoFar += ids.size();
+    EXPECT_EQ(stats.recordsWritten, acceptedSoFar);
+    if (mode == CommitMode::per_operation) {
+      EXPECT_EQ(stats.syncs, stats.recordsWritten);
+    } else {
+      EXPECT_LE(stats.syncs, stats.recordsWritten);
+    }
   }
   std::map<std::string, int> timesLogged;
   std::uint64_t highest = 0;

@@ -149,6 +149,14 @@ struct RecoveryReport {
   std::string truncationReason;      // empty when nothing was cut
 };
 
+// Counters of the log since start-up (for metrics): recordsWritten / syncs is the group-commit
+// batch size.
+struct CommitStats {
+  std::uint64_t recordsWritten = 0;
+  std::uint64_t syncs = 0;
+  std::uint64_t compactions = 0;
+};
+
 // The disk failed (write/fsync error, or the data directory is unusable). After a write error
 // the validator refuses everything: what reached the disk is unknown until a restart recovers.
 class StorageError : public std::runtime_error {
@@ -182,6 +190,7 @@ class TokenValidator {
   void compact();
 
   const RecoveryReport& recovery() const;
+  CommitStats commitStats() const;
 
  private:
   struct Impl;
