@@ -1,6 +1,7 @@
 // Every case of seed 000 §6.1 and §6.5, on the virtual clock with the default parameters.
 #include <gtest/gtest.h>
 
+#include "experiments.hpp"
 #include "scenario.hpp"
 
 namespace zkagent::presence::testing {
@@ -175,30 +176,12 @@ TEST(SeedCases, GatewayCrashIsDetectedByTheLeaseNeitherBeforeRenewalPlusTtlNorAf
 }
 
 TEST(SeedCases, JitterSpreadsTheRenewalsOfGatewaysThatRestartedTogether) {
-  auto busiestSecond = [](double renewJitter) {
-    Params params;
-    params.renewJitter = renewJitter;
-    VirtualClock clock;
-    PresenceService service(clock, params);
-    RenewalLog log(clock, service.leases());
-    std::vector<std::unique_ptr<ConnectionTable>> gateways;
-    for (int g = 0; g < 20; ++g) {
-      auto& gateway = *gateways.emplace_back(std::make_unique<ConnectionTable>(
-          clock, params, GatewayIdentity{"gateway-" + std::to_string(g), 1}, log));
-      gateway.connect({"user-" + std::to_string(g), "phone"});
-    }
-    log.batchTimes.clear();  // count only periodic renewals, not the reconnections
-    clock.runUntil(at(600));
-    std::map<std::int64_t, int> perSecond;
-    for (TimePoint t : log.batchTimes) {
-      ++perSecond[std::chrono::floor<Seconds>(t).time_since_epoch().count()];
-    }
-    int peak = 0;
-    for (const auto& [second, count] : perSecond) peak = std::max(peak, count);
-    return peak;
-  };
-  EXPECT_EQ(busiestSecond(0), 20);
-  EXPECT_LE(busiestSecond(0.1), 4);
+  const experiments::RenewalPeak together = experiments::measureRenewalPeak(0, 0);
+  const experiments::RenewalPeak spread = experiments::measureRenewalPeak(0.1, 0);
+  EXPECT_EQ(together.peakPerSecond, 5000u);  // every agent renews in the same second
+  EXPECT_LE(spread.peakPerSecond, 1250u);    // a few agents of 250 connections per second
+  EXPECT_EQ(together.finalLeases, 5000u);
+  EXPECT_EQ(spread.finalLeases, 5000u);
 }
 
 TEST(SeedCases, TtlShorterThanRenewalFlapsDevicesWhileDebounceHidesItFromSubscribers) {

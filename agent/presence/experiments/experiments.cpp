@@ -110,6 +110,8 @@ class RenewalCounter final : public LeaseWriter {
   std::map<std::int64_t, std::uint64_t> perSecond_;
 };
 
+}  // namespace
+
 // §6.3: 20 leader agents restart at the same instant and their 5000 devices reconnect at once;
 // only the periodic renewals that follow are counted, not the reconnections themselves.
 RenewalPeak measureRenewalPeak(double renewJitter, std::uint64_t seed) {
@@ -135,6 +137,8 @@ RenewalPeak measureRenewalPeak(double renewJitter, std::uint64_t seed) {
   clock.runUntil(TimePoint{} + Seconds{600});
   return RenewalPeak{counter.peakPerSecond(), service.leases().size()};
 }
+
+namespace {
 
 struct ControlRun {
   std::uint64_t expirations;
