@@ -204,7 +204,7 @@ http::Response Gateway::submitOperation(const http::Request& request) {
   return jsonResponse(decision.accepted() ? 200 : 409, fencing::toJson(decision));
 }
 
-http::Response Gateway::accountStatus(const http::Request& request) const {
+http::Response Gateway::accountStatus(const http::Request& request) {
   const auto& account = request.params.at("id");
   if (!fencing::isValidAccountId(account)) {
     return http::Response::error(400, "bad account id: expected [A-Za-z0-9_.-]{1,128}");
@@ -217,6 +217,12 @@ http::Response Gateway::accountStatus(const http::Request& request) const {
                {"rejected", status->rejected},
                {"fenced", status->fenced}};
   if (status->fenced) body["fencedAtActiveSeq"] = status->fencedAtActiveSeq;
+  // What ZooKeeper says now, when trusted: the seq an operation must carry (null: no leader).
+  if (refreshCheckMode() == CheckMode::ZooKeeper) {
+    auto active = leaders_->active(account);
+    if (active.state == fencing::ActiveView::State::present) body["activeSeq"] = active.seq;
+    if (active.state == fencing::ActiveView::State::absent) body["activeSeq"] = nullptr;
+  }
   return jsonResponse(200, body);
 }
 

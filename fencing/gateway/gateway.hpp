@@ -85,7 +85,7 @@ class Gateway {
 
  private:
   http::Response submitOperation(const http::Request& request);
-  http::Response accountStatus(const http::Request& request) const;
+  http::Response accountStatus(const http::Request& request);
   http::Response resetHighWaterMark(const http::Request& request);
   http::Response health() const;
   http::Response metricsText();
