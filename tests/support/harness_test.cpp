@@ -353,26 +353,36 @@ void send(const UniqueFd& fd, const std::string& text) {
   ASSERT_EQ(::send(fd.get(), text.data(), text.size(), MSG_NOSIGNAL), static_cast<ssize_t>(text.size()));
 }
 
-TEST(TcpProxy, PassForwardsBytesBothWays) {
+class TcpProxyTest : public ::testing::Test {
+ protected:
+  // Sends `text` and expects it back.
+  void expectEcho(const UniqueFd& client, const std::string& text) {
+    send(client, text);
+    EXPECT_EQ(receive(client.get(), text.size(), 5s).bytes, text);
+  }
+  // A new connection through the proxy, checked to carry bytes (empty if it could not connect).
+  UniqueFd echoingClient() {
+    UniqueFd client = connectTo(proxy);
+    EXPECT_TRUE(client) << "cannot connect through the proxy";
+    if (client) expectEcho(client, "ok");
+    return client;
+  }
+
   EchoServer echo;
-  TcpProxy proxy(echo.port());
+  TcpProxy proxy{echo.port()};
+};
+
+TEST_F(TcpProxyTest, PassForwardsBytesBothWays) {
   EXPECT_EQ(proxy.connectString(), "127.0.0.1:" + std::to_string(proxy.port()));
-  UniqueFd client = connectTo(proxy);
-  ASSERT_TRUE(client);
-  send(client, "hello");
-  EXPECT_EQ(receive(client.get(), 5, 5s).bytes, "hello");
+  UniqueFd client = echoingClient();
   echo.push("pushed");
   EXPECT_EQ(receive(client.get(), 6, 5s).bytes, "pushed");
   EXPECT_EQ(proxy.openConnections(), 1u);
 }
 
-TEST(TcpProxy, BlackholeKeepsConnectionsOpenAndDropsEveryByte) {
-  EchoServer echo;
-  TcpProxy proxy(echo.port());
-  UniqueFd client = connectTo(proxy);
-  ASSERT_TRUE(client);
-  send(client, "ok");
-  ASSERT_EQ(receive(client.get(), 2, 5s).bytes, "ok");
+TEST_F(TcpProxyTest, BlackholeKeepsConnectionsOpenAndDropsEveryByte) {
+  UniqueFd client = echoingClient();
+  const std::size_t forwarded = echo.bytesReceived();
 
   proxy.setMode(TcpProxy::Mode::blackhole);
   EXPECT_EQ(proxy.mode(), TcpProxy::Mode::blackhole);
@@ -381,7 +391,7 @@ TEST(TcpProxy, BlackholeKeepsConnectionsOpenAndDropsEveryByte) {
   const Reception silence = receive(client.get(), 1, 300ms);
   EXPECT_EQ(silence.bytes, "");
   EXPECT_FALSE(silence.closed) << "a blackhole closes nothing";
-  EXPECT_EQ(echo.bytesReceived(), 2u) << "client bytes were forwarded";
+  EXPECT_EQ(echo.bytesReceived(), forwarded) << "client bytes were forwarded";
 
   UniqueFd late = connectTo(proxy);
   ASSERT_TRUE(late) << "new connections are accepted";
@@ -391,21 +401,13 @@ TEST(TcpProxy, BlackholeKeepsConnectionsOpenAndDropsEveryByte) {
   EXPECT_EQ(proxy.openConnections(), 2u);
 
   proxy.setMode(TcpProxy::Mode::pass);
-  UniqueFd fresh = connectTo(proxy);
-  ASSERT_TRUE(fresh);
-  send(fresh, "back");
-  EXPECT_EQ(receive(fresh.get(), 4, 5s).bytes, "back");
+  echoingClient();
   send(client, "still lost");
   EXPECT_EQ(receive(client.get(), 1, 200ms).bytes, "") << "blackholed connections stay silent";
 }
 
-TEST(TcpProxy, CloseResetsConnectionsAndRefusesNewOnes) {
-  EchoServer echo;
-  TcpProxy proxy(echo.port());
-  UniqueFd client = connectTo(proxy);
-  ASSERT_TRUE(client);
-  send(client, "ok");
-  ASSERT_EQ(receive(client.get(), 2, 5s).bytes, "ok");
+TEST_F(TcpProxyTest, CloseResetsConnectionsAndRefusesNewOnes) {
+  UniqueFd client = echoingClient();
 
   proxy.setMode(TcpProxy::Mode::close);
   EXPECT_TRUE(receive(client.get(), 1, 5s).closed);
@@ -413,21 +415,11 @@ TEST(TcpProxy, CloseResetsConnectionsAndRefusesNewOnes) {
   EXPECT_FALSE(connectTo(proxy)) << "connected through a closed proxy";
 
   proxy.setMode(TcpProxy::Mode::pass);
-  UniqueFd again = connectTo(proxy);
-  ASSERT_TRUE(again);
-  send(again, "again");
-  EXPECT_EQ(receive(again.get(), 5, 5s).bytes, "again");
+  echoingClient();
 }
 
-TEST(TcpProxy, ClientHangupClosesTheUpstreamConnection) {
-  EchoServer echo;
-  TcpProxy proxy(echo.port());
-  {
-    UniqueFd client = connectTo(proxy);
-    ASSERT_TRUE(client);
-    send(client, "bye");
-    ASSERT_EQ(receive(client.get(), 3, 5s).bytes, "bye");
-  }
+TEST_F(TcpProxyTest, ClientHangupClosesTheUpstreamConnection) {
+  echoingClient();  // closed at once
   EXPECT_TRUE(eventually([&] { return proxy.openConnections() == 0; }, 5s));
 }
 

@@ -42,6 +42,8 @@ std::uint16_t localPort(int socketFd);
 // `count` distinct ports that were free a moment ago (all bound at once, then released).
 // Whoever uses them must cope with losing one to another process in between.
 std::vector<std::uint16_t> reserveLoopbackPorts(std::size_t count);
+// How many times a server start picks fresh ports after losing one that way.
+constexpr int maxPortRaceAttempts = 5;
 
 // Starts a non-blocking connect to 127.0.0.1:port; the socket is writable once it completes.
 UniqueFd startConnectToLoopback(std::uint16_t port);

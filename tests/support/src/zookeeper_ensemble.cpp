@@ -1,5 +1,6 @@
 #include "zktest/zookeeper_ensemble.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "loopback.hpp"
@@ -10,15 +11,26 @@ ZooKeeperEnsemble::ZooKeeperEnsemble(std::size_t size, ZooKeeperOptions options)
   if (size == 0 || size % 2 == 0) {
     throw std::invalid_argument("a ZooKeeper ensemble needs an odd number of servers, not " + std::to_string(size));
   }
-  const std::vector<std::uint16_t> ports = detail::reserveLoopbackPorts(3 * size);
-  std::vector<ZooKeeperServer::Peer> peers;
-  for (std::size_t i = 0; i < size; ++i) peers.push_back({ports[3 * i], ports[3 * i + 1], ports[3 * i + 2]});
-  // All members start at once: none can serve before a majority runs.
-  for (std::size_t i = 0; i < size; ++i) {
-    servers_.push_back(std::unique_ptr<ZooKeeperServer>(new ZooKeeperServer(options, static_cast<int>(i + 1), peers)));
-  }
   const Deadline deadline(options.startTimeout);
-  for (auto& member : servers_) member->awaitServing(deadline);
+  for (int attempt = 1;; ++attempt) {
+    const std::vector<std::uint16_t> ports = detail::reserveLoopbackPorts(3 * size);
+    std::vector<ZooKeeperServer::Peer> peers;
+    for (std::size_t i = 0; i < size; ++i) peers.push_back({ports[3 * i], ports[3 * i + 1], ports[3 * i + 2]});
+    // All members start at once: none can serve before a majority runs.
+    servers_.clear();
+    for (std::size_t i = 0; i < size; ++i) {
+      servers_.push_back(
+          std::unique_ptr<ZooKeeperServer>(new ZooKeeperServer(options, static_cast<int>(i + 1), peers)));
+    }
+    try {
+      for (auto& member : servers_) member->awaitServing(deadline);
+      return;
+    } catch (const std::runtime_error&) {
+      const bool portLost = std::any_of(servers_.begin(), servers_.end(),
+                                        [](const auto& member) { return member->lostPortRace(); });
+      if (attempt == detail::maxPortRaceAttempts || !portLost) throw;
+    }
+  }
 }
 
 std::string ZooKeeperEnsemble::connectString() const {

@@ -20,7 +20,6 @@ namespace zktest {
 namespace {
 
 constexpr const char* zookeeperClassPath = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar";
-constexpr int maxStartAttempts = 5;
 constexpr std::string_view startMarker = "=== zktest: starting ";
 
 std::filesystem::path makeTemporaryDirectory() {
@@ -40,6 +39,7 @@ std::vector<std::string> javaArguments(const std::filesystem::path& config, bool
           "-Dzookeeper.forceSync=no",      // test data need not survive a power cut
           "-Dzookeeper.preAllocSize=1024",  // KiB; the default preallocates 64 MiB per log
           "-Dzookeeper.cnxTimeout=1000",    // do not wait 5 s on a dead or paused peer in elections
+          "-Dzookeeper.fastleader.maxNotificationInterval=500",  // re-send votes often, not every 60 s
           "-Dorg.slf4j.simpleLogger.showDateTime=true",
           "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
           "-cp",
@@ -85,7 +85,7 @@ ZooKeeperServer::ZooKeeperServer(ZooKeeperOptions options) : options_(options), 
         awaitServing(deadline);
         return;
       } catch (const std::runtime_error&) {
-        if (attempt == maxStartAttempts || !lostPortRace()) throw;
+        if (attempt == detail::maxPortRaceAttempts || !lostPortRace()) throw;
       }
     }
   } catch (...) {
@@ -114,8 +114,8 @@ ZooKeeperServer::ZooKeeperServer(ZooKeeperOptions options, int myid, std::vector
 ZooKeeperServer::~ZooKeeperServer() {
   const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
   if (test != nullptr && test->result()->Failed()) {
-    std::cerr << "--- " << connectString() << " server.log (tail), kept for the failed test " << test->name()
-              << ":\n"
+    std::cerr << "--- server.log of ZooKeeper on " << connectString() << " (tail), for the failed test "
+              << test->test_suite_name() << "." << test->name() << ":\n"
               << logTail() << "---\n";
   }
   if (process_) process_->kill();

@@ -13,7 +13,8 @@
 // Failures (a line that does not come in time, a process that does not exit) throw
 // std::runtime_error whose message holds everything the process printed so far; GoogleTest
 // reports it as the test's failure. The first ChildProcess sets SIGPIPE to ignored in the test
-// process, so writing to a dead child's stdin is an error, not a crash.
+// process, so writing to a dead child's stdin is an error, not a crash. Use a ChildProcess from
+// one thread (its output is collected by a thread of its own).
 
 #include <sys/types.h>
 
