@@ -123,6 +123,12 @@ TEST(ChildProcess, BinaryPathNamesTheTargetToBuildWhenMissing) {
   EXPECT_NE(message.find("build the target 'no-such-tool'"), std::string::npos) << message;
 }
 
+TEST(ChildProcess, RunsThisProjectsExecutablesFromTheirBinaryPath) {
+  ChildProcess self(binaryPath("zktest_support_test"), {"--gtest_list_tests", "--gtest_filter=Eventually.*"});
+  EXPECT_EQ(self.waitForLine("Eventually.", 10s), "Eventually.");
+  EXPECT_TRUE(self.wait(10s).exitedWith(0));
+}
+
 TEST(ChildProcess, StoppedProcessPrintsNothingUntilContinued) {
   ChildProcess child("/bin/sh", {"-c", "while :; do echo tick; sleep 0.02; done"});
   child.readLine(5s);
@@ -353,7 +359,7 @@ void send(const UniqueFd& fd, const std::string& text) {
   ASSERT_EQ(::send(fd.get(), text.data(), text.size(), MSG_NOSIGNAL), static_cast<ssize_t>(text.size()));
 }
 
-class TcpProxyTest : public ::testing::Test {
+class TcpProxyToEcho : public ::testing::Test {
  protected:
   // Sends `text` and expects it back.
   void expectEcho(const UniqueFd& client, const std::string& text) {
@@ -372,7 +378,7 @@ class TcpProxyTest : public ::testing::Test {
   TcpProxy proxy{echo.port()};
 };
 
-TEST_F(TcpProxyTest, PassForwardsBytesBothWays) {
+TEST_F(TcpProxyToEcho, PassForwardsBytesBothWays) {
   EXPECT_EQ(proxy.connectString(), "127.0.0.1:" + std::to_string(proxy.port()));
   UniqueFd client = echoingClient();
   echo.push("pushed");
@@ -380,7 +386,7 @@ TEST_F(TcpProxyTest, PassForwardsBytesBothWays) {
   EXPECT_EQ(proxy.openConnections(), 1u);
 }
 
-TEST_F(TcpProxyTest, BlackholeKeepsConnectionsOpenAndDropsEveryByte) {
+TEST_F(TcpProxyToEcho, BlackholeKeepsConnectionsOpenAndDropsEveryByte) {
   UniqueFd client = echoingClient();
   const std::size_t forwarded = echo.bytesReceived();
 
@@ -406,7 +412,7 @@ TEST_F(TcpProxyTest, BlackholeKeepsConnectionsOpenAndDropsEveryByte) {
   EXPECT_EQ(receive(client.get(), 1, 200ms).bytes, "") << "blackholed connections stay silent";
 }
 
-TEST_F(TcpProxyTest, CloseResetsConnectionsAndRefusesNewOnes) {
+TEST_F(TcpProxyToEcho, CloseResetsConnectionsAndRefusesNewOnes) {
   UniqueFd client = echoingClient();
 
   proxy.setMode(TcpProxy::Mode::close);
@@ -418,7 +424,16 @@ TEST_F(TcpProxyTest, CloseResetsConnectionsAndRefusesNewOnes) {
   echoingClient();
 }
 
-TEST_F(TcpProxyTest, ClientHangupClosesTheUpstreamConnection) {
+TEST(TcpProxy, ResetsClientsWhenTheServerIsDown) {
+  const std::uint16_t deadPort = detail::reserveLoopbackPorts(1).front();
+  TcpProxy proxy(deadPort);
+  UniqueFd client = connectTo(proxy);
+  ASSERT_TRUE(client) << "the proxy itself accepts";
+  EXPECT_TRUE(receive(client.get(), 1, 5s).closed);
+  EXPECT_TRUE(eventually([&] { return proxy.openConnections() == 0; }, 5s));
+}
+
+TEST_F(TcpProxyToEcho, ClientHangupClosesTheUpstreamConnection) {
   echoingClient();  // closed at once
   EXPECT_TRUE(eventually([&] { return proxy.openConnections() == 0; }, 5s));
 }
