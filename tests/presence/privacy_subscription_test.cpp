@@ -32,6 +32,19 @@ TEST(Privacy, NonContactAndBlockedViewerGetNoInformationWhileAContactSeesOffline
   EXPECT_FALSE(world.seenBy("mallory").has_value());
   world.service.privacy().unblock("alice", "mallory");
   EXPECT_TRUE(world.seenBy("mallory").has_value());
+  world.service.privacy().removeContact("alice", "bob");
+  EXPECT_FALSE(world.seenBy("bob").has_value());
+}
+
+TEST(Privacy, StatusesAndLeaveReasonsHaveStableWireNames) {
+  EXPECT_EQ(toString(ShownStatus::Online), "online");
+  EXPECT_EQ(toString(ShownStatus::Offline), "offline");
+  EXPECT_EQ(toString(ShownStatus::Recently), "recently");
+  EXPECT_EQ(toString(ShownStatus::LongAgo), "long_ago");
+  EXPECT_EQ(toString(ShownStatus::Unknown), "unknown");
+  EXPECT_EQ(toString(LeaveReason::Close), "close");
+  EXPECT_EQ(toString(LeaveReason::PingTimeout), "ping_timeout");
+  EXPECT_EQ(toString(LeaveReason::LeaseExpired), "lease_expired");
 }
 
 TEST(Privacy, ExactShowsTheMinuteLastSeenNotTheSecond) {

@@ -39,7 +39,6 @@ class TimerScope {
   TimerScope(const TimerScope&) = delete;
   TimerScope& operator=(const TimerScope&) = delete;
 
-  Clock& clock() const { return clock_; }
   TimePoint now() const { return clock_.now(); }
   void at(TimePoint when, std::function<void()> task);
   void after(Millis delay, std::function<void()> task) { at(now() + delay, std::move(task)); }
