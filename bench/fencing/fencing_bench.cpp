@@ -8,6 +8,7 @@
 //
 // The data directory is under $TMPDIR (default /tmp): run it on the disk you care about.
 #include <benchmark/benchmark.h>
+#include <spdlog/spdlog.h>
 #include <stdlib.h>
 
 #include <algorithm>
@@ -137,4 +138,11 @@ BENCHMARK(DurableCommit)
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  spdlog::set_level(spdlog::level::warn);  // one "store opened" line per run would drown the table
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
