@@ -1,0 +1,88 @@
+// zk-agent configuration: one JSON file, validated in one place (docs/configuration.md).
+//
+//   auto config = zkagent::agent::loadConfig("agent.json");   // throws ConfigError
+//
+// Every problem is reported as a ConfigError naming the field ("health.ttl_ms") and what is
+// wrong with it; nothing is applied from a config that fails validation. Unknown fields are
+// errors too, so a typo never silently falls back to a default.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace zkagent::agent {
+
+using Millis = std::chrono::milliseconds;
+
+enum class LogFormat { Text, Json };
+enum class GateMode { Fast, Strict };
+
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+};
+
+struct Config {
+  std::string instanceId;  // unique per host; names the health node and appears in `active`
+
+  struct ZooKeeper {
+    std::string hosts;                // "h1:2181,h2:2181"
+    Millis sessionTimeout{10000};
+    std::string root = "/wx-accounts";
+    std::string agentsPath = "/zkagent/agents";  // health reports: {agentsPath}/{instanceId}
+  } zookeeper;
+
+  std::vector<std::string> accounts;  // from "accounts" and/or "accounts_file", no duplicates
+
+  struct Gateway {
+    HostPort address;                 // from "url": http://host:port
+    std::string token;                // bearer token for the gateway, empty: none
+    Millis heartbeatInterval{1000};   // 0 disables the heartbeat (the link is then assumed up)
+    Millis heartbeatTimeout{3000};    // no answer for this long: link down
+    Millis requestTimeout{2000};      // one forwarded operation
+  } gateway;
+
+  struct Admin {
+    HostPort listen{"127.0.0.1", 8470};
+    std::string token;                // bearer token for /v1/*, required off loopback
+    std::string advertise;            // endpoint written into member/active nodes; default http://listen
+  } admin;
+
+  struct Health {
+    Millis interval{5000};
+    Millis ttl{30000};
+  } health;
+
+  Millis lockDelay{0};                // wait after taking over from an expired session
+  GateMode gate = GateMode::Fast;
+  Millis shutdownTimeout{5000};       // SIGTERM: exit within this even if ZooKeeper hangs
+
+  struct Log {
+    LogFormat format = LogFormat::Text;
+    std::string level = "info";
+  } log;
+};
+
+class ConfigError : public std::invalid_argument {
+ public:
+  ConfigError(std::string field, const std::string& problem)
+      : std::invalid_argument(field + ": " + problem), field_(std::move(field)) {}
+  const std::string& field() const { return field_; }
+
+ private:
+  std::string field_;
+};
+
+// Parses and validates JSON text; a relative accounts_file is resolved against `baseDir`.
+Config parseConfig(std::string_view json, const std::filesystem::path& baseDir = {});
+// Reads the file and parses it (ConfigError with field "config" when unreadable).
+Config loadConfig(const std::filesystem::path& path);
+// The config in its JSON form (defaults filled in), for --check-config.
+std::string describe(const Config& config);
+
+}  // namespace zkagent::agent

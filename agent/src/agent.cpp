@@ -1,0 +1,866 @@
+// Agent: wires the election group, the gateway link, health reports and the placement table
+// together. Control work (health reports, reading peers, placement) runs on one strand; the gate
+// and the admin handlers run on any thread and only read state under `mu`.
+#include "zkagent/agent.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <future>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "gateway_link.hpp"
+#include "zkagent/http.hpp"
+#include "zkagent/metrics.hpp"
+
+namespace zkagent::agent {
+namespace asio = boost::asio;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using election::GateDecision;
+using election::Role;
+
+std::string_view Gate::Outcome::reason() const {
+  switch (result) {
+    case Result::Executed: return "executed";
+    case Result::NotLeader: return "not_leader";
+    case Result::Suspended: return "suspended";
+    case Result::Drifted: return "drifted";
+    case Result::UnknownAccount: return "unknown_account";
+    case Result::Stopping: return "stopping";
+  }
+  return "unknown";
+}
+
+namespace {
+
+int64_t millisOf(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration_cast<milliseconds>(d).count();
+}
+
+int64_t unixMillis(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<milliseconds>(t.time_since_epoch()).count();
+}
+
+std::string hexSession(int64_t id) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(id));
+  return buf;
+}
+
+json leaderJson(const std::optional<election::ActiveInfo>& leader) {
+  if (!leader) return nullptr;
+  return {{"instance", leader->instanceId}, {"endpoint", leader->endpoint}, {"seq", leader->seq}};
+}
+
+constexpr Role kRoles[] = {Role::Init, Role::Candidate, Role::Waiting, Role::Leader, Role::Suspend,
+                           Role::Stopped};
+constexpr Lifecycle kLifecycles[] = {Lifecycle::Joining, Lifecycle::Active, Lifecycle::Leaving,
+                                     Lifecycle::Drained};
+constexpr election::SessionState kSessionStates[] = {
+    election::SessionState::Connecting, election::SessionState::Connected,
+    election::SessionState::Suspended, election::SessionState::Expired,
+    election::SessionState::Closed};
+
+// Every metric family of the agent (docs/agent.md lists them). No per-account labels.
+struct Metrics {
+  explicit Metrics(metrics::Registry& r)
+      : accounts(r.gauge("zkagent_accounts", "Configured accounts by election role.", {"role"})),
+        transitions(r.counter("zkagent_leadership_transitions_total",
+                              "Leadership acquired or lost, by reason.", {"kind", "reason"})),
+        sessionState(r.gauge("zkagent_session_state", "1 for the current ZooKeeper session state.",
+                             {"state"})),
+        sessionExpirations(r.counter("zkagent_session_expirations_total",
+                                     "ZooKeeper sessions that expired.").with({})),
+        sessionDisconnects(r.counter("zkagent_session_disconnects_total",
+                                     "Connection losses of the ZooKeeper session.").with({})),
+        gateDecisions(r.counter("zkagent_gate_decisions_total", "Gate answers by result.", {"result"})),
+        forwarded(r.counter("zkagent_forwarded_ops_total",
+                            "Operations forwarded to the gateway, by result.", {"result"})),
+        forwardSeconds(r.histogram("zkagent_forward_duration_seconds",
+                                   "Round trip of one forwarded operation.",
+                                   metrics::latencyBuckets()).with({})),
+        failoverSeconds(r.histogram(
+                             "zkagent_failover_duration_seconds",
+                             "Takeovers after a lost session: from the previous leader's last "
+                             "health report change seen here to leading.",
+                             {0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120}).with({})),
+        ownReportAge(r.gauge("zkagent_health_report_age_seconds",
+                             "Age of this agent's own health report on its own clock.").with({})),
+        peers(r.gauge("zkagent_peer_agents", "Agents seen in health reports, by freshness.",
+                      {"freshness"})),
+        reportWrites(r.counter("zkagent_health_report_writes_total", "Health report writes by result.",
+                               {"result"})),
+        lifecycle(r.gauge("zkagent_lifecycle", "1 for the current lifecycle.", {"lifecycle"})),
+        runtimeReady(r.gauge("zkagent_runtime_ready",
+                             "1 when ZooKeeper is connected and the gateway link is up.").with({})),
+        schedulable(r.gauge("zkagent_schedulable", "1 when this agent may stand for leadership.").with({})),
+        gatewayUp(r.gauge("zkagent_gateway_link_up", "1 while the gateway answers heartbeats.").with({})),
+        gatewayMissed(r.counter("zkagent_gateway_heartbeat_failures_total",
+                                "Gateway heartbeats that failed or timed out.").with({})),
+        blocked(r.gauge("zkagent_blocked_accounts",
+                        "Accounts whose wanted handover or candidacy is blocked, by cause.",
+                        {"cause"})) {}
+
+  metrics::GaugeFamily& accounts;
+  metrics::CounterFamily& transitions;
+  metrics::GaugeFamily& sessionState;
+  metrics::Counter& sessionExpirations;
+  metrics::Counter& sessionDisconnects;
+  metrics::CounterFamily& gateDecisions;
+  metrics::CounterFamily& forwarded;
+  metrics::Histogram& forwardSeconds;
+  metrics::Histogram& failoverSeconds;
+  metrics::Gauge& ownReportAge;
+  metrics::GaugeFamily& peers;
+  metrics::CounterFamily& reportWrites;
+  metrics::GaugeFamily& lifecycle;
+  metrics::Gauge& runtimeReady;
+  metrics::Gauge& schedulable;
+  metrics::Gauge& gatewayUp;
+  metrics::Counter& gatewayMissed;
+  metrics::GaugeFamily& blocked;
+};
+
+// What the agent decided last for one account, and its cached successor lookup.
+struct AccountState {
+  PlacementDecision decision;
+  std::optional<int64_t> healthReportAgeMs;  // of the report the decision relied on
+  bool successorKnown = false;
+  bool lookupInFlight = false;
+  std::optional<std::string> successor;
+  Clock::time_point successorReadAt{};
+  Clock::time_point lockDelayUntil{};
+};
+
+}  // namespace
+
+struct Agent::Impl : Gate, std::enable_shared_from_this<Impl> {
+  Impl(asio::io_context& ioc, Config cfg);
+
+  // ---- set-up and shutdown
+  void start();
+  void shutdown(std::function<void()> done);
+  void closeNow();
+  void drain();
+  void every(asio::steady_timer& timer, milliseconds period, std::function<void(Impl&)> fn);
+
+  // ---- health
+  HealthReport currentReport();
+  void publishHealth();
+  void wroteReport(const HealthReport& report);
+  void pollPeers();
+  bool runtimeReady() const;
+  std::vector<std::string> ownBlocks(Clock::time_point now);
+
+  // ---- placement
+  void reconcileSoon();
+  void reconcile();
+  void lookUpSuccessor(const std::string& account);
+  std::optional<Successor> successorOf(const AccountState& state, Clock::time_point now);
+  void setLifecycle(Lifecycle next);
+
+  // ---- gate and events
+  Outcome execute(std::string_view account,
+                  const std::function<void(const fencing::FencingToken&)>& operation) override;
+  GateDecision decideGate(std::string_view account);
+  void onLeadership(const election::LeadershipEvent& event);
+  void onSession(const election::SessionEvent& event);
+
+  // ---- admin API
+  http::Router router();
+  http::Response forwardOperation(const http::Request& request);
+  http::Response resign(const http::Request& request);
+  std::string statusJson();
+  std::string metricsText();
+
+  asio::io_context& io;
+  const Config config;
+  const std::string healthPath;
+  metrics::Registry registry;
+  Metrics m{registry};
+  asio::strand<asio::io_context::executor_type> control;
+  asio::steady_timer healthTimer, reconcileTimer;
+  std::shared_ptr<detail::GatewayLink> link;
+  std::unique_ptr<http::Server> server;
+  std::string endpoint;
+  std::unique_ptr<election::ElectionGroup> group;
+
+  std::atomic<bool> stopping{false}, reconcileQueued{false};
+  std::atomic<uint64_t> opCounter{0};
+
+  mutable std::mutex mu;  // guards everything below
+  Lifecycle lifecycle = Lifecycle::Joining;
+  HealthTracker tracker;
+  uint64_t reportSeq = 0;
+  std::map<std::string, AccountState, std::less<>> accounts;
+};
+
+Agent::Impl::Impl(asio::io_context& ioc, Config cfg)
+    : io(ioc),
+      config(std::move(cfg)),
+      healthPath(config.zookeeper.agentsPath + "/" + config.instanceId),
+      control(asio::make_strand(ioc)),
+      healthTimer(control),
+      reconcileTimer(control),
+      link(std::make_shared<detail::GatewayLink>(ioc, config.gateway, config.instanceId)) {
+  for (const auto& account : config.accounts) accounts.emplace(account, AccountState{});
+  http::ServerOptions options;
+  options.address = config.admin.listen.host;
+  options.port = config.admin.listen.port;
+  options.bodyLimit = fencing::kMaxOperationBytes + 1024;
+  options.handlerThreads = 16;  // forwarding blocks on the gateway round trip
+  server = std::make_unique<http::Server>(io, options, router());
+  endpoint = config.admin.advertise.empty()
+                 ? "http://" + server->address() + ":" + std::to_string(server->port())
+                 : config.admin.advertise;
+  election::ElectionOptions eo;
+  eo.session = {config.zookeeper.hosts, config.zookeeper.sessionTimeout};
+  eo.root = config.zookeeper.root;
+  eo.instanceId = config.instanceId;
+  eo.endpoint = endpoint;
+  group = std::make_unique<election::ElectionGroup>(io, eo);
+  for (auto lc : kLifecycles) m.lifecycle.with({toString(lc)}).set(lc == lifecycle ? 1 : 0);
+  for (auto role : kRoles) m.accounts.with({election::toString(role)}).set(0);
+  for (auto s : kSessionStates) m.sessionState.with({election::toString(s)}).set(0);
+}
+
+void Agent::Impl::start() {
+  std::weak_ptr<Impl> weak = weak_from_this();
+  group->onLeadership([weak](const election::LeadershipEvent& e) {
+    if (auto self = weak.lock()) self->onLeadership(e);
+  });
+  group->onSession([weak](const election::SessionEvent& e) {
+    if (auto self = weak.lock()) self->onSession(e);
+  });
+  link->start([weak](bool up) {
+    auto self = weak.lock();
+    if (!self) return;
+    self->m.gatewayUp.set(up ? 1 : 0);
+    spdlog::log(up ? spdlog::level::info : spdlog::level::warn, "gateway link {} instance={}",
+                up ? "up" : "down", self->config.instanceId);
+    asio::post(self->control, [self] { self->publishHealth(); });
+    self->reconcileSoon();
+  });
+  server->start();
+  group->start();
+  asio::post(control, [self = shared_from_this()] {
+    self->publishHealth();
+    self->pollPeers();
+    self->reconcile();
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Health
+
+bool Agent::Impl::runtimeReady() const {
+  return group->sessionState() == election::SessionState::Connected && link->up();
+}
+
+HealthReport Agent::Impl::currentReport() {
+  HealthReport r;
+  r.instanceId = config.instanceId;
+  const bool connected = group->sessionState() == election::SessionState::Connected;
+  r.runtimeReady = runtimeReady() && !stopping;
+  r.status = stopping ? HealthStatus::Down : r.runtimeReady ? HealthStatus::Alive : HealthStatus::Suspect;
+  r.errorCode = stopping ? "stopping" : !connected ? "zookeeper_disconnected"
+                                      : !link->up() ? "gateway_unreachable" : "";
+  r.intervalMs = config.health.interval.count();
+  r.ttlMs = config.health.ttl.count();
+  r.endpoint = endpoint;
+  for (const auto& s : group->status()) {
+    if (s.role == Role::Leader) ++r.leading;
+    if (s.standing) ++r.standing;
+  }
+  r.accounts = static_cast<int64_t>(config.accounts.size());
+  std::lock_guard lock(mu);
+  r.lifecycle = lifecycle;
+  r.reportSeq = ++reportSeq;
+  return r;
+}
+
+// Control strand. set() first (the node exists on every write after the first); create it when
+// missing. A failed write is counted and retried on the next interval: the report going stale is
+// how readers learn about it (fail closed).
+void Agent::Impl::publishHealth() {
+  if (group->sessionState() != election::SessionState::Connected) return;
+  auto report = currentReport();
+  auto data = toJson(report);
+  auto self = shared_from_this();
+  group->session().set(healthPath, data, -1, [self, report, data](election::ZkError err, election::NodeStat) {
+    if (err == election::ZkError::Ok) return asio::post(self->control, [self, report] { self->wroteReport(report); });
+    if (err != election::ZkError::NoNode) {
+      self->m.reportWrites.with({"error"}).inc();
+      return;
+    }
+    self->group->session().ensurePath(self->config.zookeeper.agentsPath, [self, report, data](election::ZkError) {
+      self->group->session().create(self->healthPath, data, election::NodeKind::Ephemeral,
+                                    [self, report](election::ZkError e, std::string) {
+                                      if (e != election::ZkError::Ok) {
+                                        self->m.reportWrites.with({"error"}).inc();
+                                        return;
+                                      }
+                                      asio::post(self->control, [self, report] { self->wroteReport(report); });
+                                    });
+    });
+  });
+}
+
+// Control strand. A report that reached ZooKeeper is as good as reading it back.
+void Agent::Impl::wroteReport(const HealthReport& report) {
+  m.reportWrites.with({"ok"}).inc();
+  bool activated = false;
+  {
+    std::lock_guard lock(mu);
+    tracker.observe(config.instanceId, report, Clock::now());
+    if (lifecycle == Lifecycle::Joining && !stopping) {
+      lifecycle = Lifecycle::Active;
+      activated = true;
+    }
+  }
+  if (activated) {
+    setLifecycle(Lifecycle::Active);
+    publishHealth();
+  }
+  reconcileSoon();
+}
+
+// Control strand: reads every agent's report (no watches: one read per agent per interval).
+void Agent::Impl::pollPeers() {
+  if (group->sessionState() != election::SessionState::Connected) return;
+  auto self = shared_from_this();
+  group->session().children(config.zookeeper.agentsPath, nullptr,
+                            [self](election::ZkError err, std::vector<std::string> names) {
+    if (err != election::ZkError::Ok && err != election::ZkError::NoNode) return;
+    asio::post(self->control, [self, names = std::move(names)] {
+      std::vector<std::string> gone;
+      {
+        std::lock_guard lock(self->mu);
+        for (const auto& id : self->tracker.known()) {
+          if (std::find(names.begin(), names.end(), id) == names.end()) gone.push_back(id);
+        }
+        for (const auto& id : gone) self->tracker.observe(id, std::nullopt, Clock::now());
+      }
+      for (const auto& name : names) {
+        self->group->session().get(self->config.zookeeper.agentsPath + "/" + name, nullptr,
+                                   [self, name](election::ZkError e, std::string data, election::NodeStat) {
+          if (e != election::ZkError::Ok && e != election::ZkError::NoNode) return;
+          asio::post(self->control, [self, name, report = e == election::ZkError::Ok
+                                                               ? parseHealthReport(data)
+                                                               : std::nullopt] {
+            std::lock_guard lock(self->mu);
+            self->tracker.observe(name, report, Clock::now());
+          });
+        });
+      }
+    });
+  });
+}
+
+// Our own blocks as a peer would judge them, plus the live readiness (the report can lag it by
+// one write). Lifecycle is the caller's business.
+std::vector<std::string> Agent::Impl::ownBlocks(Clock::time_point now) {
+  std::vector<std::string> blocks;
+  {
+    std::lock_guard lock(mu);
+    for (auto& b : schedulingBlocks(tracker.judge(config.instanceId, now, config.health.ttl))) {
+      if (!b.starts_with("lifecycle_")) blocks.push_back(std::move(b));
+    }
+  }
+  if (!runtimeReady() && std::find(blocks.begin(), blocks.end(), "runtime_not_ready") == blocks.end()) {
+    blocks.emplace_back("runtime_not_ready");
+  }
+  return blocks;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Placement
+
+void Agent::Impl::reconcileSoon() {
+  if (reconcileQueued.exchange(true)) return;
+  asio::post(control, [self = shared_from_this()] { self->reconcile(); });
+}
+
+std::optional<Successor> Agent::Impl::successorOf(const AccountState& state, Clock::time_point now) {
+  if (!state.successor) return std::nullopt;
+  auto seen = tracker.judge(*state.successor, now, config.health.ttl);
+  return Successor{*state.successor, schedulingBlocks(seen), seen.age};
+}
+
+// Control strand: one pass of the placement table over every account.
+void Agent::Impl::reconcile() {
+  reconcileQueued = false;
+  if (stopping) return;
+  const auto now = Clock::now();
+  const auto blocks = ownBlocks(now);
+  std::map<std::string, election::AccountStatus, std::less<>> status;
+  for (auto& s : group->status()) status.emplace(s.account, std::move(s));
+
+  std::vector<std::string> joins, withdrawals, lookups;
+  size_t leading = 0, standing = 0;
+  std::map<std::string, size_t> blockedByCause;
+  std::map<Role, size_t> roles;
+  Lifecycle current;
+  {
+    std::lock_guard lock(mu);
+    current = lifecycle;
+    const auto ownAge = tracker.judge(config.instanceId, now, config.health.ttl);
+    m.ownReportAge.set(ownAge.report ? static_cast<double>(ownAge.age.count()) / 1000.0 : 0.0);
+    for (auto& [account, state] : accounts) {
+      auto it = status.find(account);
+      const Role role = it == status.end() ? Role::Init : it->second.role;
+      const bool isLeader = role == Role::Leader;
+      const bool isStanding = it != status.end() && it->second.standing;
+      ++roles[role];
+      if (!isLeader) state.successorKnown = false;
+      if (state.successorKnown && now - state.successorReadAt > config.health.interval) {
+        state.successorKnown = false;  // the queue may have changed: look again
+      }
+      PlacementInput in{current, blocks, isLeader, isStanding, state.successorKnown,
+                        state.successorKnown ? successorOf(state, now) : std::nullopt};
+      state.decision = decide(in);
+      state.healthReportAgeMs = in.successor ? std::optional<int64_t>(in.successor->reportAge.count())
+                                : ownAge.report ? std::optional<int64_t>(ownAge.age.count())
+                                                : std::nullopt;
+      switch (state.decision.action) {
+        case PlacementAction::Join: joins.push_back(account); break;
+        case PlacementAction::Withdraw: withdrawals.push_back(account); break;
+        case PlacementAction::LookUpSuccessor:
+          if (!state.lookupInFlight) {
+            state.lookupInFlight = true;
+            lookups.push_back(account);
+          }
+          break;
+        case PlacementAction::None: break;
+      }
+      if (!state.decision.blockedReasons.empty()) {
+        ++blockedByCause[state.decision.blockedByHealth ? "health" : "other"];
+      }
+      if (isLeader) ++leading;
+      if (isStanding) ++standing;
+    }
+  }
+  for (auto role : kRoles) m.accounts.with({election::toString(role)}).set(static_cast<double>(roles[role]));
+  for (const char* cause : {"health", "other"}) m.blocked.with({cause}).set(static_cast<double>(blockedByCause[cause]));
+  m.runtimeReady.set(runtimeReady() ? 1 : 0);
+  m.schedulable.set(blocks.empty() && current == Lifecycle::Active ? 1 : 0);
+
+  for (const auto& a : joins) group->join(a);
+  for (const auto& a : withdrawals) {
+    if (status.count(a) && status[a].role == Role::Leader) {
+      spdlog::info("handing over account={} instance={} lifecycle={} reasons={}", a, config.instanceId,
+                   toString(current), blocks.empty() ? "lifecycle" : blocks.front());
+    }
+    group->withdraw(a);
+  }
+  for (const auto& a : lookups) lookUpSuccessor(a);
+
+  if (current == Lifecycle::Leaving && leading == 0 && standing == 0 && withdrawals.empty()) {
+    setLifecycle(Lifecycle::Drained);
+    spdlog::info("drained instance={}", config.instanceId);
+    publishHealth();
+  }
+}
+
+// The member that takes over when we leave: the smallest one that is not us.
+void Agent::Impl::lookUpSuccessor(const std::string& account) {
+  auto self = shared_from_this();
+  group->members(account, [self, account](election::ZkError err, std::vector<election::MemberInfo> members) {
+    asio::post(self->control, [self, account, err, members = std::move(members)] {
+      {
+        std::lock_guard lock(self->mu);
+        auto& state = self->accounts[account];
+        state.lookupInFlight = false;
+        if (err != election::ZkError::Ok) return;
+        state.successor.reset();
+        for (const auto& member : members) {
+          if (member.instanceId != self->config.instanceId) {
+            state.successor = member.instanceId;
+            break;
+          }
+        }
+        state.successorKnown = true;
+        state.successorReadAt = Clock::now();
+      }
+      self->reconcileSoon();
+    });
+  });
+}
+
+void Agent::Impl::setLifecycle(Lifecycle next) {
+  Lifecycle before;
+  {
+    std::lock_guard lock(mu);
+    before = lifecycle;
+    lifecycle = next;
+  }
+  for (auto lc : kLifecycles) m.lifecycle.with({toString(lc)}).set(lc == next ? 1 : 0);
+  if (before != next) {
+    spdlog::info("lifecycle changed instance={} from={} to={}", config.instanceId, toString(before),
+                 toString(next));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gate and election events
+
+GateDecision Agent::Impl::decideGate(std::string_view account) {
+  if (config.gate == GateMode::Fast) return group->check(account);
+  std::promise<GateDecision> answer;
+  auto future = answer.get_future();
+  group->checkStrict(account, [&answer](GateDecision d) { answer.set_value(std::move(d)); });
+  if (future.wait_for(config.zookeeper.sessionTimeout) != std::future_status::ready) {
+    return GateDecision{GateDecision::Verdict::Suspended, -1, group->sessionId(), std::nullopt};
+  }
+  return future.get();
+}
+
+Gate::Outcome Agent::Impl::execute(std::string_view account,
+                                   const std::function<void(const fencing::FencingToken&)>& operation) {
+  Outcome outcome;
+  auto finish = [this, &outcome]() -> Outcome {
+    m.gateDecisions.with({std::string(outcome.reason())}).inc();
+    return outcome;
+  };
+  if (stopping) {
+    outcome.result = Result::Stopping;
+    return finish();
+  }
+  Clock::time_point notBefore;
+  {
+    std::lock_guard lock(mu);
+    auto it = accounts.find(account);
+    if (it == accounts.end()) {
+      outcome.result = Result::UnknownAccount;
+      return finish();
+    }
+    notBefore = it->second.lockDelayUntil;
+  }
+  // Lock-delay (Chubby): the expired leader may still have operations in flight; let them land
+  // (and be fenced) before ours.
+  if (Clock::now() < notBefore) std::this_thread::sleep_until(notBefore);
+  const GateDecision d = decideGate(account);
+  outcome.leader = d.leader;
+  switch (d.verdict) {
+    case GateDecision::Verdict::Allowed: outcome.result = Result::Executed; break;
+    case GateDecision::Verdict::NotLeader: outcome.result = Result::NotLeader; break;
+    case GateDecision::Verdict::Suspended: outcome.result = Result::Suspended; break;
+    case GateDecision::Verdict::Drifted: outcome.result = Result::Drifted; break;
+    case GateDecision::Verdict::UnknownAccount: outcome.result = Result::UnknownAccount; break;
+  }
+  if (stopping) outcome.result = Result::Stopping;
+  if (outcome.executed()) {
+    operation(fencing::FencingToken{std::string(account), static_cast<uint64_t>(d.token),
+                                    config.instanceId, d.sessionId});
+  }
+  return finish();
+}
+
+void Agent::Impl::onLeadership(const election::LeadershipEvent& e) {
+  using Kind = election::LeadershipEvent::Kind;
+  const auto now = Clock::now();
+  if (e.kind == Kind::Acquired) {
+    const std::string reason = e.previousExpired ? "session_expired" : e.previous ? "handover" : "elected";
+    m.transitions.with({"acquired", reason}).inc();
+    std::lock_guard lock(mu);
+    auto& state = accounts[e.account];
+    state.successorKnown = false;
+    if (e.previousExpired && config.lockDelay.count() > 0) {
+      state.lockDelayUntil = now + config.lockDelay;
+      spdlog::info("lock delay account={} seq={} ms={}", e.account, e.token, config.lockDelay.count());
+    }
+    if (e.previousExpired && e.previous) {
+      if (auto last = tracker.lastChange(e.previous->instanceId)) {
+        m.failoverSeconds.observe(std::chrono::duration<double>(now - *last).count());
+      }
+    }
+  } else {
+    m.transitions.with({"lost", std::string(election::toString(e.reason))}).inc();
+    std::lock_guard lock(mu);
+    accounts[e.account].lockDelayUntil = {};
+  }
+  reconcileSoon();
+}
+
+void Agent::Impl::onSession(const election::SessionEvent& e) {
+  for (auto s : kSessionStates) m.sessionState.with({election::toString(s)}).set(s == e.state ? 1 : 0);
+  if (e.state == election::SessionState::Expired) m.sessionExpirations.inc();
+  if (e.state == election::SessionState::Suspended) m.sessionDisconnects.inc();
+  spdlog::info("session {} instance={} session={} timeout_ms={}", election::toString(e.state),
+               config.instanceId, hexSession(e.sessionId), e.negotiatedTimeout.count());
+  if (e.state == election::SessionState::Connected) {
+    asio::post(control, [self = shared_from_this()] {
+      self->publishHealth();
+      self->pollPeers();
+    });
+  }
+  reconcileSoon();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Timers, drain, shutdown
+
+void Agent::Impl::every(asio::steady_timer& timer, milliseconds period, std::function<void(Impl&)> fn) {
+  timer.expires_after(period);
+  timer.async_wait([&timer, period, weak = weak_from_this(), fn](boost::system::error_code ec) {
+    auto self = weak.lock();
+    if (ec || !self || self->stopping) return;
+    fn(*self);
+    self->every(timer, period, fn);
+  });
+}
+
+void Agent::Impl::drain() {
+  {
+    std::lock_guard lock(mu);
+    if (lifecycle == Lifecycle::Leaving || lifecycle == Lifecycle::Drained) return;
+  }
+  if (stopping) return;
+  setLifecycle(Lifecycle::Leaving);
+  spdlog::info("drain requested instance={}", config.instanceId);
+  asio::post(control, [self = shared_from_this()] { self->publishHealth(); });
+  reconcileSoon();
+}
+
+void Agent::Impl::shutdown(std::function<void()> done) {
+  if (stopping.exchange(true)) return;
+  spdlog::info("stopping instance={}: refusing operations, resigning every account", config.instanceId);
+  setLifecycle(Lifecycle::Leaving);
+  healthTimer.cancel();
+  reconcileTimer.cancel();
+  link->stop();
+  auto self = shared_from_this();
+  group->stop([self, done = std::move(done)] {
+    spdlog::info("stopped instance={}", self->config.instanceId);
+    self->server->stop();
+    done();
+  });
+}
+
+void Agent::Impl::closeNow() {
+  stopping = true;
+  link->stop();
+  server->stop();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Admin API
+
+http::Router Agent::Impl::router() {
+  http::Router r({.bearerToken = config.admin.token});
+  r.add(http::Method::Get, "/healthz", [this](const http::Request&) {
+    return http::Response::json(200, json{{"status", "ok"}, {"instance", config.instanceId}}.dump());
+  }, http::Access::Public);
+  r.add(http::Method::Get, "/readyz", [this](const http::Request&) {
+    const auto blocks = ownBlocks(Clock::now());
+    Lifecycle lc;
+    {
+      std::lock_guard lock(mu);
+      lc = lifecycle;
+    }
+    const bool ready = blocks.empty() && lc == Lifecycle::Active && !stopping;
+    return http::Response::json(ready ? 200 : 503, json{{"ready", ready},
+                                                         {"lifecycle", toString(lc)},
+                                                         {"blocked_reasons", blocks}}.dump());
+  }, http::Access::Public);
+  r.add(http::Method::Get, "/metrics", [this](const http::Request&) {
+    return http::Response::text(200, metricsText(), std::string(metrics::kContentType));
+  }, http::Access::Public);
+  r.add(http::Method::Get, "/v1/status", [this](const http::Request&) {
+    return http::Response::json(200, statusJson());
+  });
+  r.add(http::Method::Post, "/v1/drain", [this](const http::Request&) {
+    drain();
+    std::lock_guard lock(mu);
+    return http::Response::json(lifecycle == Lifecycle::Drained ? 200 : 202,
+                                json{{"lifecycle", toString(lifecycle)}}.dump());
+  });
+  r.add(http::Method::Post, "/v1/accounts/{id}/resign", [this](const http::Request& q) { return resign(q); });
+  r.add(http::Method::Post, "/v1/accounts/{id}/ops", [this](const http::Request& q) { return forwardOperation(q); });
+  return r;
+}
+
+http::Response Agent::Impl::resign(const http::Request& request) {
+  const std::string& account = request.params.at("id");
+  {
+    std::lock_guard lock(mu);
+    if (!accounts.contains(account)) return http::Response::error(404, "unknown account '" + account + "'");
+  }
+  const auto d = group->check(account);
+  if (!d.allowed()) {
+    return http::Response::json(409, json{{"error", "not_leader"}, {"leader", leaderJson(d.leader)}}.dump());
+  }
+  spdlog::info("resign requested account={} seq={} instance={}", account, d.token, config.instanceId);
+  group->resign(account);
+  return http::Response::json(202, json{{"resigned", true}, {"token", d.token}}.dump());
+}
+
+http::Response Agent::Impl::forwardOperation(const http::Request& request) {
+  const std::string& account = request.params.at("id");
+  const auto body = request.body.empty() ? json::object() : json::parse(request.body, nullptr, false);
+  if (!body.is_object()) return http::Response::error(400, "body must be a JSON object {\"opId\",\"payload\"}");
+  fencing::Operation op;
+  if (auto id = body.find("opId"); id != body.end()) {
+    if (!id->is_string()) return http::Response::error(400, "opId must be a string");
+    op.opId = id->get<std::string>();
+  } else {
+    op.opId = config.instanceId + "-" + std::to_string(group->sessionId()) + "-" + std::to_string(++opCounter);
+  }
+  if (auto payload = body.find("payload"); payload != body.end()) op.payload = payload->dump();
+
+  std::optional<http::Response> forwarded;
+  const auto outcome = execute(account, [&](const fencing::FencingToken& token) {
+    op.fencing = token;
+    try {
+      fencing::validateOperation(op);
+    } catch (const fencing::BadRequest& e) {
+      forwarded = http::Response::error(400, e.what());
+      return;
+    }
+    const auto sentAt = Clock::now();
+    auto answer = link->forward(fencing::toJson(op).dump());
+    m.forwardSeconds.observe(std::chrono::duration<double>(Clock::now() - sentAt).count());
+    if (!answer.delivered()) {
+      m.forwarded.with({"gateway_error"}).inc();
+      forwarded = http::Response::json(502, json{{"error", "gateway_unreachable"},
+                                                 {"detail", answer.transportError}}.dump());
+      return;
+    }
+    m.forwarded.with({answer.status == 200 ? "accepted" : answer.status == 409 ? "rejected"
+                      : answer.status < 500 ? "bad_request" : "gateway_error"}).inc();
+    forwarded = http::Response::json(answer.status, answer.body);
+  });
+  switch (outcome.result) {
+    case Result::Executed: return *forwarded;
+    case Result::NotLeader:
+    case Result::Drifted:
+      return http::Response::json(409, json{{"error", "not_leader"},
+                                            {"detail", outcome.reason()},
+                                            {"leader", leaderJson(outcome.leader)}}.dump());
+    case Result::Suspended:
+    case Result::Stopping:
+      return http::Response::json(503, json{{"error", outcome.reason()}}.dump());
+    case Result::UnknownAccount: return http::Response::error(404, "unknown account '" + account + "'");
+  }
+  return http::Response::error(500, "unexpected gate result");
+}
+
+std::string Agent::Impl::statusJson() {
+  const auto now = Clock::now();
+  const auto blocks = ownBlocks(now);
+  std::map<std::string, election::AccountStatus, std::less<>> status;
+  for (auto& s : group->status()) status.emplace(s.account, std::move(s));
+  json out;
+  out["instance"] = config.instanceId;
+  out["endpoint"] = endpoint;
+  out["version"] = ZKAGENT_VERSION;
+  out["session"] = {{"state", election::toString(group->sessionState())},
+                    {"id", hexSession(group->sessionId())},
+                    {"timeout_ms", group->negotiatedTimeout().count()}};
+  const auto sinceBeat = link->sinceLastAnswer();
+  out["gateway"] = {{"up", link->up()},
+                    {"heartbeat", link->heartbeatEnabled()},
+                    {"last_heartbeat_age_ms", sinceBeat ? json(sinceBeat->count()) : json(nullptr)},
+                    {"failed_heartbeats", link->missedHeartbeats()}};
+  std::lock_guard lock(mu);
+  out["lifecycle"] = toString(lifecycle);
+  const auto own = tracker.judge(config.instanceId, now, config.health.ttl);
+  out["health"] = {{"status", own.report ? toString(own.report->status) : "unknown"},
+                   {"runtime_ready", runtimeReady()},
+                   {"freshness", toString(own.freshness)},
+                   {"report_seq", own.report ? own.report->reportSeq : 0},
+                   {"report_age_ms", own.report ? json(own.age.count()) : json(nullptr)},
+                   {"interval_ms", config.health.interval.count()},
+                   {"ttl_ms", config.health.ttl.count()},
+                   {"schedulable", blocks.empty() && lifecycle == Lifecycle::Active && !stopping},
+                   {"blocked_reasons", blocks}};
+  json peers = json::array();
+  for (const auto& id : tracker.known()) {
+    const auto seen = tracker.judge(id, now, config.health.ttl);
+    const auto peerBlocks = schedulingBlocks(seen);
+    peers.push_back({{"instance", id},
+                     {"freshness", toString(seen.freshness)},
+                     {"report_age_ms", seen.age.count()},
+                     {"lifecycle", toString(seen.report->lifecycle)},
+                     {"schedulable", peerBlocks.empty()},
+                     {"blocked_reasons", peerBlocks}});
+  }
+  out["peers"] = std::move(peers);
+  json list = json::array();
+  size_t leading = 0;
+  for (const auto& [account, state] : accounts) {
+    auto it = status.find(account);
+    election::AccountStatus s;
+    s.account = account;
+    if (it != status.end()) s = it->second;
+    const bool isLeader = s.role == Role::Leader;
+    leading += isLeader;
+    const auto leader = s.leader;
+    list.push_back({{"account", account},
+                    {"role", election::toString(s.role)},
+                    {"seq", s.seq},
+                    {"token", isLeader ? json(s.seq) : json(nullptr)},
+                    {"standing", s.standing},
+                    {"leader", leaderJson(leader)},
+                    {"since", unixMillis(s.since)},
+                    {"last_reason", s.lastReason},
+                    {"blocked_by_health", state.decision.blockedByHealth},
+                    {"health_report_age_ms", state.healthReportAgeMs ? json(*state.healthReportAgeMs) : json(nullptr)},
+                    {"blocked_reasons", state.decision.blockedReasons},
+                    {"lock_delay_remaining_ms", std::max<int64_t>(0, millisOf(state.lockDelayUntil - now))}});
+  }
+  out["leading"] = leading;
+  out["accounts"] = std::move(list);
+  return out.dump();
+}
+
+std::string Agent::Impl::metricsText() {
+  m.gatewayUp.set(link->up() ? 1 : 0);
+  const auto missed = static_cast<double>(link->missedHeartbeats());
+  if (missed > m.gatewayMissed.value()) m.gatewayMissed.inc(missed - m.gatewayMissed.value());
+  m.runtimeReady.set(runtimeReady() ? 1 : 0);
+  {
+    std::lock_guard lock(mu);
+    const auto now = Clock::now();
+    std::map<Freshness, size_t> counts;
+    for (const auto& id : tracker.known()) ++counts[tracker.judge(id, now, config.health.ttl).freshness];
+    for (auto f : {Freshness::Fresh, Freshness::Stale}) m.peers.with({toString(f)}).set(static_cast<double>(counts[f]));
+  }
+  return registry.expose();
+}
+
+// ---------------------------------------------------------------------------------------------
+
+Agent::Agent(asio::io_context& io, Config config) : impl_(std::make_shared<Impl>(io, std::move(config))) {}
+
+Agent::~Agent() { impl_->closeNow(); }
+
+void Agent::start() {
+  impl_->start();
+  const auto period = impl_->config.health.interval;
+  impl_->every(impl_->healthTimer, period, [](Impl& self) {
+    self.publishHealth();
+    self.pollPeers();
+  });
+  impl_->every(impl_->reconcileTimer, std::min(period, milliseconds(500)),
+               [](Impl& self) { self.reconcile(); });
+}
+
+uint16_t Agent::adminPort() const { return impl_->server->port(); }
+Gate& Agent::gate() { return *impl_; }
+
+void Agent::drain() { impl_->drain(); }
+
+void Agent::shutdown(std::function<void()> done) { impl_->shutdown(std::move(done)); }
+std::string Agent::statusJson() const { return impl_->statusJson(); }
+std::string Agent::metricsText() const { return impl_->metricsText(); }
+
+}  // namespace zkagent::agent

@@ -1,0 +1,277 @@
+// The one config validator: every field is read through FieldReader, which knows the field's
+// full name for the error message and rejects fields it was never asked about.
+#include "zkagent/agent/config.hpp"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "zkagent/election.hpp"
+
+namespace zkagent::agent {
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kMaxMillis = 24LL * 3600 * 1000;
+
+// Reads the fields of one JSON object; `prefix` names the object ("health.").
+class FieldReader {
+ public:
+  FieldReader(const json& object, std::string prefix) : object_(object), prefix_(std::move(prefix)) {}
+
+  std::string name(std::string_view field) const { return prefix_ + std::string(field); }
+  [[noreturn]] void fail(std::string_view field, const std::string& problem) const {
+    throw ConfigError(name(field), problem);
+  }
+
+  const json* find(std::string_view field) {
+    known_.insert(std::string(field));
+    auto it = object_.find(field);
+    return it == object_.end() ? nullptr : &*it;
+  }
+
+  std::string string(std::string_view field, std::string fallback, bool required = false) {
+    const json* value = find(field);
+    if (!value) {
+      if (required) fail(field, "is required");
+      return fallback;
+    }
+    if (!value->is_string()) fail(field, "must be a string");
+    return value->get<std::string>();
+  }
+
+  // Milliseconds as a non-negative integer no larger than a day.
+  Millis millis(std::string_view field, Millis fallback) {
+    const json* value = find(field);
+    if (!value) return fallback;
+    if (!value->is_number_integer()) fail(field, "must be an integer number of milliseconds");
+    const auto ms = value->get<int64_t>();
+    if (ms < 0 || ms > kMaxMillis) fail(field, "must be between 0 and " + std::to_string(kMaxMillis));
+    return Millis(ms);
+  }
+
+  FieldReader object(std::string_view field) {
+    const json* value = find(field);
+    static const json empty = json::object();
+    if (!value) return FieldReader(empty, name(field) + ".");
+    if (!value->is_object()) fail(field, "must be an object");
+    return FieldReader(*value, name(field) + ".");
+  }
+
+  // Call once every field was read: anything else is a typo or a field of another version.
+  void rejectUnknown() const {
+    for (const auto& [key, _] : object_.items()) {
+      if (!known_.contains(key)) fail(key, "unknown field");
+    }
+  }
+
+ private:
+  const json& object_;
+  std::string prefix_;
+  std::set<std::string, std::less<>> known_;
+};
+
+HostPort parseHostPort(const FieldReader& reader, std::string_view field, std::string_view text,
+                       bool allowPortZero) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) {
+    reader.fail(field, "'" + std::string(text) + "' is not host:port");
+  }
+  const std::string portText(text.substr(colon + 1));
+  int port = -1;
+  if (!portText.empty() && portText.size() <= 5 &&
+      portText.find_first_not_of("0123456789") == std::string::npos) {
+    port = std::stoi(portText);
+  }
+  if (port < (allowPortZero ? 0 : 1) || port > 65535) {
+    reader.fail(field, "'" + std::string(text) + "' has no valid port");
+  }
+  return HostPort{std::string(text.substr(0, colon)), static_cast<uint16_t>(port)};
+}
+
+void requirePath(const FieldReader& reader, std::string_view field, const std::string& path) {
+  if (path.size() < 2 || path.front() != '/' || path.back() == '/' ||
+      path.find("//") != std::string::npos) {
+    reader.fail(field, "'" + path + "' must be an absolute znode path like /a/b (no trailing '/')");
+  }
+}
+
+bool isLoopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || host.starts_with("127.");
+}
+
+void addAccount(Config& config, std::set<std::string, std::less<>>& seen, const FieldReader& reader,
+                const std::string& field, std::string account) {
+  if (auto error = election::accountIdError(account)) reader.fail(field, *error);
+  if (!seen.insert(account).second) reader.fail(field, "account '" + account + "' is listed twice");
+  config.accounts.push_back(std::move(account));
+}
+
+void readAccounts(Config& config, FieldReader& top, const std::filesystem::path& baseDir) {
+  std::set<std::string, std::less<>> seen;
+  if (const json* list = top.find("accounts")) {
+    if (!list->is_array()) top.fail("accounts", "must be an array of account ids");
+    for (size_t i = 0; i < list->size(); ++i) {
+      const std::string field = "accounts[" + std::to_string(i) + "]";
+      if (!(*list)[i].is_string()) top.fail(field, "must be a string");
+      addAccount(config, seen, top, field, (*list)[i].get<std::string>());
+    }
+  }
+  const std::string file = top.string("accounts_file", "");
+  if (!file.empty()) {
+    std::filesystem::path path(file);
+    if (path.is_relative()) path = baseDir / path;
+    std::ifstream in(path);
+    if (!in) top.fail("accounts_file", "cannot read '" + path.string() + "'");
+    std::string line;
+    for (int lineNo = 1; std::getline(in, line); ++lineNo) {
+      const auto begin = line.find_first_not_of(" \t\r");
+      if (begin == std::string::npos || line[begin] == '#') continue;
+      const auto end = line.find_last_not_of(" \t\r");
+      addAccount(config, seen, top, "accounts_file line " + std::to_string(lineNo),
+                 line.substr(begin, end - begin + 1));
+    }
+  }
+  if (config.accounts.empty()) top.fail("accounts", "no accounts configured (set accounts or accounts_file)");
+}
+
+}  // namespace
+
+Config parseConfig(std::string_view text, const std::filesystem::path& baseDir) {
+  const json root = json::parse(text, nullptr, false);
+  if (root.is_discarded()) throw ConfigError("config", "not valid JSON");
+  if (!root.is_object()) throw ConfigError("config", "must be a JSON object");
+  Config config;
+  FieldReader top(root, "");
+
+  config.instanceId = top.string("instance_id", "", true);
+  if (auto error = election::accountIdError(config.instanceId)) {
+    top.fail("instance_id", "must match [A-Za-z0-9_.-]{1,128} (" + *error + ")");
+  }
+
+  {
+    auto zk = top.object("zookeeper");
+    config.zookeeper.hosts = zk.string("hosts", "", true);
+    std::stringstream hosts(config.zookeeper.hosts);
+    for (std::string host; std::getline(hosts, host, ',');) parseHostPort(zk, "hosts", host, false);
+    if (config.zookeeper.hosts.empty()) zk.fail("hosts", "is empty");
+    config.zookeeper.sessionTimeout = zk.millis("session_timeout_ms", config.zookeeper.sessionTimeout);
+    if (config.zookeeper.sessionTimeout < Millis(400)) zk.fail("session_timeout_ms", "must be at least 400");
+    config.zookeeper.root = zk.string("root", config.zookeeper.root);
+    requirePath(zk, "root", config.zookeeper.root);
+    config.zookeeper.agentsPath = zk.string("agents_path", config.zookeeper.agentsPath);
+    requirePath(zk, "agents_path", config.zookeeper.agentsPath);
+    zk.rejectUnknown();
+  }
+
+  readAccounts(config, top, baseDir);
+
+  {
+    auto gw = top.object("gateway");
+    const std::string url = gw.string("url", "", true);
+    if (!url.starts_with("http://")) gw.fail("url", "'" + url + "' must start with http://");
+    std::string_view rest = std::string_view(url).substr(7);
+    if (rest.ends_with("/")) rest.remove_suffix(1);
+    if (rest.find('/') != std::string_view::npos) gw.fail("url", "'" + url + "' must not have a path");
+    config.gateway.address = parseHostPort(gw, "url", rest, false);
+    config.gateway.token = gw.string("token", "");
+    config.gateway.heartbeatInterval = gw.millis("heartbeat_interval_ms", config.gateway.heartbeatInterval);
+    config.gateway.heartbeatTimeout = gw.millis("heartbeat_timeout_ms", config.gateway.heartbeatTimeout);
+    if (config.gateway.heartbeatInterval > Millis(0) &&
+        config.gateway.heartbeatTimeout <= 2 * config.gateway.heartbeatInterval) {
+      gw.fail("heartbeat_timeout_ms", "must be more than twice heartbeat_interval_ms (" +
+                                          std::to_string(config.gateway.heartbeatInterval.count()) + ")");
+    }
+    config.gateway.requestTimeout = gw.millis("request_timeout_ms", config.gateway.requestTimeout);
+    if (config.gateway.requestTimeout == Millis(0)) gw.fail("request_timeout_ms", "must be positive");
+    gw.rejectUnknown();
+  }
+
+  {
+    auto admin = top.object("admin");
+    const std::string listen = admin.string("listen", "127.0.0.1:8470");
+    config.admin.listen = parseHostPort(admin, "listen", listen, true);
+    config.admin.token = admin.string("token", "");
+    if (!isLoopback(config.admin.listen.host) && config.admin.token.empty()) {
+      admin.fail("token", "is required when admin.listen is not a loopback address");
+    }
+    config.admin.advertise = admin.string("advertise", "");
+    admin.rejectUnknown();
+  }
+
+  {
+    auto health = top.object("health");
+    config.health.interval = health.millis("interval_ms", config.health.interval);
+    config.health.ttl = health.millis("ttl_ms", config.health.ttl);
+    if (config.health.interval == Millis(0)) health.fail("interval_ms", "must be positive");
+    if (config.health.ttl < config.health.interval) {
+      health.fail("ttl_ms", "must be at least interval_ms (" +
+                                std::to_string(config.health.interval.count()) + ")");
+    }
+    health.rejectUnknown();
+  }
+
+  config.lockDelay = top.millis("lock_delay_ms", config.lockDelay);
+  const std::string gate = top.string("gate", "fast");
+  if (gate != "fast" && gate != "strict") top.fail("gate", "must be \"fast\" or \"strict\"");
+  config.gate = gate == "strict" ? GateMode::Strict : GateMode::Fast;
+  config.shutdownTimeout = top.millis("shutdown_timeout_ms", config.shutdownTimeout);
+  if (config.shutdownTimeout == Millis(0)) top.fail("shutdown_timeout_ms", "must be positive");
+
+  {
+    auto log = top.object("log");
+    const std::string format = log.string("format", "text");
+    if (format != "text" && format != "json") log.fail("format", "must be \"text\" or \"json\"");
+    config.log.format = format == "json" ? LogFormat::Json : LogFormat::Text;
+    config.log.level = log.string("level", "info");
+    static const std::set<std::string, std::less<>> levels{"trace", "debug", "info", "warn",
+                                                           "error", "critical", "off"};
+    if (!levels.contains(config.log.level)) {
+      log.fail("level", "must be one of trace, debug, info, warn, error, critical, off");
+    }
+    log.rejectUnknown();
+  }
+
+  top.rejectUnknown();
+  return config;
+}
+
+Config loadConfig(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError("config", "cannot read '" + path.string() + "'");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parseConfig(text.str(), path.parent_path());
+}
+
+std::string describe(const Config& c) {
+  auto hostPort = [](const HostPort& a) { return a.host + ":" + std::to_string(a.port); };
+  json out{
+      {"instance_id", c.instanceId},
+      {"zookeeper",
+       {{"hosts", c.zookeeper.hosts},
+        {"session_timeout_ms", c.zookeeper.sessionTimeout.count()},
+        {"root", c.zookeeper.root},
+        {"agents_path", c.zookeeper.agentsPath}}},
+      {"accounts", c.accounts},
+      {"gateway",
+       {{"url", "http://" + hostPort(c.gateway.address)},
+        {"token", c.gateway.token.empty() ? "" : "(set)"},
+        {"heartbeat_interval_ms", c.gateway.heartbeatInterval.count()},
+        {"heartbeat_timeout_ms", c.gateway.heartbeatTimeout.count()},
+        {"request_timeout_ms", c.gateway.requestTimeout.count()}}},
+      {"admin",
+       {{"listen", hostPort(c.admin.listen)},
+        {"token", c.admin.token.empty() ? "" : "(set)"},
+        {"advertise", c.admin.advertise}}},
+      {"health", {{"interval_ms", c.health.interval.count()}, {"ttl_ms", c.health.ttl.count()}}},
+      {"lock_delay_ms", c.lockDelay.count()},
+      {"gate", c.gate == GateMode::Strict ? "strict" : "fast"},
+      {"shutdown_timeout_ms", c.shutdownTimeout.count()},
+      {"log", {{"format", c.log.format == LogFormat::Json ? "json" : "text"}, {"level", c.log.level}}}};
+  return out.dump(2);
+}
+
+}  // namespace zkagent::agent

@@ -1,0 +1,94 @@
+#include "gateway_link.hpp"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+
+namespace zkagent::agent::detail {
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+http::ClientOptions clientOptions(const Config::Gateway& config, std::chrono::milliseconds timeout,
+                                  size_t idle) {
+  http::ClientOptions options;
+  options.host = config.address.host;
+  options.port = config.address.port;
+  options.connectTimeout = std::min(timeout, std::chrono::milliseconds(2000));
+  options.requestTimeout = timeout;
+  options.bearerToken = config.token;
+  options.maxIdleConnections = idle;
+  options.asyncThreads = 1;
+  return options;
+}
+}  // namespace
+
+GatewayLink::GatewayLink(asio::io_context& io, const Config::Gateway& config, std::string instanceId)
+    : config_(config),
+      heartbeatTarget_("/healthz?instance=" + instanceId),
+      timer_(asio::make_strand(io)),  // tick and answered never run at once
+      heartbeats_(clientOptions(config, config.heartbeatTimeout, 1)),
+      operations_(clientOptions(config, config.requestTimeout, 64)) {
+  if (!heartbeatEnabled()) up_ = true;
+}
+
+void GatewayLink::start(ChangeHandler onChange) {
+  onChange_ = std::move(onChange);
+  if (heartbeatEnabled()) tick();
+}
+
+void GatewayLink::stop() {
+  stopped_ = true;
+  asio::post(timer_.get_executor(), [self = shared_from_this()] { self->timer_.cancel(); });
+}
+
+std::optional<std::chrono::milliseconds> GatewayLink::sinceLastAnswer() const {
+  std::lock_guard lock(mu_);
+  if (!lastAnswer_) return std::nullopt;
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - *lastAnswer_);
+}
+
+http::ClientResponse GatewayLink::forward(std::string body) {
+  return operations_.post("/v1/ops", std::move(body));
+}
+
+// Timer: judge the link, then send the next beat unless the previous one is still out (a
+// blackholed beat is bounded by the client's request timeout == heartbeatTimeout).
+void GatewayLink::tick() {
+  if (stopped_) return;
+  {
+    std::lock_guard lock(mu_);
+    const bool fresh = lastAnswer_ && Clock::now() - *lastAnswer_ <= config_.heartbeatTimeout;
+    if (!fresh && up_) setUp(false);
+  }
+  if (!inFlight_) {
+    inFlight_ = true;
+    heartbeats_.asyncRequest(http::Method::Get, heartbeatTarget_, "",
+                             [self = shared_from_this()](http::ClientResponse response) {
+                               const bool ok = response.delivered() && response.status == 200;
+                               asio::post(self->timer_.get_executor(), [self, ok] { self->answered(ok); });
+                             });
+  }
+  timer_.expires_after(config_.heartbeatInterval);
+  timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (!ec) self->tick();
+  });
+}
+
+void GatewayLink::answered(bool ok) {
+  inFlight_ = false;
+  if (stopped_) return;
+  if (!ok) {
+    ++missed_;
+    return;
+  }
+  std::lock_guard lock(mu_);
+  lastAnswer_ = Clock::now();
+  if (!up_) setUp(true);
+}
+
+void GatewayLink::setUp(bool up) {
+  up_ = up;
+  if (onChange_) asio::post(timer_.get_executor(), [cb = onChange_, up] { cb(up); });
+}
+
+}  // namespace zkagent::agent::detail

@@ -1,0 +1,59 @@
+// The agent's link to the fencing-gateway (seed 002): a heartbeat (GET /healthz over a kept-alive
+// connection) every interval; no answer for `heartbeatTimeout` marks the link down, the next
+// answer marks it up again (the client reconnects by itself). Detection is bounded by
+// heartbeatTimeout + heartbeatInterval. The gateway sees the agent's instance id on every
+// heartbeat (`?instance=`), so it can tell when an agent has gone quiet. Interval 0 disables
+// the heartbeat and the link counts as up.
+#pragma once
+
+#include <atomic>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "zkagent/agent/config.hpp"
+#include "zkagent/http.hpp"
+
+namespace zkagent::agent::detail {
+
+class GatewayLink : public std::enable_shared_from_this<GatewayLink> {
+ public:
+  using ChangeHandler = std::function<void(bool up)>;
+
+  GatewayLink(boost::asio::io_context& io, const Config::Gateway& config, std::string instanceId);
+
+  void start(ChangeHandler onChange);  // onChange runs on the io_context
+  void stop();
+
+  bool up() const { return up_.load(); }
+  bool heartbeatEnabled() const { return config_.heartbeatInterval.count() > 0; }
+  // Time since the last answered heartbeat; nullopt before the first one.
+  std::optional<std::chrono::milliseconds> sinceLastAnswer() const;
+  uint64_t missedHeartbeats() const { return missed_.load(); }
+
+  // POST /v1/ops, blocking the calling thread (at most connect + 2 x request timeout).
+  http::ClientResponse forward(std::string body);
+
+ private:
+  void tick();
+  void answered(bool ok);
+  void setUp(bool up);
+
+  const Config::Gateway config_;
+  const std::string heartbeatTarget_;
+  boost::asio::steady_timer timer_;
+  http::Client heartbeats_;  // its own connection: a busy forwarding pool never delays a beat
+  http::Client operations_;
+  std::atomic<bool> up_{false};
+  std::atomic<bool> stopped_{false};
+  std::atomic<uint64_t> missed_{0};
+  bool inFlight_ = false;  // timer/handler state, only touched on the io_context
+  mutable std::mutex mu_;
+  std::optional<std::chrono::steady_clock::time_point> lastAnswer_;
+  ChangeHandler onChange_;
+};
+
+}  // namespace zkagent::agent::detail

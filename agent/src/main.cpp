@@ -1,0 +1,113 @@
+// zk-agent --config agent.json: runs the agent until SIGTERM/SIGINT (docs/operator-guide.md).
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cstdio>
+#include <iostream>
+#include <spdlog/spdlog.h>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "logging.hpp"
+#include "zkagent/agent.hpp"
+
+namespace {
+
+constexpr std::string_view kUsage = R"(usage: zk-agent --config FILE [--check-config]
+       zk-agent --help | --version
+
+Joins the leader election of every configured account on one ZooKeeper session, lets an
+account's operations through to the fencing-gateway only while this host leads it, and serves
+the admin API (status, metrics, drain, resign, ops).
+
+  --config FILE    the JSON configuration (docs/configuration.md)
+  --check-config   validate FILE, print the effective configuration, exit 0 (2 when invalid)
+  --help           this text
+  --version        the version
+
+On start it prints "LISTENING HOST:PORT" (the admin address) on stdout. SIGTERM or SIGINT:
+refuse new operations, resign every account, close the session, exit 0.
+)";
+
+int run(const zkagent::agent::Config& config) {
+  using namespace zkagent::agent;
+  setUpLogging(config.log);
+  boost::asio::io_context io;
+  Agent agent(io, config);
+  agent.start();
+  std::printf("LISTENING %s:%u\n", config.admin.listen.host.c_str(), agent.adminPort());
+  std::fflush(stdout);
+  spdlog::info("zk-agent {} started instance={} accounts={} admin={}:{}", ZKAGENT_VERSION,
+               config.instanceId, config.accounts.size(), config.admin.listen.host, agent.adminPort());
+
+  boost::asio::signal_set signals(io, SIGTERM, SIGINT);
+  boost::asio::steady_timer deadline(io);
+  signals.async_wait([&](const boost::system::error_code& ec, int signal) {
+    if (ec) return;
+    spdlog::info("signal {} received", signal);
+    // The bound on shutdown: an unreachable ZooKeeper must not keep the process alive.
+    deadline.expires_after(config.shutdownTimeout);
+    deadline.async_wait([&io](const boost::system::error_code& e) {
+      if (e) return;
+      spdlog::warn("shutdown did not finish in time; exiting anyway");
+      io.stop();
+    });
+    agent.shutdown([&io] { io.stop(); });
+  });
+
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) threads.emplace_back([&io] { io.run(); });
+  io.run();
+  for (auto& t : threads) t.join();
+  spdlog::info("exiting");
+  flushLogs();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string_view> args(argv + 1, argv + argc);
+  std::string_view configPath;
+  bool checkOnly = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--help" || args[i] == "-h") {
+      std::cout << kUsage;
+      return 0;
+    }
+    if (args[i] == "--version") {
+      std::cout << "zk-agent " << ZKAGENT_VERSION << "\n";
+      return 0;
+    }
+    if (args[i] == "--check-config") {
+      checkOnly = true;
+    } else if (args[i] == "--config" && i + 1 < args.size()) {
+      configPath = args[++i];
+    } else {
+      std::cerr << "zk-agent: unknown argument '" << args[i] << "'\n" << kUsage;
+      return 2;
+    }
+  }
+  if (configPath.empty()) {
+    std::cerr << "zk-agent: --config FILE is required\n" << kUsage;
+    return 2;
+  }
+  zkagent::agent::Config config;
+  try {
+    config = zkagent::agent::loadConfig(std::string(configPath));
+  } catch (const zkagent::agent::ConfigError& e) {
+    std::cerr << "zk-agent: invalid config " << configPath << ": " << e.what() << "\n";
+    return 2;
+  }
+  if (checkOnly) {
+    std::cout << zkagent::agent::describe(config) << "\n";
+    return 0;
+  }
+  try {
+    return run(config);
+  } catch (const std::exception& e) {
+    std::cerr << "zk-agent: " << e.what() << "\n";
+    return 1;
+  }
+}

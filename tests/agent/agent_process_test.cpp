@@ -1,0 +1,387 @@
+// zk-agent as operators run it: real ZooKeeper, a real fencing-gateway process, real zk-agent
+// processes, real faults (kill -9, SIGSTOP/SIGCONT, a blackholing proxy to the gateway).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "zkagent/http.hpp"
+#include "zktest/child_process.hpp"
+#include "zktest/deadline.hpp"
+#include "zktest/tcp_proxy.hpp"
+#include "zktest/zookeeper_server.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using zktest::ChildProcess;
+using zktest::eventually;
+using std::chrono::milliseconds;
+
+constexpr int kSessionTimeoutMs = 1500;
+
+uint16_t portOf(const std::string& listeningLine) {
+  return static_cast<uint16_t>(std::stoi(listeningLine.substr(listeningLine.rfind(':') + 1)));
+}
+
+std::vector<std::string> accountNames(size_t n) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < n; ++i) out.push_back("acct-" + std::to_string(i));
+  return out;
+}
+
+struct AgentProcess {
+  std::string id;
+  std::unique_ptr<ChildProcess> process;
+  uint16_t port = 0;
+  std::unique_ptr<zkagent::http::Client> client;
+
+  json status() const {
+    auto r = client->get("/v1/status");
+    if (!r.delivered() || r.status != 200) return json();
+    return json::parse(r.body, nullptr, false);
+  }
+  // Accounts this agent leads right now, by its own status.
+  std::set<std::string> leading() const {
+    std::set<std::string> out;
+    const auto s = status();
+    if (!s.is_object()) return out;
+    for (const auto& a : s["accounts"]) {
+      if (a["role"] == "LEADER") out.insert(a["account"].get<std::string>());
+    }
+    return out;
+  }
+  json account(const std::string& name) const {
+    for (const auto& a : status().value("accounts", json::array())) {
+      if (a["account"] == name) return a;
+    }
+    return json();
+  }
+  zkagent::http::ClientResponse op(const std::string& account, const std::string& opId) const {
+    return client->post("/v1/accounts/" + account + "/ops",
+                        json{{"opId", opId}, {"payload", {{"text", "hello"}}}}.dump());
+  }
+};
+
+class AgentProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    zk_ = &zktest::sharedZooKeeper();
+    root_ = zktest::uniqueTestRoot();
+    dir_ = std::filesystem::temp_directory_path() /
+           ("zk-agent-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
+    std::filesystem::create_directories(dir_ / "gateway");
+    gateway_ = std::make_unique<ChildProcess>(
+        zktest::binaryPath("fencing-gateway").string(),
+        std::vector<std::string>{"--listen", "127.0.0.1:0", "--data-dir", (dir_ / "gateway").string(),
+                                 "--zk", zk_->connectString(), "--root", root_ + "/accounts"},
+        dir_ / "gateway.log");
+    gatewayPort_ = portOf(waitForListening(*gateway_, dir_ / "gateway.log"));
+  }
+
+  void TearDown() override {
+    agents_.clear();
+    gateway_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  // The gateway writes to a file (its log is long); LISTENING is its first stdout line.
+  static std::string waitForListening(ChildProcess& process, const std::filesystem::path& log) {
+    std::string line;
+    EXPECT_TRUE(eventually(
+        [&] {
+          std::ifstream in(log);
+          for (std::string l; std::getline(in, l);) {
+            if (l.starts_with("LISTENING ")) {
+              line = l;
+              return true;
+            }
+          }
+          return !process.running();
+        },
+        30s));
+    if (line.empty()) throw std::runtime_error("no LISTENING line from " + process.name());
+    return line;
+  }
+
+  json agentConfig(const std::string& id, const std::vector<std::string>& accounts, uint16_t gatewayPort) {
+    return {{"instance_id", id},
+            {"zookeeper",
+             {{"hosts", zk_->connectString()},
+              {"session_timeout_ms", kSessionTimeoutMs},
+              {"root", root_ + "/accounts"},
+              {"agents_path", root_ + "/agents"}}},
+            {"accounts", accounts},
+            {"gateway",
+             {{"url", "http://127.0.0.1:" + std::to_string(gatewayPort)},
+              {"heartbeat_interval_ms", 200},
+              {"heartbeat_timeout_ms", 700},
+              {"request_timeout_ms", 1000}}},
+            {"admin", {{"listen", "127.0.0.1:0"}}},
+            {"health", {{"interval_ms", 200}, {"ttl_ms", 1000}}},
+            {"shutdown_timeout_ms", 3000}};
+  }
+
+  std::filesystem::path writeConfig(const std::string& name, const json& config) {
+    const auto path = dir_ / (name + ".json");
+    std::ofstream(path) << config.dump(2);
+    return path;
+  }
+
+  AgentProcess& startAgent(const json& config) {
+    const std::string id = config["instance_id"];
+    auto process = std::make_unique<ChildProcess>(zktest::binaryPath("zk-agent").string(),
+                                                  std::vector<std::string>{"--config", writeConfig(id, config).string()});
+    const auto port = portOf(process->waitForLine("LISTENING ", 20s));
+    zkagent::http::ClientOptions options;
+    options.port = port;
+    options.requestTimeout = 3000ms;
+    agents_.push_back(std::make_unique<AgentProcess>(
+        AgentProcess{id, std::move(process), port, std::make_unique<zkagent::http::Client>(options)}));
+    return *agents_.back();
+  }
+
+  AgentProcess& startAgent(const std::string& id, const std::vector<std::string>& accounts) {
+    return startAgent(agentConfig(id, accounts, gatewayPort_));
+  }
+
+  // Every account is led by exactly one of `agents` (each judged by its own status).
+  static bool allLedBy(const std::vector<AgentProcess*>& agents, const std::vector<std::string>& accounts) {
+    std::map<std::string, int> leaders;
+    for (auto* a : agents) {
+      for (const auto& account : a->leading()) ++leaders[account];
+    }
+    for (const auto& account : accounts) {
+      if (leaders[account] != 1) return false;
+    }
+    return true;
+  }
+
+  static bool schedulableAsSeenBy(const AgentProcess& reader, const std::string& peer) {
+    for (const auto& p : reader.status().value("peers", json::array())) {
+      if (p["instance"] == peer) return p["schedulable"].get<bool>();
+    }
+    return false;
+  }
+
+  zktest::ZooKeeperServer* zk_ = nullptr;
+  std::string root_;
+  std::filesystem::path dir_;
+  std::unique_ptr<ChildProcess> gateway_;
+  uint16_t gatewayPort_ = 0;
+  std::vector<std::unique_ptr<AgentProcess>> agents_;
+  static inline int counter_ = 0;
+};
+
+TEST_F(AgentProcessTest, KillNineOfALeaderHasEveryAccountLedAgainWithinTheSessionTimeout) {
+  const auto accounts = accountNames(50);
+  auto& a = startAgent("host-a", accounts);
+  ASSERT_TRUE(eventually([&] { return a.leading().size() == accounts.size(); }, 15s)) << a.status().dump();
+  auto& b = startAgent("host-b", accounts);
+  auto& c = startAgent("host-c", accounts);
+  ASSERT_TRUE(eventually([&] { return schedulableAsSeenBy(a, "host-b") && schedulableAsSeenBy(a, "host-c"); }, 10s));
+
+  a.process->kill();
+  // Detection is the session timeout; the margin covers the election and a loaded machine.
+  ASSERT_TRUE(eventually([&] { return allLedBy({&b, &c}, accounts); }, milliseconds(kSessionTimeoutMs + 6000)))
+      << b.status().dump() << c.status().dump();
+  EXPECT_EQ(b.op("acct-0", "after-kill").status + c.op("acct-0", "after-kill-c").status, 200 + 409)
+      << "exactly one of the survivors leads acct-0 and the gateway accepts its operation";
+}
+
+TEST_F(AgentProcessTest, SigtermHandsEveryAccountOverWithoutWaitingForTheSessionToExpire) {
+  const auto accounts = accountNames(50);
+  auto config = [&](const std::string& id) {
+    auto c = agentConfig(id, accounts, gatewayPort_);
+    c["zookeeper"]["session_timeout_ms"] = 20000;  // a handover that waited for expiry would time out below
+    return c;
+  };
+  auto& a = startAgent(config("host-a"));
+  ASSERT_TRUE(eventually([&] { return a.leading().size() == accounts.size(); }, 15s));
+  auto& b = startAgent(config("host-b"));
+  auto& c = startAgent(config("host-c"));
+  ASSERT_TRUE(eventually([&] { return schedulableAsSeenBy(a, "host-b") && schedulableAsSeenBy(a, "host-c"); }, 10s));
+
+  a.process->signal(SIGTERM);
+  EXPECT_TRUE(a.process->wait(5s).exitedWith(0)) << a.process->transcript();
+  EXPECT_NE(a.process->stderrText().find("stopped instance=host-a"), std::string::npos);
+  ASSERT_TRUE(eventually([&] { return allLedBy({&b, &c}, accounts); }, 5s)) << b.status().dump();
+}
+
+TEST_F(AgentProcessTest, PausedLeaderResumedAfterExpiryHasNoOperationAccepted) {
+  const std::vector<std::string> accounts{"acct-0", "acct-1", "acct-2"};
+  auto& a = startAgent("host-a", accounts);
+  ASSERT_TRUE(eventually([&] { return a.leading().size() == accounts.size(); }, 15s));
+  ASSERT_EQ(a.op("acct-0", "before-pause").status, 200);
+  auto bConfig = agentConfig("host-b", accounts, gatewayPort_);
+  bConfig["lock_delay_ms"] = 300;
+  auto& b = startAgent(bConfig);
+  ASSERT_TRUE(eventually([&] { return schedulableAsSeenBy(a, "host-b"); }, 10s));
+
+  a.process->signal(SIGSTOP);
+  ASSERT_TRUE(eventually([&] { return b.leading().size() == accounts.size(); }, 10s)) << b.status().dump();
+  a.process->signal(SIGCONT);
+
+  // Whatever the resumed agent sends now, with its old tokens, the gateway must refuse.
+  int answered = 0;
+  zktest::Deadline deadline(2000ms);
+  for (int i = 0; !deadline.passed(); ++i) {
+    for (const auto& account : accounts) {
+      auto r = a.op(account, "resumed-" + std::to_string(i) + "-" + account);
+      if (!r.delivered()) continue;
+      ++answered;
+      EXPECT_NE(r.status, 200) << "an operation of the paused leader was accepted: " << r.body;
+    }
+  }
+  EXPECT_GT(answered, 0) << "the resumed agent answered nothing";
+  // The successor took over from an expired session: lock-delay applied, then its ops pass.
+  EXPECT_NE(b.process->stderrText().find("lock delay account="), std::string::npos);
+  EXPECT_EQ(b.op("acct-0", "successor").status, 200);
+}
+
+TEST_F(AgentProcessTest, DrainWithoutSuccessorBlocksWithReasonsThenHandsOverWhenOneAppears) {
+  const std::vector<std::string> accounts{"acct-0", "acct-1", "acct-2"};
+  auto& a = startAgent("host-a", accounts);
+  ASSERT_TRUE(eventually([&] { return a.leading().size() == accounts.size(); }, 15s));
+
+  ChildProcess ctl(zktest::binaryPath("zk-agentctl").string(),
+                   {"--admin", "127.0.0.1:" + std::to_string(a.port), "drain"});
+  ASSERT_TRUE(ctl.wait(10s).exitedWith(0)) << ctl.transcript();
+
+  // Fail closed: nobody to hand over to, so it keeps leading and says why.
+  ASSERT_TRUE(eventually([&] {
+    const auto acct = a.account("acct-1");
+    return acct.is_object() && acct["blocked_reasons"] == json::array({"no_successor"});
+  }, 5s)) << a.status().dump();
+  EXPECT_EQ(a.status()["lifecycle"], "leaving");
+  EXPECT_EQ(a.leading().size(), accounts.size());
+  EXPECT_EQ(a.op("acct-1", "while-draining").status, 200) << "a blocked drain keeps serving";
+
+  auto& b = startAgent("host-b", accounts);
+  ASSERT_TRUE(eventually([&] { return b.leading().size() == accounts.size(); }, 10s)) << a.status().dump();
+  ASSERT_TRUE(eventually([&] { return a.status()["lifecycle"] == "drained"; }, 5s)) << a.status().dump();
+  EXPECT_TRUE(a.leading().empty());
+}
+
+TEST_F(AgentProcessTest, DrainHandsEveryAccountToTheSchedulableSuccessor) {
+  const auto accounts = accountNames(10);
+  auto& a = startAgent("host-a", accounts);
+  ASSERT_TRUE(eventually([&] { return a.leading().size() == accounts.size(); }, 15s));
+  auto& b = startAgent("host-b", accounts);
+  ASSERT_TRUE(eventually([&] { return schedulableAsSeenBy(a, "host-b"); }, 10s));
+
+  EXPECT_EQ(a.client->post("/v1/drain", "").status, 202);
+  ASSERT_TRUE(eventually([&] { return a.status()["lifecycle"] == "drained"; }, 10s)) << a.status().dump();
+  EXPECT_TRUE(a.leading().empty());
+  EXPECT_TRUE(eventually([&] { return b.leading().size() == accounts.size(); }, 5s));
+  const auto refused = a.op("acct-0", "drained-op");
+  EXPECT_EQ(refused.status, 409);
+  EXPECT_EQ(json::parse(refused.body)["leader"]["instance"], "host-b") << refused.body;
+  EXPECT_EQ(a.client->get("/readyz").status, 503);
+}
+
+TEST_F(AgentProcessTest, LeaderThatLosesTheGatewayHandsOverOnlyToAReadyAgent) {
+  const std::vector<std::string> accounts{"acct-0", "acct-1", "acct-2", "acct-3"};
+  zktest::TcpProxy proxy(gatewayPort_);
+  auto& a = startAgent(agentConfig("host-a", accounts, proxy.port()));
+  ASSERT_TRUE(eventually([&] { return a.leading().size() == accounts.size(); }, 15s));
+
+  // No ready successor: a leader that lost its gateway keeps leading and says why.
+  proxy.setMode(zktest::TcpProxy::Mode::blackhole);
+  ASSERT_TRUE(eventually([&] { return a.client->get("/readyz").status == 503; }, 5s));
+  ASSERT_TRUE(eventually([&] { return a.account("acct-0")["blocked_reasons"] == json::array({"no_successor"}); }, 5s))
+      << a.status().dump();
+  EXPECT_EQ(a.leading().size(), accounts.size());
+
+  auto& b = startAgent("host-b", accounts);
+  ASSERT_TRUE(eventually([&] { return b.leading().size() == accounts.size(); }, 10s)) << a.status().dump();
+  EXPECT_TRUE(a.leading().empty());
+  const auto health = a.status()["health"];
+  EXPECT_EQ(health["blocked_reasons"], json::array({"runtime_not_ready"})) << health.dump();
+  EXPECT_EQ(b.op("acct-0", "via-b").status, 200);
+
+  // Link back: A stands again, at the back of the queue; B keeps leading.
+  proxy.setMode(zktest::TcpProxy::Mode::pass);
+  ASSERT_TRUE(eventually([&] { return a.account("acct-0")["standing"] == true; }, 10s)) << a.status().dump();
+  EXPECT_EQ(b.leading().size(), accounts.size());
+}
+
+TEST_F(AgentProcessTest, StatusReportsEveryDocumentedFieldAndMetricsPassPromtool) {
+  auto& a = startAgent("host-a", {"acct-0", "acct-1"});
+  ASSERT_TRUE(eventually([&] { return a.leading().size() == 2; }, 15s));
+  ASSERT_EQ(a.op("acct-0", "one").status, 200);
+  EXPECT_EQ(a.op("acct-0", "one").status, 200) << "a retried opId gets the first answer";
+  EXPECT_EQ(a.op("nope", "x").status, 404);
+  EXPECT_EQ(a.client->post("/v1/accounts/acct-0/ops", "[1,2]").status, 400);
+
+  const auto s = a.status();
+  for (const char* key : {"instance", "session", "lifecycle", "health", "gateway", "peers", "accounts"}) {
+    EXPECT_TRUE(s.contains(key)) << key;
+  }
+  EXPECT_EQ(s["session"]["state"], "CONNECTED");
+  EXPECT_TRUE(s["session"]["timeout_ms"].is_number());
+  EXPECT_EQ(s["lifecycle"], "active");
+  EXPECT_EQ(s["health"]["freshness"], "fresh");
+  EXPECT_EQ(s["health"]["status"], "alive");
+  const auto acct = a.account("acct-0");
+  for (const char* key : {"role", "seq", "token", "leader", "since", "last_reason", "blocked_by_health",
+                          "health_report_age_ms", "blocked_reasons"}) {
+    EXPECT_TRUE(acct.contains(key)) << key;
+  }
+  EXPECT_EQ(acct["token"], acct["seq"]);
+  EXPECT_EQ(acct["leader"]["instance"], "host-a");
+  EXPECT_EQ(a.client->get("/readyz").status, 200);
+  EXPECT_EQ(a.client->get("/healthz").status, 200);
+
+  const auto metrics = a.client->get("/metrics");
+  ASSERT_EQ(metrics.status, 200);
+  for (const char* family : {"zkagent_accounts{role=\"LEADER\"} 2", "zkagent_leadership_transitions_total",
+                             "zkagent_session_state", "zkagent_session_expirations_total",
+                             "zkagent_gate_decisions_total{result=\"executed\"}", "zkagent_forwarded_ops_total",
+                             "zkagent_failover_duration_seconds_bucket", "zkagent_health_report_age_seconds",
+                             "zkagent_lifecycle{lifecycle=\"active\"} 1"}) {
+    EXPECT_NE(metrics.body.find(family), std::string::npos) << family;
+  }
+  EXPECT_EQ(metrics.body.find("acct-0"), std::string::npos) << "no account ids as labels";
+  const auto file = dir_ / "metrics.txt";
+  std::ofstream(file) << metrics.body;
+  ChildProcess promtool("/bin/sh", {"-c", "promtool check metrics < " + file.string()});
+  EXPECT_TRUE(promtool.wait(30s).exitedWith(0)) << promtool.transcript();
+}
+
+TEST_F(AgentProcessTest, BadConfigsAreRejectedNamingTheField) {
+  struct Case {
+    std::function<void(json&)> mutate;
+    std::string field;
+  };
+  const std::vector<Case> cases = {
+      {[](json& c) { c["health"]["ttl_ms"] = 100; }, "health.ttl_ms"},
+      {[](json& c) { c["accounts"] = {"ok", "no/slash"}; }, "accounts[1]"},
+      {[](json& c) { c["gateway"].erase("url"); }, "gateway.url"},
+      {[](json& c) { c["zookeeper"]["hosts"] = "zk-without-port"; }, "zookeeper.hosts"},
+  };
+  for (const auto& bad : cases) {
+    auto config = agentConfig("host-bad", {"acct-0"}, gatewayPort_);
+    bad.mutate(config);
+    ChildProcess agent(zktest::binaryPath("zk-agent").string(), {"--config", writeConfig("bad", config).string()});
+    EXPECT_TRUE(agent.wait(10s).exitedWith(2)) << bad.field;
+    EXPECT_NE(agent.stderrText().find(bad.field + ":"), std::string::npos) << agent.stderrText();
+    EXPECT_TRUE(agent.stdoutLines().empty()) << "it must not start half-configured";
+  }
+  ChildProcess check(zktest::binaryPath("zk-agent").string(),
+                     {"--config", writeConfig("good", agentConfig("host-ok", {"acct-0"}, gatewayPort_)).string(),
+                      "--check-config"});
+  EXPECT_TRUE(check.wait(10s).exitedWith(0)) << check.transcript();
+  ChildProcess version(zktest::binaryPath("zk-agent").string(), {"--version"});
+  EXPECT_EQ(version.readLine(10s).rfind("zk-agent ", 0), 0u);
+}
+
+}  // namespace

@@ -1,0 +1,131 @@
+// The config validator: every bad field is rejected with its name; good configs get defaults.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "zkagent/agent/config.hpp"
+
+namespace {
+
+using zkagent::agent::ConfigError;
+using zkagent::agent::parseConfig;
+using nlohmann::json;
+
+json validConfig() {
+  return {{"instance_id", "host-a"},
+          {"zookeeper", {{"hosts", "127.0.0.1:2181"}}},
+          {"accounts", {"acct-1", "acct-2"}},
+          {"gateway", {{"url", "http://127.0.0.1:8480"}}}};
+}
+
+// The field a config is rejected for, or "" when it is accepted.
+std::string rejectedField(const json& config) {
+  try {
+    parseConfig(config.dump());
+    return "";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(e.field()), std::string::npos) << e.what();
+    return e.field();
+  }
+}
+
+TEST(AgentConfig, MinimalConfigGetsDocumentedDefaults) {
+  const auto c = parseConfig(validConfig().dump());
+  EXPECT_EQ(c.instanceId, "host-a");
+  EXPECT_EQ(c.accounts, (std::vector<std::string>{"acct-1", "acct-2"}));
+  EXPECT_EQ(c.zookeeper.sessionTimeout.count(), 10000);
+  EXPECT_EQ(c.zookeeper.root, "/wx-accounts");
+  EXPECT_EQ(c.zookeeper.agentsPath, "/zkagent/agents");
+  EXPECT_EQ(c.health.interval.count(), 5000);
+  EXPECT_EQ(c.health.ttl.count(), 30000);
+  EXPECT_EQ(c.gateway.address.host, "127.0.0.1");
+  EXPECT_EQ(c.gateway.address.port, 8480);
+  EXPECT_EQ(c.admin.listen.host, "127.0.0.1");
+  EXPECT_EQ(c.lockDelay.count(), 0);
+}
+
+struct BadCase {
+  const char* name;
+  std::function<void(json&)> mutate;
+  const char* field;
+};
+
+TEST(AgentConfig, EachBadFieldIsRejectedByName) {
+  const std::vector<BadCase> cases = {
+      {"missing instance", [](json& c) { c.erase("instance_id"); }, "instance_id"},
+      {"instance with slash", [](json& c) { c["instance_id"] = "a/b"; }, "instance_id"},
+      {"missing hosts", [](json& c) { c["zookeeper"].erase("hosts"); }, "zookeeper.hosts"},
+      {"host without port", [](json& c) { c["zookeeper"]["hosts"] = "zk1"; }, "zookeeper.hosts"},
+      {"session timeout as string", [](json& c) { c["zookeeper"]["session_timeout_ms"] = "10s"; },
+       "zookeeper.session_timeout_ms"},
+      {"tiny session timeout", [](json& c) { c["zookeeper"]["session_timeout_ms"] = 10; },
+       "zookeeper.session_timeout_ms"},
+      {"relative root", [](json& c) { c["zookeeper"]["root"] = "wx"; }, "zookeeper.root"},
+      {"no accounts", [](json& c) { c["accounts"] = json::array(); }, "accounts"},
+      {"bad account id", [](json& c) { c["accounts"] = {"ok", "bad id"}; }, "accounts[1]"},
+      {"duplicate account", [](json& c) { c["accounts"] = {"a", "a"}; }, "accounts[1]"},
+      {"missing accounts file", [](json& c) { c["accounts_file"] = "/nonexistent/accounts.txt"; },
+       "accounts_file"},
+      {"gateway url https", [](json& c) { c["gateway"]["url"] = "https://gw:1"; }, "gateway.url"},
+      {"gateway url path", [](json& c) { c["gateway"]["url"] = "http://gw:1/x"; }, "gateway.url"},
+      {"heartbeat timeout too short",
+       [](json& c) { c["gateway"]["heartbeat_interval_ms"] = 1000, c["gateway"]["heartbeat_timeout_ms"] = 2000; },
+       "gateway.heartbeat_timeout_ms"},
+      {"zero health interval", [](json& c) { c["health"] = {{"interval_ms", 0}}; }, "health.interval_ms"},
+      {"ttl below interval", [](json& c) { c["health"] = {{"interval_ms", 5000}, {"ttl_ms", 4000}}; },
+       "health.ttl_ms"},
+      {"negative lock delay", [](json& c) { c["lock_delay_ms"] = -1; }, "lock_delay_ms"},
+      {"unknown gate", [](json& c) { c["gate"] = "slow"; }, "gate"},
+      {"public admin without token", [](json& c) { c["admin"] = {{"listen", "0.0.0.0:8470"}}; },
+       "admin.token"},
+      {"bad log format", [](json& c) { c["log"] = {{"format", "xml"}}; }, "log.format"},
+      {"typo at top level", [](json& c) { c["helth"] = json::object(); }, "helth"},
+      {"typo in a section", [](json& c) { c["health"] = {{"intervall_ms", 5}}; }, "health.intervall_ms"},
+  };
+  for (const auto& bad : cases) {
+    json config = validConfig();
+    bad.mutate(config);
+    EXPECT_EQ(rejectedField(config), bad.field) << bad.name;
+  }
+}
+
+TEST(AgentConfig, NotJsonIsRejectedAsTheConfigItself) {
+  EXPECT_THROW(
+      {
+        try {
+          parseConfig("{ not json");
+        } catch (const ConfigError& e) {
+          EXPECT_EQ(e.field(), "config");
+          throw;
+        }
+      },
+      ConfigError);
+}
+
+TEST(AgentConfig, AccountsFileIsReadRelativeToTheConfigAndMergedWithTheList) {
+  const auto dir = std::filesystem::temp_directory_path() / ("agent-config-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream(dir / "accounts.txt") << "# desk accounts\nacct-3\n\n  acct-4  \n";
+  }
+  auto config = validConfig();
+  config["accounts_file"] = "accounts.txt";
+  const auto c = parseConfig(config.dump(), dir);
+  EXPECT_EQ(c.accounts, (std::vector<std::string>{"acct-1", "acct-2", "acct-3", "acct-4"}));
+  {
+    std::ofstream(dir / "accounts.txt") << "acct-1\n";
+  }
+  EXPECT_THROW(parseConfig(config.dump(), dir), ConfigError) << "acct-1 listed in both places";
+  std::filesystem::remove_all(dir);
+}
+
+TEST(AgentConfig, HeartbeatZeroDisablesTheTimeoutCheck) {
+  auto config = validConfig();
+  config["gateway"]["heartbeat_interval_ms"] = 0;
+  config["gateway"]["heartbeat_timeout_ms"] = 0;
+  EXPECT_EQ(parseConfig(config.dump()).gateway.heartbeatInterval.count(), 0);
+}
+
+}  // namespace
