@@ -1,0 +1,233 @@
+// The real fencing-gateway process over HTTP: authentication, limits, metrics, kill -9 during a
+// burst of concurrent clients, and the ZooKeeper check against leaders elected by zk-elect.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "temp_dir.hpp"
+#include "zkagent/fencing.hpp"
+#include "zkagent/http.hpp"
+#include "zktest/child_process.hpp"
+#include "zktest/deadline.hpp"
+#include "zktest/zookeeper_server.hpp"
+
+using namespace zkagent;
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+namespace {
+
+// fencing-gateway on 127.0.0.1:<free port>, killed with its process group at the end.
+class GatewayProcess {
+ public:
+  GatewayProcess(const std::filesystem::path& dataDir, std::vector<std::string> extraArgs = {},
+                 std::string token = {}) {
+    std::vector<std::string> args = {"ZKAGENT_GATEWAY_TOKEN=" + token,
+                                     zktest::binaryPath("fencing-gateway").string(),
+                                     "--listen", "127.0.0.1:0", "--data-dir", dataDir.string()};
+    args.insert(args.end(), extraArgs.begin(), extraArgs.end());
+    process_ = std::make_unique<zktest::ChildProcess>("env", args);
+    auto line = process_->waitForLine("LISTENING 127.0.0.1:", 20s);
+    port_ = static_cast<uint16_t>(std::stoi(line.substr(line.rfind(':') + 1)));
+  }
+
+  http::Client client(std::string token = {}) const {
+    return http::Client(http::ClientOptions{.port = port_, .bearerToken = token});
+  }
+  zktest::ChildProcess& process() { return *process_; }
+
+ private:
+  std::unique_ptr<zktest::ChildProcess> process_;
+  uint16_t port_ = 0;
+};
+
+std::string op(std::string_view account, uint64_t token, std::string_view opId) {
+  return json{{"account", account}, {"token", token}, {"instanceId", "host"},
+              {"sessionId", 1},     {"opId", opId},   {"payload", {{"n", opId}}}}
+      .dump();
+}
+
+// The token printed by zk-elect in "LEADER <account> <token> <unix_ns>".
+uint64_t leaderToken(const std::string& line) {
+  auto afterAccount = line.find(' ', std::string("LEADER ").size()) + 1;
+  return std::stoull(line.substr(afterAccount, line.find(' ', afterAccount) - afterAccount));
+}
+
+}  // namespace
+
+TEST(GatewayProcess, BearerTokenFromTheEnvironmentIsRequiredOnEveryRequest) {
+  fencing::testing::TempDir dir;
+  GatewayProcess gateway(dir.path(), {}, "s3cret");
+  auto anonymous = gateway.client();
+  EXPECT_EQ(anonymous.post("/v1/ops", op("acc", 1, "op-1")).status, 401);
+  EXPECT_EQ(anonymous.get("/healthz").status, 401);
+  EXPECT_EQ(gateway.client("wrong").get("/metrics").status, 401);
+  auto client = gateway.client("s3cret");
+  EXPECT_EQ(client.get("/v1/accounts/acc").status, 404);  // the refused op left no trace
+  EXPECT_EQ(client.post("/v1/ops", op("acc", 1, "op-1")).status, 200);
+  EXPECT_EQ(client.get("/healthz").status, 200);
+}
+
+TEST(GatewayProcess, OversizedBodyGets413AndChangesNothing) {
+  fencing::testing::TempDir dir;
+  GatewayProcess gateway(dir.path());
+  auto client = gateway.client();
+  auto huge = op("acc", 1, "op-1");
+  huge.insert(huge.size() - 1, ",\"pad\":\"" + std::string(fencing::kMaxOperationBytes, 'x') + "\"");
+  auto response = client.post("/v1/ops", huge);
+  ASSERT_TRUE(response.delivered()) << response.transportError;
+  EXPECT_EQ(response.status, 413);
+  EXPECT_EQ(client.get("/v1/accounts/acc").status, 404);
+  EXPECT_EQ(client.post("/v1/ops", op("acc", 1, "op-2")).status, 200);
+}
+
+TEST(GatewayProcess, MetricsEndpointPassesPromtoolAndSigtermExitsCleanly) {
+  if (std::system("command -v promtool >/dev/null 2>&1") != 0) GTEST_SKIP() << "promtool absent";
+  fencing::testing::TempDir dir;
+  GatewayProcess gateway(dir.path());
+  auto client = gateway.client();
+  client.post("/v1/ops", op("acc", 5, "op-1"));
+  client.post("/v1/ops", op("acc", 4, "op-2"));
+  client.post("/v1/ops", "{broken");
+  auto metrics = client.get("/metrics");
+  ASSERT_EQ(metrics.status, 200);
+  EXPECT_EQ(metrics.contentType, "text/plain; version=0.0.4; charset=utf-8");
+  EXPECT_NE(metrics.body.find(R"(zkagent_gateway_ops_total{result="stale_token",check="hwm_only"} 1)"),
+            std::string::npos);
+  auto file = dir.path() / "metrics.prom";
+  std::ofstream(file) << metrics.body;
+  EXPECT_EQ(std::system(("promtool check metrics < " + file.string()).c_str()), 0) << metrics.body;
+  gateway.process().signal(SIGTERM);
+  EXPECT_TRUE(gateway.process().wait(10s).exitedWith(0));
+}
+
+TEST(GatewayProcess, KillNineDuringABurstLosesNoAcknowledgedAndKeepsNoRejectedOperation) {
+  fencing::testing::TempDir dir;
+  auto gateway = std::make_unique<GatewayProcess>(dir.path());
+
+  // 16 keep-alive clients on 4 accounts; client i sends token 1 + i/4, so the accounts' HWMs
+  // rise while lower tokens keep arriving: the burst gets both 200s and 409s.
+  constexpr int kClients = 16;
+  constexpr int kAccounts = 4;
+  struct Answer {
+    std::string opId;
+    std::string account;
+    uint64_t token;
+    int status;
+  };
+  std::vector<std::vector<Answer>> answers(kClients);
+  std::atomic<int> answered{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&, i] {
+      auto client = gateway->client();
+      std::string account = "acc-" + std::to_string(i % kAccounts);
+      uint64_t token = 1 + i / kAccounts;
+      for (int n = 0; !stop; ++n) {
+        // (appended, not "c" + ...: GCC 12 warns falsely on prepending to a temporary string)
+        std::string opId = "c";
+        opId.append(std::to_string(i)).append("-").append(std::to_string(n));
+        auto response = client.post("/v1/ops", op(account, token, opId));
+        if (!response.delivered()) return;  // the gateway died: the answer is unknown
+        answers[i].push_back({opId, account, token, response.status});
+        ++answered;
+      }
+    });
+  }
+  EXPECT_TRUE(zktest::eventually([&] { return answered >= 400; }, 30s));
+  gateway->process().kill();
+  stop = true;
+  for (auto& client : clients) client.join();
+
+  std::set<std::string> logged;
+  for (const auto& entry : fencing::readLoggedOperations(dir.path())) {
+    logged.insert(entry.operation.opId);
+  }
+  std::map<std::string, uint64_t> highestAccepted;
+  std::map<std::string, uint64_t> acceptedCount;
+  int ok = 0, conflicts = 0;
+  for (const auto& perClient : answers) {
+    for (const auto& answer : perClient) {
+      if (answer.status == 200) {
+        ++ok;
+        EXPECT_TRUE(logged.contains(answer.opId)) << answer.opId << " was acknowledged but lost";
+        highestAccepted[answer.account] = std::max(highestAccepted[answer.account], answer.token);
+        ++acceptedCount[answer.account];
+      } else {
+        ++conflicts;
+        EXPECT_EQ(answer.status, 409);
+        EXPECT_FALSE(logged.contains(answer.opId)) << answer.opId << " was rejected but logged";
+      }
+    }
+  }
+  EXPECT_GT(ok, 0);
+  EXPECT_GT(conflicts, 0);
+
+  gateway = std::make_unique<GatewayProcess>(dir.path());
+  auto client = gateway->client();
+  for (const auto& [account, hwm] : highestAccepted) {
+    auto status = json::parse(client.get("/v1/accounts/" + account).body);
+    EXPECT_GE(status["hwm"].get<uint64_t>(), hwm) << account;
+    EXPECT_GE(status["accepted"].get<uint64_t>(), acceptedCount[account]) << account;
+  }
+  // A client that never saw its answer retries after the restart: first answer, not applied twice.
+  const Answer* lastAccepted = nullptr;
+  for (const auto& answer : answers[kClients - 1]) {
+    if (answer.status == 200) lastAccepted = &answer;
+  }
+  ASSERT_NE(lastAccepted, nullptr);
+  auto before = fencing::readLoggedOperations(dir.path()).size();
+  auto retry = client.post("/v1/ops", op(lastAccepted->account, lastAccepted->token, lastAccepted->opId));
+  EXPECT_EQ(retry.status, 200);
+  EXPECT_EQ(json::parse(retry.body)["replayed"], true);
+  EXPECT_EQ(fencing::readLoggedOperations(dir.path()).size(), before);
+}
+
+TEST(GatewayProcess, PausedOldLeaderAndForgedTokenAreRejectedOnceTheSuccessorHoldsActive) {
+  auto& zookeeper = zktest::sharedZooKeeper();
+  auto root = zktest::uniqueTestRoot();
+  fencing::testing::TempDir dir;
+  GatewayProcess gateway(dir.path(), {"--zk", zookeeper.connectString(), "--root", root});
+  auto client = gateway.client();
+  auto elect = [&](const std::string& instance) {
+    return std::make_unique<zktest::ChildProcess>(
+        zktest::binaryPath("zk-elect").string(),
+        std::vector<std::string>{"--zk", zookeeper.connectString(), "--root", root, "--instance-id",
+                                 instance, "--accounts", "acc", "--session-timeout-ms", "1000"});
+  };
+  auto oldLeader = elect("host-a");
+  uint64_t oldToken = leaderToken(oldLeader->waitForLine("LEADER acc ", 20s));
+  auto successor = elect("host-b");
+  successor->waitForLine("READY", 20s);
+  ASSERT_EQ(client.post("/v1/ops", op("acc", oldToken, "a-1")).status, 200);
+
+  oldLeader->signal(SIGSTOP);  // paused past its session timeout: ZooKeeper expires it
+  uint64_t newToken = leaderToken(successor->waitForLine("LEADER acc ", 30s));
+  ASSERT_GT(newToken, oldToken);
+  EXPECT_TRUE(zktest::eventually(
+      [&] {
+        auto status = json::parse(client.get("/v1/accounts/acc").body);
+        return status.value("activeSeq", json()) == json(newToken);
+      },
+      10s))
+      << "the gateway's cache never saw the successor's active node";
+
+  // The successor has sent nothing yet, so the HWM alone would still let the old leader in.
+  auto paused = client.post("/v1/ops", op("acc", oldToken, "a-2"));
+  EXPECT_EQ(paused.status, 409);
+  EXPECT_EQ(json::parse(paused.body)["reason"], "not_current_leader");
+  auto forged = client.post("/v1/ops", op("acc", newToken + 100, "forged-1"));
+  EXPECT_EQ(forged.status, 409);
+  EXPECT_EQ(json::parse(forged.body)["reason"], "not_current_leader");
+  EXPECT_EQ(json::parse(client.get("/v1/accounts/acc").body)["hwm"], oldToken);
+  EXPECT_EQ(client.post("/v1/ops", op("acc", newToken, "b-1")).status, 200);
+  oldLeader->signal(SIGCONT);
+}
