@@ -30,6 +30,26 @@ int64_t seqOf(std::string_view name) {
   return seq;
 }
 
+// The `last transition reason` operators see in the status.
+std::string_view eventName(Event event) {
+  switch (event) {
+    case Event::Registered: return "registered";
+    case Event::Elected: return "elected";
+    case Event::MustWait: return "waiting";
+    case Event::QueueChanged: return "queue_changed";
+    case Event::Drift: return "drift";
+    case Event::MemberMissing: return "member_missing";
+    case Event::Disconnected: return "suspended";
+    case Event::ReconnectedSame: return "reconnected";
+    case Event::Expired: return "session_expired";
+    case Event::NewSession: return "new_session";
+    case Event::Resign: return "resigned";
+    case Event::Withdraw: return "withdrawn";
+    case Event::Stop: return "stopped";
+  }
+  return "unknown";
+}
+
 std::string baseName(std::string_view path) {
   auto slash = path.rfind('/');
   return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
@@ -51,6 +71,7 @@ struct Gather {
 
 Elector::Elector(asio::io_context& io, std::shared_ptr<const ElectorContext> ctx, std::string account)
     : strand_(asio::make_strand(io)),
+      retryTimer_(strand_),
       ctx_(std::move(ctx)),
       zk_(*ctx_->session),
       account_(std::move(account)),
@@ -101,6 +122,10 @@ void Elector::sessionChanged(const SessionEvent& event) {
           self->seq_ = -1;
           self->createInFlight_ = false;
           self->pendingRemovals_.clear();
+          {
+            std::lock_guard lock(self->gateMu_);
+            self->gateDrifted_ = false;
+          }
           self->feed(Event::NewSession);
         } else {
           self->retryRemovals();
@@ -140,17 +165,19 @@ void Elector::feed(Event event, LossReason reason) {
   auto step = transition(role_, event);
   if (!step) return;  // the event means nothing in this state
   const Role before = role_;
-  setRole(step->to, std::string(reason == LossReason::Drift && event != Event::Drift &&
-                                        event != Event::MemberMissing && event != Event::MustWait
-                                    ? std::string_view("")
-                                    : toString(reason)));
+  const bool losing = before == Role::Leader && step->to != Role::Leader;
+  setRole(step->to, std::string(losing ? toString(reason) : eventName(event)));
   perform(step->action, before, reason);
 }
 
 void Elector::perform(Action action, Role before, LossReason reason) {
   switch (action) {
     case Action::None: break;
-    case Action::Register: registerMember(); break;
+    case Action::Register:
+      memberName_.clear();  // gone from ZooKeeper (or from an old session): stand afresh
+      seq_ = -1;
+      registerMember();
+      break;
     case Action::Evaluate: requestEvaluate(); break;
     case Action::VerifyMember: verifyMember(); break;
     case Action::AnnounceLeader: announce(before); break;
@@ -193,8 +220,10 @@ void Elector::perform(Action action, Role before, LossReason reason) {
 // ---- registration ----------------------------------------------------------------------------
 
 void Elector::registerMember() {
-  if (!standing_ || !zk_.usable() || createInFlight_ || !memberName_.empty()) return;
+  if (!standing_ || !zk_.usable() || !memberName_.empty()) return;
+  if (createInFlight_ && createEpoch_ == epoch_) return;
   createInFlight_ = true;
+  createEpoch_ = epoch_;
   replyLost_ = false;
   const uint64_t epoch = epoch_;
   const int64_t session = zk_.sessionId();
@@ -227,7 +256,12 @@ void Elector::onCreated(uint64_t epoch, int64_t session, ZkError err, std::strin
       zk_.ensurePathOn(strand_, handover_, [self = shared_from_this(), epoch](ZkError) {
         self->zk_.ensurePathOn(self->strand_, self->members_, [self, epoch](ZkError e2) {
           if (epoch != self->epoch_) return;
-          if (e2 == ZkError::Ok) self->registerMember();
+          if (e2 == ZkError::Ok) return self->registerMember();
+          // Deleted again under us, or refused: try again shortly rather than give up standing.
+          self->retryTimer_.expires_after(std::chrono::milliseconds(100));
+          self->retryTimer_.async_wait([self, epoch](boost::system::error_code ec) {
+            if (!ec && epoch == self->epoch_) self->registerMember();
+          });
         });
       });
       break;
@@ -409,7 +443,7 @@ void Elector::watchActive(uint64_t epoch) {
 }
 
 void Elector::noteLeader(std::optional<ActiveInfo> leader) {
-  if (leader && !isOwnRecord(*leader)) lastForeignLeader_ = leader;
+  if (leader) lastLeaderSeen_ = leader;
   std::lock_guard lock(gateMu_);
   status_.leader = std::move(leader);
 }
@@ -425,7 +459,8 @@ void Elector::acquire(uint64_t epoch) {
                                                            NodeStat stat) {
     if (epoch != self->epoch_) return self->finishEvaluate();
     if (err == ZkError::NoNode) {
-      auto previous = self->lastForeignLeader_;
+      // Seed 001 signal two: `active` gone while we lead. Step down first, then take it again.
+      if (self->role_ == Role::Leader) self->feed(Event::Drift, LossReason::Drift);
       return self->zk_.createOn(self->strand_, self->active_, toJson(self->ownRecord()),
                                 NodeKind::Ephemeral,
                                 [self, epoch](ZkError e2, std::string) {
@@ -456,9 +491,13 @@ void Elector::readHandover(uint64_t epoch, uint64_t linkAtRead) {
   zk_.getOn(strand_, handover_, nullptr, nullptr,
             [self = shared_from_this(), epoch, linkAtRead](ZkError err, std::string data, NodeStat) {
               if (epoch != self->epoch_) return self->finishEvaluate();
-              self->pendingPrevious_ = self->lastForeignLeader_;
-              self->pendingHandoverReason_ = self->pendingPrevious_ ? "session_expired" : "elected";
-              if (err == ZkError::Ok && self->pendingPrevious_) {
+              self->pendingPrevious_ = self->lastLeaderSeen_;
+              const auto& prev = self->pendingPrevious_;
+              self->pendingHandoverReason_ = prev ? "session_expired" : "elected";
+              if (prev && prev->seq == self->seq_ &&
+                  prev->instanceId == self->ctx_->options.instanceId) {
+                self->pendingHandoverReason_ = "drift";  // we lost it ourselves and took it back
+              } else if (err == ZkError::Ok && prev) {
                 auto j = nlohmann::json::parse(data, nullptr, false);
                 if (j.is_object() && j.value("seq", int64_t{-2}) == self->pendingPrevious_->seq &&
                     j.value("instanceId", std::string()) == self->pendingPrevious_->instanceId) {
@@ -530,8 +569,10 @@ void Elector::announce(Role before) {
     gateToken_ = seq_;
     gateLinkEpoch_ = pendingLink_;
     gateSession_ = zk_.sessionId();
+    gateDrifted_ = false;
     status_.leader = mine;
   }
+  lastLeaderSeen_ = mine;
   const auto& prev = pendingPrevious_;
   spdlog::info("leader changed account={} oldSeq={} oldInstance={} newSeq={} newInstance={} reason={}",
                account_, prev ? prev->seq : -1, prev ? prev->instanceId : "none", seq_,
@@ -553,6 +594,10 @@ void Elector::reportLoss(LossReason reason) {
     if (status_.leader && isOwnRecord(*status_.leader)) status_.leader.reset();
   }
   if (token < 0) return;  // already reported (a stop or resign that follows a suspension)
+  {
+    std::lock_guard lock(gateMu_);
+    gateDrifted_ = reason == LossReason::Drift;
+  }
   spdlog::warn("leadership lost account={} seq={} instance={} reason={}", account_, token,
                ctx_->options.instanceId, toString(reason));
   if (ctx_->onLeadership) {
@@ -592,7 +637,7 @@ GateDecision Elector::check() const {
              gateSession_ == zk_.sessionId()) {
     d.verdict = GateDecision::Verdict::Allowed;
     d.token = gateToken_;
-  } else if (status_.lastReason == toString(LossReason::Drift)) {
+  } else if (gateDrifted_) {
     d.verdict = GateDecision::Verdict::Drifted;
   }
   return d;

@@ -2,6 +2,7 @@
 // only state shared with other threads is the gate snapshot behind `gateMu_`.
 #pragma once
 
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <memory>
 #include <mutex>
@@ -62,6 +63,7 @@ class Elector : public std::enable_shared_from_this<Elector> {
   bool isOwnRecord(const ActiveInfo& a) const;
 
   Strand strand_;
+  boost::asio::steady_timer retryTimer_;
   std::shared_ptr<const ElectorContext> ctx_;
   ZkSession& zk_;
   const std::string account_;
@@ -73,12 +75,13 @@ class Elector : public std::enable_shared_from_this<Elector> {
   std::string memberName_;         // "m-0000000007", empty when not registered
   int64_t seq_ = -1;
   int64_t memberSession_ = 0;      // session that owns memberName_
-  bool createInFlight_ = false;    // a member create is on its way
+  bool createInFlight_ = false;    // a member create is on its way (meaningful in createEpoch_)
+  uint64_t createEpoch_ = 0;
   bool replyLost_ = false;         // ...and its reply was lost: adopt by ephemeralOwner
   bool evaluating_ = false, dirty_ = false;
   uint64_t epoch_ = 0;             // bumped on every registration/session change: stale replies drop
   int32_t activeVersion_ = -1;     // version of our own active node
-  std::optional<ActiveInfo> lastForeignLeader_;
+  std::optional<ActiveInfo> lastLeaderSeen_;  // the last `active` record read or written
   std::vector<std::pair<std::string, int32_t>> pendingRemovals_;  // deletes to retry on reconnect
   // What the next AnnounceLeader reports (set just before the Elected event is fed).
   std::optional<ActiveInfo> pendingPrevious_;
@@ -90,6 +93,7 @@ class Elector : public std::enable_shared_from_this<Elector> {
   int64_t gateToken_ = -1;
   uint64_t gateLinkEpoch_ = 0;
   int64_t gateSession_ = 0;
+  bool gateDrifted_ = false;  // lost leadership through drift and not elected since
   AccountStatus status_;
 };
 

@@ -2,7 +2,9 @@
 // benchmarks and operators). Lines on stdout, flushed at once:
 //   SESSION <unix_ns> <negotiated_timeout_ms> | READY | LEADER <account> <token> <unix_ns>
 //   LOST <account> <reason> <unix_ns>
-// stdin accepts "resign <account>" lines. SIGTERM/SIGINT: LOST lines, close the session, exit 0.
+// stdin accepts "resign <account>", and "check <account>" / "strict <account>" which print
+//   GATE <account> allowed <token> | GATE <account> refused <reason>
+// SIGTERM/SIGINT: LOST lines, close the session, exit 0.
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -30,7 +32,8 @@ constexpr const char* kUsage =
     "usage: zk-elect --zk HOST:PORT[,...] --instance-id ID (--accounts a,b,c | --accounts-file F)\n"
     "                [--root /wx-accounts] [--session-timeout-ms N] [--endpoint URL]\n"
     "Stands for every account and prints SESSION/READY/LEADER/LOST lines on stdout.\n"
-    "stdin: 'resign <account>' hands an account over. SIGTERM/SIGINT: stop cleanly.\n";
+    "stdin: 'resign <account>' hands an account over; 'check <account>' and 'strict <account>'\n"
+    "ask the leadership gate (fast / confirmed with ZooKeeper). SIGTERM/SIGINT: stop cleanly.\n";
 
 [[noreturn]] void usageError(const std::string& message) {
   std::fprintf(stderr, "zk-elect: %s\n%s", message.c_str(), kUsage);
@@ -47,6 +50,11 @@ void emit(const std::string& line) {
   std::fwrite(line.data(), 1, line.size(), stdout);
   std::fputc('\n', stdout);
   std::fflush(stdout);
+}
+
+void printGate(const std::string& account, const GateDecision& d) {
+  emit("GATE " + account + (d.allowed() ? " allowed " + std::to_string(d.token)
+                                        : " refused " + std::string(toString(d.verdict))));
 }
 
 struct Args {
@@ -184,11 +192,19 @@ int main(int argc, char** argv) {
       std::string verb, account;
       line >> verb >> account;
       line.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
-      if (verb == "resign" && !accountIdError(account)) {
+      const bool known = verb == "resign" || verb == "check" || verb == "strict";
+      if (known && accountIdError(account)) {
+        std::fprintf(stderr, "zk-elect: %s\n", accountIdError(account)->c_str());
+      } else if (verb == "resign") {
         group.resign(account);
+      } else if (verb == "check") {
+        printGate(account, group.check(account));
+      } else if (verb == "strict") {
+        group.checkStrict(account, [account](GateDecision d) { printGate(account, d); });
       } else if (!verb.empty()) {
-        std::fprintf(stderr, "zk-elect: unknown command '%s %s' (expected: resign <account>)\n",
-                     verb.c_str(), account.c_str());
+        std::fprintf(stderr,
+                     "zk-elect: unknown command '%s' (expected: resign|check|strict <account>)\n",
+                     verb.c_str());
       }
       readCommand();
     });

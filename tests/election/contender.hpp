@@ -1,0 +1,62 @@
+// An in-process election contender for integration tests: an ElectionGroup on its own io thread
+// that records every leadership event, plus blocking helpers (with deadlines) for raw znode work.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "zkagent/election.hpp"
+
+namespace zktest {
+
+using namespace std::chrono_literals;
+namespace el = zkagent::election;
+
+class Contender {
+ public:
+  Contender(std::string hosts, std::string root, std::string instanceId,
+            std::chrono::milliseconds sessionTimeout = 1500ms);
+  ~Contender();
+
+  el::ElectionGroup& group() { return *group_; }
+  const std::string& instanceId() const { return instanceId_; }
+  void join(const std::string& account) { group_->join(account); }
+  // Graceful stop; returns once the session is closed (or after a deadline).
+  void stop();
+
+  el::GateDecision check(const std::string& account) const { return group_->check(account); }
+  el::GateDecision checkStrict(const std::string& account);
+  bool leads(const std::string& account) const { return check(account).allowed(); }
+
+  std::vector<el::LeadershipEvent> events() const;
+  // Number of Acquired events for the account so far.
+  size_t acquisitions(const std::string& account) const;
+  // The latest Lost event's reason for the account, if any.
+  std::optional<el::LossReason> lastLoss(const std::string& account) const;
+
+  // Blocking znode helpers on this contender's session; each throws after `timeout`.
+  el::ZkError set(const std::string& path, const std::string& data);
+  el::ZkError remove(const std::string& path);
+  std::optional<std::string> get(const std::string& path);
+  std::vector<std::string> children(const std::string& path);
+  // Deletes `path` and everything below it; true if `path` itself was deleted.
+  bool removeTree(const std::string& path);
+
+ private:
+  template <typename T>
+  T await(std::function<void(std::function<void(T)>)> start);
+
+  std::string instanceId_;
+  boost::asio::io_context io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
+  std::unique_ptr<el::ElectionGroup> group_;
+  mutable std::mutex mu_;
+  std::vector<el::LeadershipEvent> events_;
+  std::thread thread_;
+  bool stopped_ = false;
+};
+
+}  // namespace zktest

@@ -1,0 +1,233 @@
+// Election against a real ZooKeeper server, contenders in this process.
+#include <gtest/gtest.h>
+
+#include "contender.hpp"
+#include "zktest/deadline.hpp"
+#include "zktest/tcp_proxy.hpp"
+#include "zktest/zookeeper_server.hpp"
+
+namespace zktest {
+namespace {
+
+using el::GateDecision;
+using el::LossReason;
+using Verdict = el::GateDecision::Verdict;
+
+class ElectionTest : public ::testing::Test {
+ protected:
+  std::string hosts() const { return sharedZooKeeper().connectString(); }
+  std::string root = uniqueTestRoot();
+};
+
+TEST_F(ElectionTest, FirstCandidateLeadsAndSecondWaits) {
+  Contender a(hosts(), root, "host-a");
+  a.join("acct");
+  ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 10s));
+  Contender b(hosts(), root, "host-b");
+  b.join("acct");
+  ASSERT_TRUE(eventually([&] {
+    for (auto& s : b.group().status()) {
+      if (s.role == el::Role::Waiting && s.leader && s.leader->instanceId == "host-a") return true;
+    }
+    return false;
+  }, 10s)) << "b should wait and know a leads";
+  GateDecision refused = b.check("acct");
+  EXPECT_EQ(refused.verdict, Verdict::NotLeader);
+  ASSERT_TRUE(refused.leader);
+  EXPECT_EQ(refused.leader->instanceId, "host-a");
+  EXPECT_EQ(refused.leader->endpoint, "inproc://host-a");
+  // The active node carries seed 001's identity triple.
+  auto active = a.get(root + "/acct/active");
+  ASSERT_TRUE(active);
+  auto parsed = el::parseActive(*active);
+  ASSERT_TRUE(parsed);
+  EXPECT_EQ(parsed->instanceId, "host-a");
+  EXPECT_EQ(parsed->sessionId, a.group().sessionId());
+  EXPECT_EQ(parsed->seq, a.check("acct").token);
+}
+
+TEST_F(ElectionTest, ResignHandsOverAndResignerStandsAgainAtTheBack) {
+  Contender a(hosts(), root, "host-a");
+  Contender b(hosts(), root, "host-b");
+  a.join("acct");
+  ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 10s));
+  b.join("acct");
+  ASSERT_TRUE(eventually([&] { return b.group().status().at(0).seq >= 0; }, 10s));
+  const int64_t oldToken = a.check("acct").token;
+  a.group().resign("acct");
+  ASSERT_TRUE(eventually([&] { return b.leads("acct"); }, 5s));
+  EXPECT_FALSE(a.leads("acct"));
+  EXPECT_EQ(a.lastLoss("acct"), LossReason::Resigned);
+  EXPECT_GT(b.check("acct").token, oldToken);
+  // a is a candidate again, behind b: two member nodes, none orphaned.
+  ASSERT_TRUE(eventually([&] { return a.children(root + "/acct/members").size() == 2; }, 5s));
+  auto last = b.events().back();
+  ASSERT_EQ(last.kind, el::LeadershipEvent::Kind::Acquired);
+  ASSERT_TRUE(last.previous);
+  EXPECT_EQ(last.previous->instanceId, "host-a");
+  EXPECT_FALSE(last.previousExpired) << "a clean resign is not an expiry (no lock-delay)";
+}
+
+TEST_F(ElectionTest, GracefulStopHandsOverWithoutWaitingForTheSessionTimeout) {
+  auto a = std::make_unique<Contender>(hosts(), root, "host-a", 20000ms);
+  Contender b(hosts(), root, "host-b");
+  a->join("acct");
+  ASSERT_TRUE(eventually([&] { return a->leads("acct"); }, 10s));
+  b.join("acct");
+  ASSERT_TRUE(eventually([&] { return b.group().status().at(0).seq >= 0; }, 10s));
+  a->stop();
+  // a's session timeout is 20 s: anything within 5 s proves the hand-over did not wait for it.
+  ASSERT_TRUE(eventually([&] { return b.leads("acct"); }, 5s));
+  EXPECT_EQ(a->lastLoss("acct"), LossReason::Stopped);
+  EXPECT_FALSE(a->leads("acct"));
+}
+
+TEST_F(ElectionTest, ActiveDeletedByHandIsReacquired) {
+  Contender a(hosts(), root, "host-a");
+  a.join("acct");
+  ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 10s));
+  const int64_t token = a.check("acct").token;
+  ASSERT_EQ(a.remove(root + "/acct/active"), el::ZkError::Ok);
+  ASSERT_TRUE(eventually([&] { return a.acquisitions("acct") == 2 && a.leads("acct"); }, 5s));
+  EXPECT_EQ(a.lastLoss("acct"), LossReason::Drift);
+  EXPECT_EQ(a.check("acct").token, token) << "same member node, same token";
+}
+
+TEST_F(ElectionTest, ActiveOverwrittenByAnotherIdentityMakesLeaderStepDown) {
+  Contender a(hosts(), root, "host-a");
+  a.join("acct");
+  ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 10s));
+  el::ActiveInfo forged{a.check("acct").token, "intruder", 42, 0, ""};
+  ASSERT_EQ(a.set(root + "/acct/active", el::toJson(forged)), el::ZkError::Ok);
+  ASSERT_TRUE(eventually([&] { return !a.leads("acct"); }, 5s));
+  EXPECT_EQ(a.lastLoss("acct"), LossReason::Drift);
+  EXPECT_EQ(a.check("acct").verdict, Verdict::Drifted);
+}
+
+TEST_F(ElectionTest, StrictGateConfirmsWithZooKeeperAndCatchesDriftTheWatchHasNotSeenYet) {
+  Contender a(hosts(), root, "host-a");
+  a.join("acct");
+  ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 10s));
+  auto strict = a.checkStrict("acct");
+  EXPECT_TRUE(strict.allowed());
+  EXPECT_EQ(strict.token, a.check("acct").token);
+  EXPECT_EQ(a.checkStrict("unknown-acct").verdict, Verdict::UnknownAccount);
+}
+
+TEST_F(ElectionTest, OwnMemberNodeDeletedMakesLeaderStepDownAndRegisterAgain) {
+  Contender a(hosts(), root, "host-a");
+  a.join("acct");
+  ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 10s));
+  const int64_t token = a.check("acct").token;
+  auto members = a.children(root + "/acct/members");
+  ASSERT_EQ(members.size(), 1u);
+  ASSERT_EQ(a.remove(root + "/acct/members/" + members[0]), el::ZkError::Ok);
+  ASSERT_TRUE(eventually([&] { return a.leads("acct") && a.check("acct").token > token; }, 5s));
+  EXPECT_EQ(a.lastLoss("acct"), LossReason::Drift);
+  EXPECT_EQ(a.children(root + "/acct/members").size(), 1u);
+}
+
+TEST_F(ElectionTest, BlackholedLinkSuspendsTheGateBeforeTheSessionExpires) {
+  TcpProxy proxy(sharedZooKeeper().port());
+  Contender a(proxy.connectString(), root, "host-a", 4000ms);
+  Contender b(hosts(), root, "host-b", 4000ms);
+  a.join("acct");
+  ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 10s));
+  b.join("acct");
+  ASSERT_TRUE(eventually([&] { return b.group().status().at(0).seq >= 0; }, 10s));
+  proxy.setMode(TcpProxy::Mode::blackhole);
+  const auto cut = std::chrono::steady_clock::now();
+  ASSERT_TRUE(eventually([&] { return a.check("acct").verdict == Verdict::Suspended; }, 10s));
+  const auto suspendedAfter = std::chrono::steady_clock::now() - cut;
+  EXPECT_EQ(a.lastLoss("acct"), LossReason::Suspended);
+  // Suspended before the server could have expired the session and let b in.
+  EXPECT_FALSE(b.leads("acct"));
+  EXPECT_LT(suspendedAfter, a.group().negotiatedTimeout() + 0ms);
+  // After expiry b leads; a never had its gate open meanwhile.
+  ASSERT_TRUE(eventually([&] { return b.leads("acct"); }, 15s));
+  EXPECT_FALSE(a.leads("acct"));
+  proxy.setMode(TcpProxy::Mode::pass);
+  // a comes back on a new session as a candidate behind b.
+  ASSERT_TRUE(eventually([&] {
+    auto s = a.group().status().at(0);
+    return s.role == el::Role::Waiting && a.group().sessionState() == el::SessionState::Connected;
+  }, 15s));
+  EXPECT_TRUE(b.leads("acct"));
+  EXPECT_FALSE(a.leads("acct"));
+}
+
+TEST_F(ElectionTest, ShortOutageOnTheSameSessionKeepsLeadership) {
+  TcpProxy proxy(sharedZooKeeper().port());
+  Contender a(proxy.connectString(), root, "host-a", 6000ms);
+  a.join("acct");
+  ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 10s));
+  const int64_t token = a.check("acct").token;
+  const int64_t session = a.group().sessionId();
+  proxy.setMode(TcpProxy::Mode::close);
+  ASSERT_TRUE(eventually([&] { return a.check("acct").verdict == Verdict::Suspended; }, 5s));
+  proxy.setMode(TcpProxy::Mode::pass);
+  ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 10s));
+  EXPECT_EQ(a.group().sessionId(), session);
+  EXPECT_EQ(a.check("acct").token, token);
+  EXPECT_EQ(a.children(root + "/acct/members").size(), 1u) << "no duplicate candidate";
+}
+
+TEST_F(ElectionTest, TokensStrictlyIncreaseAcrossLeaders) {
+  std::vector<int64_t> tokens;
+  for (int round = 0; round < 4; ++round) {
+    Contender c(hosts(), root, "host-" + std::to_string(round));
+    c.join("acct");
+    ASSERT_TRUE(eventually([&] { return c.leads("acct"); }, 10s));
+    tokens.push_back(c.check("acct").token);
+  }
+  for (size_t i = 1; i < tokens.size(); ++i) EXPECT_GT(tokens[i], tokens[i - 1]);
+}
+
+TEST_F(ElectionTest, ThousandAccountsOnOneSessionAllFailOverOnStop) {
+  constexpr int kAccounts = 1000;
+  auto a = std::make_unique<Contender>(hosts(), root, "host-a", 20000ms);
+  Contender b(hosts(), root, "host-b", 20000ms);
+  for (int i = 0; i < kAccounts; ++i) a->join("acct-" + std::to_string(i));
+  auto ledBy = [&](Contender& c) {
+    int n = 0;
+    for (auto& s : c.group().status()) n += s.role == el::Role::Leader;
+    return n;
+  };
+  ASSERT_TRUE(eventually([&] { return ledBy(*a) == kAccounts; }, 60s)) << ledBy(*a);
+  for (int i = 0; i < kAccounts; ++i) b.join("acct-" + std::to_string(i));
+  ASSERT_TRUE(eventually([&] {
+    int registered = 0;
+    for (auto& s : b.group().status()) registered += s.seq >= 0;
+    return registered == kAccounts;
+  }, 60s));
+  a->stop();
+  ASSERT_TRUE(eventually([&] { return ledBy(b) == kAccounts; }, 15s)) << ledBy(b);
+  EXPECT_EQ(ledBy(*a), 0);
+}
+
+TEST_F(ElectionTest, DeletedElectionTreeIsRecreatedAndALeaderElectedAgain) {
+  Contender a(hosts(), root, "host-a");
+  Contender admin(hosts(), root + "-admin", "admin");
+  a.join("acct");
+  ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 10s));
+  // An operator's clean-up: delete the whole account subtree (children first, as deleteall
+  // does). The elector may re-create nodes meanwhile; retry until the subtree was gone once.
+  ASSERT_TRUE(eventually([&] { return admin.removeTree(root + "/acct"); }, 10s));
+  ASSERT_TRUE(eventually([&] { return a.acquisitions("acct") >= 2 && a.leads("acct"); }, 10s))
+      << "role " << el::toString(a.group().status().at(0).role) << " seq "
+      << a.group().status().at(0).seq << " reason " << a.group().status().at(0).lastReason
+      << " members " << admin.children(root + "/acct/members").size() << " active "
+      << admin.get(root + "/acct/active").value_or("none");
+  EXPECT_TRUE(admin.get(root + "/acct/active").has_value());
+}
+
+TEST_F(ElectionTest, GateRefusesUnknownAccountsAndJoinRejectsBadIds) {
+  Contender a(hosts(), root, "host-a");
+  EXPECT_EQ(a.check("never-joined").verdict, Verdict::UnknownAccount);
+  EXPECT_THROW(a.join("../etc"), std::invalid_argument);
+  EXPECT_THROW(a.join(""), std::invalid_argument);
+  EXPECT_FALSE(a.get(root).has_value()) << "nothing written for rejected ids";
+}
+
+}  // namespace
+}  // namespace zktest

@@ -1,0 +1,138 @@
+// Whole processes (build/bin/zk-elect) against a real ZooKeeper, with real faults: kill -9,
+// SIGTERM, SIGSTOP/SIGCONT.
+#include <gtest/gtest.h>
+
+#include <csignal>
+
+#include "zktest/child_process.hpp"
+#include "zktest/deadline.hpp"
+#include "zktest/zookeeper_server.hpp"
+
+namespace zktest {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr int kSessionMs = 1500;
+
+// Starts a contender. LEADER lines can come before READY (accounts are elected as they
+// register), so a contender expected to lead is awaited by its LEADER line instead: pass
+// awaitReady=false for it.
+std::unique_ptr<ChildProcess> startElect(const std::string& root, const std::string& instance,
+                                         const std::string& accounts, bool awaitReady = true,
+                                         int sessionMs = kSessionMs) {
+  auto p = std::make_unique<ChildProcess>(
+      std::string(ZKAGENT_BIN_DIR) + "/zk-elect",
+      std::vector<std::string>{"--zk", sharedZooKeeper().connectString(), "--root", root,
+                               "--instance-id", instance, "--accounts", accounts,
+                               "--session-timeout-ms", std::to_string(sessionMs)});
+  if (awaitReady) p->waitForLine("READY", 20s);
+  return p;
+}
+
+// "LEADER acct 12 1700000000" -> 12
+int64_t tokenOf(const std::string& leaderLine) {
+  auto first = leaderLine.find(' ');
+  auto second = leaderLine.find(' ', first + 1);
+  auto third = leaderLine.find(' ', second + 1);
+  return std::stoll(leaderLine.substr(second + 1, third - second - 1));
+}
+
+int64_t unixNanosOf(const std::string& line) { return std::stoll(line.substr(line.rfind(' ') + 1)); }
+
+std::string gate(ChildProcess& p, const std::string& account) {
+  p.writeLine("check " + account);
+  return p.waitForLine("GATE " + account, 5s);
+}
+
+class ZkElectProcessTest : public ::testing::Test {
+ protected:
+  std::string root = uniqueTestRoot();
+};
+
+TEST_F(ZkElectProcessTest, KillNineOfTheLeaderFailsOverWithinTheSessionTimeout) {
+  auto a = startElect(root, "host-a", "acct", false);
+  std::string aLeads = a->waitForLine("LEADER acct", 10s);
+  auto b = startElect(root, "host-b", "acct");
+  EXPECT_EQ(gate(*b, "acct"), "GATE acct refused not_leader");
+  const auto killed = std::chrono::steady_clock::now();
+  a->kill();
+  std::string bLeads = b->waitForLine("LEADER acct", 10s);
+  const auto failover = std::chrono::steady_clock::now() - killed;
+  EXPECT_GT(tokenOf(bLeads), tokenOf(aLeads));
+  // The server expires a's session after the negotiated timeout; allow ticks and scheduling.
+  EXPECT_LT(failover, std::chrono::milliseconds(kSessionMs) + 3s);
+  EXPECT_EQ(gate(*b, "acct"), "GATE acct allowed " + std::to_string(tokenOf(bLeads)));
+}
+
+TEST_F(ZkElectProcessTest, SigtermHandsOverWithoutWaitingForTheSessionTimeout) {
+  constexpr int kLongSessionMs = 20000;
+  auto a = startElect(root, "host-a", "acct", false, kLongSessionMs);
+  a->waitForLine("LEADER acct", 10s);
+  auto b = startElect(root, "host-b", "acct", true, kLongSessionMs);
+  a->signal(SIGTERM);
+  std::string lost = a->waitForLine("LOST acct", 5s);
+  EXPECT_NE(lost.find(" stopped "), std::string::npos) << lost;
+  std::string bLeads = b->waitForLine("LEADER acct", 5s);
+  EXPECT_TRUE(a->wait(10s).exitedWith(0));
+  // Hand-over measured between the two processes' own clocks (same machine): far below 20 s.
+  EXPECT_LT(unixNanosOf(bLeads) - unixNanosOf(lost), int64_t{2'000'000'000});
+}
+
+TEST_F(ZkElectProcessTest, ResignOnStdinHandsOverAndTheResignerWaitsBehind) {
+  auto a = startElect(root, "host-a", "acct", false);
+  a->waitForLine("LEADER acct", 10s);
+  auto b = startElect(root, "host-b", "acct");
+  a->writeLine("resign acct");
+  EXPECT_NE(a->waitForLine("LOST acct", 5s).find(" resigned "), std::string::npos);
+  b->waitForLine("LEADER acct", 5s);
+  EXPECT_EQ(gate(*a, "acct"), "GATE acct refused not_leader");
+}
+
+TEST_F(ZkElectProcessTest, SigstoppedLeaderLosesToSuccessorAndFindsItsGateClosedOnSigcont) {
+  auto a = startElect(root, "host-a", "acct", false);
+  a->waitForLine("LEADER acct", 10s);
+  auto b = startElect(root, "host-b", "acct");
+  a->signal(SIGSTOP);
+  std::string bLeads = b->waitForLine("LEADER acct", 15s);
+  a->signal(SIGCONT);
+  std::string lost = a->waitForLine("LOST acct", 10s);
+  EXPECT_TRUE(lost.find(" suspended ") != std::string::npos ||
+              lost.find(" session_expired ") != std::string::npos)
+      << lost;
+  EXPECT_NE(gate(*a, "acct").find("refused"), std::string::npos);
+  // a registers again on a new session and waits behind b; b keeps leading.
+  a->waitForLine("SESSION", 10s);
+  EXPECT_EQ(gate(*b, "acct"), "GATE acct allowed " + std::to_string(tokenOf(bLeads)));
+  EXPECT_NE(gate(*a, "acct").find("refused"), std::string::npos);
+}
+
+TEST_F(ZkElectProcessTest, BadAccountIdIsRejectedWithExitTwoAndNothingWritten) {
+  for (const std::string& bad : std::vector<std::string>{"a/b", "..", "x,,y", std::string(129, 'z')}) {
+    ChildProcess p(std::string(ZKAGENT_BIN_DIR) + "/zk-elect",
+                   {"--zk", sharedZooKeeper().connectString(), "--root", root, "--instance-id",
+                    "host-a", "--accounts", bad});
+    EXPECT_TRUE(p.wait(10s).exitedWith(2)) << bad;
+    EXPECT_NE(p.stderrText().find("account id"), std::string::npos) << p.stderrText();
+  }
+  ChildProcess noZk(std::string(ZKAGENT_BIN_DIR) + "/zk-elect", {"--accounts", "a"});
+  EXPECT_TRUE(noZk.wait(10s).exitedWith(2));
+  EXPECT_NE(noZk.stderrText().find("--zk is required"), std::string::npos);
+  // Nothing was created under the root.
+  auto dump = sharedZooKeeper().fourLetter("dump");
+  EXPECT_EQ(dump.find(root), std::string::npos);
+}
+
+TEST_F(ZkElectProcessTest, ManyAccountsAreLedByTheFirstAndMoveOnKill) {
+  std::string accounts;
+  for (int i = 0; i < 50; ++i) accounts += (i ? "," : "") + std::string("acct-") + std::to_string(i);
+  auto a = startElect(root, "host-a", accounts, false);
+  for (int i = 0; i < 50; ++i) a->waitForLine("LEADER acct-", 10s);
+  auto b = startElect(root, "host-b", accounts);
+  a->kill();
+  for (int i = 0; i < 50; ++i) b->waitForLine("LEADER acct-", 15s);
+  EXPECT_EQ(gate(*b, "acct-49").rfind("GATE acct-49 allowed", 0), 0u);
+}
+
+}  // namespace
+}  // namespace zktest

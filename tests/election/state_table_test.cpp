@@ -1,0 +1,81 @@
+// The transition table of seed 001 §3.4, checked row by row as a table.
+#include <gtest/gtest.h>
+
+#include "state_table.hpp"
+
+namespace zkagent::election::detail {
+namespace {
+
+struct Row {
+  Role from;
+  Event event;
+  std::optional<Role> to;  // nullopt: the event is ignored in that state
+  Action action;
+};
+
+class TransitionTableTest : public ::testing::TestWithParam<Row> {};
+
+TEST_P(TransitionTableTest, MapsStateAndEventToStateAndAction) {
+  const Row& row = GetParam();
+  auto t = transition(row.from, row.event);
+  if (!row.to) {
+    EXPECT_FALSE(t.has_value()) << "expected the event to be ignored in " << toString(row.from);
+    return;
+  }
+  ASSERT_TRUE(t.has_value()) << "no transition from " << toString(row.from);
+  EXPECT_EQ(t->to, *row.to) << toString(t->to) << " instead of " << toString(*row.to);
+  EXPECT_EQ(t->action, row.action);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Seed001, TransitionTableTest,
+    ::testing::Values(
+        // Registration and election.
+        Row{Role::Init, Event::NewSession, Role::Init, Action::Register},
+        Row{Role::Init, Event::Registered, Role::Candidate, Action::Evaluate},
+        Row{Role::Candidate, Event::Elected, Role::Leader, Action::AnnounceLeader},
+        Row{Role::Candidate, Event::MustWait, Role::Waiting, Action::None},
+        Row{Role::Waiting, Event::QueueChanged, Role::Candidate, Action::Evaluate},
+        Row{Role::Waiting, Event::Elected, Role::Leader, Action::AnnounceLeader},
+        // Drift while leading: step down at once.
+        Row{Role::Leader, Event::Drift, Role::Candidate, Action::StepDown},
+        Row{Role::Leader, Event::MustWait, Role::Waiting, Action::StepDown},
+        Row{Role::Leader, Event::MemberMissing, Role::Init, Action::StepDownRegister},
+        Row{Role::Candidate, Event::MemberMissing, Role::Init, Action::Register},
+        // Connection loss suspends every state; same-session reconnect verifies the member.
+        Row{Role::Leader, Event::Disconnected, Role::Suspend, Action::Suspend},
+        Row{Role::Waiting, Event::Disconnected, Role::Suspend, Action::Suspend},
+        Row{Role::Candidate, Event::Disconnected, Role::Suspend, Action::Suspend},
+        Row{Role::Suspend, Event::ReconnectedSame, Role::Candidate, Action::VerifyMember},
+        Row{Role::Suspend, Event::Expired, Role::Suspend, Action::Forget},
+        Row{Role::Suspend, Event::NewSession, Role::Init, Action::Register},
+        Row{Role::Leader, Event::Expired, Role::Suspend, Action::Forget},
+        // Operator actions.
+        Row{Role::Leader, Event::Resign, Role::Init, Action::ResignAndRegister},
+        Row{Role::Leader, Event::Withdraw, Role::Init, Action::ResignAndLeave},
+        Row{Role::Waiting, Event::Withdraw, Role::Init, Action::Leave},
+        Row{Role::Leader, Event::Stop, Role::Stopped, Action::Halt},
+        Row{Role::Waiting, Event::Stop, Role::Stopped, Action::Halt},
+        // Events that mean nothing in a state are ignored, not guessed at.
+        Row{Role::Waiting, Event::Resign, std::nullopt, Action::None},
+        Row{Role::Init, Event::Elected, std::nullopt, Action::None},
+        Row{Role::Suspend, Event::Elected, std::nullopt, Action::None},
+        Row{Role::Stopped, Event::Registered, std::nullopt, Action::None}));
+
+TEST(TransitionTable, EveryStateSuspendsOnDisconnect) {
+  for (Role r : {Role::Init, Role::Candidate, Role::Waiting, Role::Leader, Role::Suspend}) {
+    auto t = transition(r, Event::Disconnected);
+    ASSERT_TRUE(t.has_value()) << toString(r);
+    EXPECT_EQ(t->to, Role::Suspend) << toString(r);
+  }
+}
+
+TEST(TransitionTable, OnlyCandidatesAndWaitersBecomeLeader) {
+  for (Role r : {Role::Init, Role::Suspend, Role::Stopped}) {
+    auto t = transition(r, Event::Elected);
+    EXPECT_FALSE(t.has_value()) << toString(r) << " must not jump to LEADER";
+  }
+}
+
+}  // namespace
+}  // namespace zkagent::election::detail
