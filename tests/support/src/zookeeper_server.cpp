@@ -19,7 +19,8 @@ namespace zktest {
 
 namespace {
 
-constexpr const char* zookeeperClassPath = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar";
+constexpr const char* zookeeperJar = "/usr/share/java/zookeeper.jar";
+constexpr const char* loggerJar = "/usr/share/java/slf4j-simple.jar";  // the server log, readable on failure
 constexpr std::string_view startMarker = "=== zktest: starting ";
 
 std::filesystem::path makeTemporaryDirectory() {
@@ -43,7 +44,7 @@ std::vector<std::string> javaArguments(const std::filesystem::path& config, bool
           "-Dorg.slf4j.simpleLogger.showDateTime=true",
           "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
           "-cp",
-          zookeeperClassPath,
+          std::string(zookeeperJar) + ":" + loggerJar,
           quorum ? "org.apache.zookeeper.server.quorum.QuorumPeerMain"
                  : "org.apache.zookeeper.server.ZooKeeperServerMain",
           config.string()};
@@ -149,6 +150,12 @@ void ZooKeeperServer::writeConfig() const {
 }
 
 void ZooKeeperServer::launch() {
+  for (const char* jar : {zookeeperJar, loggerJar}) {
+    if (!std::filesystem::exists(jar)) {
+      throw std::runtime_error(std::string(jar) + " not found: install the Debian packages zookeeper and "
+                               "default-jre-headless (scripts/setup)");
+    }
+  }
   std::ofstream(directory_ / "server.log", std::ios::app)
       << startMarker << (myid_ != 0 ? "ensemble member " + std::to_string(myid_) : "standalone server")
       << " on " << connectString() << "\n";
