@@ -2,37 +2,13 @@
 // Each connection owns a private io_context so that Beast's per-operation timeouts
 // (tcp_stream::expires_after) work for a blocking caller: start the async operation, run the
 // private context until it completes or the timer closes the socket.
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/thread_pool.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <mutex>
 #include <optional>
 
-#include "zkagent/http.hpp"
+#include "beast.hpp"
 
 namespace zkagent::http {
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace bhttp = beast::http;
-using tcp = asio::ip::tcp;
-
 namespace {
-
-bhttp::verb verbOf(Method method) {
-  switch (method) {
-    case Method::Get: return bhttp::verb::get;
-    case Method::Head: return bhttp::verb::head;
-    case Method::Post: return bhttp::verb::post;
-    case Method::Put: return bhttp::verb::put;
-    case Method::Delete: return bhttp::verb::delete_;
-    case Method::Patch: return bhttp::verb::patch;
-    case Method::Options: return bhttp::verb::options;
-    case Method::Other: break;
-  }
-  return bhttp::verb::unknown;
-}
 
 // The server closed an idle keep-alive connection before our request reached it.
 bool closedWhileIdle(const beast::error_code& error) {

@@ -1,37 +1,14 @@
 // The HTTP/1.1 server: listener + one session per connection on its own strand (Boost.Beast's
 // clean-shutdown example, with bmcweb's router in front of the handlers).
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
-#include <boost/asio/thread_pool.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <mutex>
 #include <optional>
 #include <unordered_set>
 
-#include "zkagent/http.hpp"
+#include "beast.hpp"
 
 namespace zkagent::http {
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace bhttp = beast::http;
-using tcp = asio::ip::tcp;
-
 namespace {
-
-Method methodOf(bhttp::verb verb) {
-  switch (verb) {
-    case bhttp::verb::get: return Method::Get;
-    case bhttp::verb::head: return Method::Head;
-    case bhttp::verb::post: return Method::Post;
-    case bhttp::verb::put: return Method::Put;
-    case bhttp::verb::delete_: return Method::Delete;
-    case bhttp::verb::patch: return Method::Patch;
-    case bhttp::verb::options: return Method::Options;
-    default: return Method::Other;
-  }
-}
 
 Request toRequest(bhttp::request<bhttp::string_body>&& raw, const std::string& remote) {
   Request request;
