@@ -17,7 +17,7 @@ std::optional<VisibleStatus> Subscriptions::visible(const std::string& viewer,
 Subscribed Subscriptions::subscribe(const std::string& viewer,
                                     const std::vector<std::string>& targets, EventSink sink) {
   const SubscriptionId id = ++lastId_;
-  Subscription subscription{viewer, targets, std::move(sink), {}};
+  Subscription subscription{viewer, targets, std::make_shared<const EventSink>(std::move(sink)), {}};
   std::sort(subscription.targets.begin(), subscription.targets.end());
   subscription.targets.erase(std::unique(subscription.targets.begin(), subscription.targets.end()),
                              subscription.targets.end());
@@ -60,8 +60,8 @@ void Subscriptions::onUserChange(const UserChange& change) {
     auto [last, first] = subscription.lastSent.try_emplace(change.user, *status);
     if (!first && last->second == *status) continue;
     last->second = *status;
-    subscription.sink(ChangeEvent{change.user, *status, change.presence.version,
-                                  minuteOf(change.at)});
+    const std::shared_ptr<const EventSink> sink = subscription.sink;
+    (*sink)(ChangeEvent{change.user, *status, change.presence.version, minuteOf(change.at)});
   }
 }
 

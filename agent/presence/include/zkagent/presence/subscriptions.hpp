@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -57,7 +58,8 @@ class Subscriptions {
   struct Subscription {
     std::string viewer;
     std::vector<std::string> targets;
-    EventSink sink;
+    // Shared so that a sink that unsubscribes itself stays alive until it returns.
+    std::shared_ptr<const EventSink> sink;
     std::unordered_map<std::string, VisibleStatus> lastSent;  // by target
   };
 
