@@ -129,6 +129,25 @@ TEST(ConnectionTable, TimedOutConnectionIsRemovedAndReportedToItsOwner) {
   EXPECT_EQ(service.leases().find({"alice", "phone"}), nullptr);
 }
 
+TEST(ConnectionTable, TimeoutHandlerMayCrashTheTableWithoutBreakingTheCheck) {
+  Params params;
+  VirtualClock clock;
+  PresenceService service(clock, params);
+  std::unique_ptr<ConnectionTable> gateway;
+  int timeouts = 0;
+  gateway = std::make_unique<ConnectionTable>(clock, params, GatewayIdentity{"gateway-a", 1},
+                                              service.leases(), [&](const DeviceKey&, Epoch) {
+                                                ++timeouts;
+                                                gateway->crash();
+                                              });
+  gateway->connect({"alice", "phone"});
+  gateway->connect({"bob", "phone"});
+  clock.runUntil(at(1000));
+  EXPECT_EQ(timeouts, 1);  // the crash dropped bob before his turn
+  EXPECT_EQ(gateway->size(), 0u);
+  EXPECT_EQ(clock.pending(), 1u);  // only the store's sweep is still scheduled
+}
+
 TEST(ConnectionTable, CrashedGatewaySendsNothingMoreAndRefusesConnections) {
   Scenario world;
   const Epoch phone = world.gateway.connect({"alice", "phone"});

@@ -73,14 +73,17 @@ void ConnectionTable::end(std::uint64_t counter, LeaveReason reason) {
 
 void ConnectionTable::checkTimeouts() {
   const TimePoint now = timers_.now();
+  std::vector<std::uint64_t> due;
   for (; !pings_.empty() && now - pings_.front().first > params_.pingTimeout; pings_.pop_front()) {
     const auto [pingedAt, counter] = pings_.front();
     auto it = connections_.find(counter);
-    if (it != connections_.end() && it->second.lastPing == pingedAt) {
-      end(counter, LeaveReason::PingTimeout);
-    }
+    if (it != connections_.end() && it->second.lastPing == pingedAt) due.push_back(counter);
   }
-  timers_.after(params_.checkInterval, [this] { checkTimeouts(); });
+  // The timeout handler may close connections or even crash the table: look each one up again.
+  for (std::uint64_t counter : due) {
+    if (connections_.contains(counter)) end(counter, LeaveReason::PingTimeout);
+  }
+  if (!crashed_) timers_.after(params_.checkInterval, [this] { checkTimeouts(); });
 }
 
 void ConnectionTable::scheduleRenewal(bool first) {
