@@ -5,8 +5,8 @@
 // and a small tickTime, so sessions of a second or two are allowed (minSessionTimeout 400 ms).
 // The constructor returns once the server answers `ruok` with `imok` and `conf` shows that the
 // answer came from this server's data dir (not from someone else's server on a recycled port).
-// The destructor stops the server by PID and removes the directory; if the current test failed,
-// it prints the tail of server.log first.
+// The destructor kills the server by PID (SIGKILL: nothing of it must survive) and removes the
+// directory; if the current test failed, it prints the tail of server.log first.
 //
 //   zktest::ZooKeeperServer zk;                 // standalone, ready
 //   Client client(zk.connectString());          // "127.0.0.1:<port>"
@@ -14,7 +14,8 @@
 //   zk.kill9(); zk.restart();                   // crash, then back on the same port and data
 //
 // Starting a JVM costs about half a second: share one server per test binary where tests allow
-// it (sharedZooKeeper()) and give each test its own root path (uniqueTestRoot()).
+// it (sharedZooKeeper()) and give each test its own root path (uniqueTestRoot()). Under ctest,
+// each discovered test case runs in its own process, so "per binary" means per case there.
 
 #include <sys/types.h>
 
