@@ -164,17 +164,6 @@ ControlRun runNegativeControl(Millis debounce, std::uint64_t seed) {
                     service.view().counters().deviceFlaps};
 }
 
-// §6.4: a TTL shorter than the renewal interval flaps the store; debounce hides it from
-// subscribers, the device-level flap count does not.
-NegativeControl measureNegativeControl(std::uint64_t seed) {
-  const ControlRun debounced = runNegativeControl(Seconds{20}, seed);
-  const ControlRun undebounced = runNegativeControl(Seconds{0}, seed);
-  return NegativeControl{.leaseExpirations = debounced.expirations,
-                         .publishedDebounce20 = debounced.published,
-                         .publishedDebounce0 = undebounced.published,
-                         .deviceFlaps = debounced.deviceFlaps};
-}
-
 nlohmann::json latencyJson(const LatencyStats& stats) {
   return {{"min", stats.min}, {"median", stats.median}, {"max", stats.max}, {"bound", stats.bound}};
 }
@@ -190,6 +179,17 @@ std::string format(const char* pattern, auto... values) {
 }
 
 }  // namespace
+
+// §6.4: a TTL shorter than the renewal interval flaps the store; debounce hides it from
+// subscribers, the device-level flap count does not.
+NegativeControl measureNegativeControl(std::uint64_t seed) {
+  const ControlRun debounced = runNegativeControl(Seconds{20}, seed);
+  const ControlRun undebounced = runNegativeControl(Seconds{0}, seed);
+  return NegativeControl{.leaseExpirations = debounced.expirations,
+                         .publishedDebounce20 = debounced.published,
+                         .publishedDebounce0 = undebounced.published,
+                         .deviceFlaps = debounced.deviceFlaps};
+}
 
 Report run(std::uint64_t seed) {
   return Report{.close = measureDetection(Leaving::Close, seed),

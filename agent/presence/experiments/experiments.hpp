@@ -43,6 +43,9 @@ struct Report {
 // §6.3 alone: 20 gateways restart together with 250 connections each; renewJitter 0 or the default.
 RenewalPeak measureRenewalPeak(double renewJitter, std::uint64_t seed);
 
+// §6.4 alone: the negative control, run with debounce 20 s and 0 s.
+NegativeControl measureNegativeControl(std::uint64_t seed);
+
 // Runs all three experiments. Throws std::logic_error if a device's offline is never published
 // (the model broke its own contract).
 Report run(std::uint64_t seed);
