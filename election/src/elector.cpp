@@ -448,66 +448,96 @@ void Elector::noteLeader(std::optional<ActiveInfo> leader) {
   status_.leader = std::move(leader);
 }
 
-// We are the smallest member: `active` is ours to hold.
+// We are the smallest member: `active` is ours to hold. Create first and read after: on a
+// failover that is one round trip less than reading first, and NodeExists sends us to the same
+// read that tells our own node (a lost reply, a reconnect) from someone else's.
 void Elector::acquire(uint64_t epoch) {
+  zk_.createOn(strand_, active_, toJson(ownRecord()), NodeKind::Ephemeral,
+               [self = shared_from_this(), epoch](ZkError err, std::string) {
+                 if (epoch != self->epoch_) return self->finishEvaluate();
+                 if (err == ZkError::Ok && self->role_ == Role::Leader) {
+                   // Seed 001 signal two: `active` was gone while we led. Step down, then confirm.
+                   self->feed(Event::Drift, LossReason::Drift);
+                 }
+                 if (err == ZkError::Ok || err == ZkError::NodeExists) return self->confirm(epoch);
+                 self->finishEvaluate();  // connection trouble: reconnect re-verifies
+               });
+}
+
+// Reads `active` back (arming its watch) and, when about to lead, the predecessor's handover
+// record in the same breath; leads only on a node this session owns (CURATOR-696).
+void Elector::confirm(uint64_t epoch) {
+  struct Reads {
+    ZkError activeErr = ZkError::Other;
+    std::string active, handover;
+    NodeStat activeStat;
+    bool handoverRead = false;
+    int pending = 0;
+  };
+  auto reads = std::make_shared<Reads>();
+  const bool aboutToLead = role_ != Role::Leader;
+  reads->pending = aboutToLead ? 2 : 1;
   const uint64_t linkAtRead = zk_.linkEpoch();
-  zk_.getOn(strand_, active_, &active_,
-            [weak = weak_from_this()] {
-              if (auto s = weak.lock()) s->requestEvaluate();
-            },
-            [self = shared_from_this(), epoch, linkAtRead](ZkError err, std::string data,
-                                                           NodeStat stat) {
+  auto settle = [self = shared_from_this(), epoch, reads, linkAtRead] {
+    if (--reads->pending > 0) return;
     if (epoch != self->epoch_) return self->finishEvaluate();
-    if (err == ZkError::NoNode) {
-      // Seed 001 signal two: `active` gone while we lead. Step down first, then take it again.
-      if (self->role_ == Role::Leader) self->feed(Event::Drift, LossReason::Drift);
-      return self->zk_.createOn(self->strand_, self->active_, toJson(self->ownRecord()),
-                                NodeKind::Ephemeral,
-                                [self, epoch](ZkError e2, std::string) {
-                                  if (epoch == self->epoch_ &&
-                                      (e2 == ZkError::Ok || e2 == ZkError::NodeExists)) {
-                                    self->dirty_ = true;  // read it back: confirm and arm the watch
-                                  }
-                                  self->finishEvaluate();
-                                });
+    if (reads->activeErr == ZkError::NoNode) {
+      self->dirty_ = true;  // deleted between our create and read: start over
+      return self->finishEvaluate();
     }
-    if (err != ZkError::Ok) return self->finishEvaluate();
-    auto active = parseActive(data);
-    // Never lead on a node another session owns, even if its record looks like ours (CURATOR-696).
-    if (active && self->isOwnRecord(*active) && stat.ephemeralOwner == self->zk_.sessionId()) {
-      self->activeVersion_ = stat.version;
-      if (self->role_ == Role::Leader) return self->finishEvaluate();
-      return self->readHandover(epoch, linkAtRead);
+    if (reads->activeErr != ZkError::Ok) return self->finishEvaluate();
+    auto active = parseActive(reads->active);
+    if (active && self->isOwnRecord(*active) &&
+        reads->activeStat.ephemeralOwner == self->zk_.sessionId()) {
+      self->activeVersion_ = reads->activeStat.version;
+      if (self->role_ != Role::Leader) {
+        self->prepareAnnouncement(reads->handoverRead ? &reads->handover : nullptr, linkAtRead);
+        self->feed(Event::Elected);
+      }
+      return self->finishEvaluate();
     }
     self->noteLeader(active);
     self->feed(self->role_ == Role::Leader ? Event::Drift : Event::MustWait, LossReason::Drift);
     self->finishEvaluate();
-  });
+  };
+  zk_.getOn(strand_, active_, &active_,
+            [weak = weak_from_this()] {
+              if (auto s = weak.lock()) s->requestEvaluate();
+            },
+            [reads, settle](ZkError err, std::string data, NodeStat stat) {
+              reads->activeErr = err;
+              reads->active = std::move(data);
+              reads->activeStat = stat;
+              settle();
+            });
+  if (aboutToLead) {
+    zk_.getOn(strand_, handover_, nullptr, nullptr,
+              [reads, settle](ZkError err, std::string data, NodeStat) {
+                reads->handoverRead = err == ZkError::Ok;
+                reads->handover = std::move(data);
+                settle();
+              });
+  }
 }
 
-// The predecessor's handover record tells a clean resign from a lost session (for the log line
-// and the agent's lock-delay).
-void Elector::readHandover(uint64_t epoch, uint64_t linkAtRead) {
-  zk_.getOn(strand_, handover_, nullptr, nullptr,
-            [self = shared_from_this(), epoch, linkAtRead](ZkError err, std::string data, NodeStat) {
-              if (epoch != self->epoch_) return self->finishEvaluate();
-              self->pendingPrevious_ = self->lastLeaderSeen_;
-              const auto& prev = self->pendingPrevious_;
-              self->pendingHandoverReason_ = prev ? "session_expired" : "elected";
-              if (prev && prev->seq == self->seq_ &&
-                  prev->instanceId == self->ctx_->options.instanceId) {
-                self->pendingHandoverReason_ = "drift";  // we lost it ourselves and took it back
-              } else if (err == ZkError::Ok && prev) {
-                auto j = nlohmann::json::parse(data, nullptr, false);
-                if (j.is_object() && j.value("seq", int64_t{-2}) == self->pendingPrevious_->seq &&
-                    j.value("instanceId", std::string()) == self->pendingPrevious_->instanceId) {
-                  self->pendingHandoverReason_ = j.value("reason", std::string("resigned"));
-                }
-              }
-              self->pendingLink_ = linkAtRead;
-              self->feed(Event::Elected);
-              self->finishEvaluate();
-            });
+// What the leadership log line and event say about the predecessor: its handover record tells a
+// clean resign or stop from a lost session (and so whether the agent applies its lock-delay).
+void Elector::prepareAnnouncement(const std::string* handover, uint64_t linkAtRead) {
+  pendingPrevious_ = lastLeaderSeen_;
+  pendingLink_ = linkAtRead;
+  const auto& prev = pendingPrevious_;
+  if (!prev) {
+    pendingHandoverReason_ = "elected";
+  } else if (prev->seq == seq_ && prev->instanceId == ctx_->options.instanceId) {
+    pendingHandoverReason_ = "drift";  // we lost it ourselves and took it back
+  } else {
+    pendingHandoverReason_ = "session_expired";
+    auto j = handover ? nlohmann::json::parse(*handover, nullptr, false) : nlohmann::json();
+    if (j.is_object() && j.value("seq", int64_t{-2}) == prev->seq &&
+        j.value("instanceId", std::string()) == prev->instanceId) {
+      pendingHandoverReason_ = j.value("reason", std::string("resigned"));
+    }
+  }
 }
 
 // ---- leaving ---------------------------------------------------------------------------------

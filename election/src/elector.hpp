@@ -49,7 +49,8 @@ class Elector : public std::enable_shared_from_this<Elector> {
   void evaluate();
   void finishEvaluate();
   void acquire(uint64_t epoch);
-  void readHandover(uint64_t epoch, uint64_t linkAtRead);
+  void confirm(uint64_t epoch);
+  void prepareAnnouncement(const std::string* handover, uint64_t linkAtRead);
   void watchActive(uint64_t epoch);
   void noteLeader(std::optional<ActiveInfo> leader);
   void releaseLeadership(LossReason reason, bool standAgain, std::function<void()> done);
