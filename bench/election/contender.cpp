@@ -1,0 +1,134 @@
+#include "contender.hpp"
+
+#include <csignal>
+#include <sstream>
+#include <stdexcept>
+
+#include "zktest/deadline.hpp"
+
+namespace zkbench {
+
+namespace {
+
+// What a failure report keeps of a process transcript (10000 LEADER lines help nobody).
+std::string shortened(const std::string& text, size_t limit = 1500) {
+  return text.size() <= limit ? text : text.substr(0, limit) + "\n[... " +
+                                           std::to_string(text.size() - limit) + " more bytes]";
+}
+
+}  // namespace
+
+int64_t unixNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Implementation zkagentImplementation() {
+  return {"zkagent", zktest::binaryPath("zk-elect").string(), {}, "/members"};
+}
+
+Implementation kazooImplementation(const std::filesystem::path& peersDir) {
+  // The Debian python3-kazoo lives in the system interpreter, not in whatever python3 PATH names.
+  return {"kazoo", "/usr/bin/python3", {(peersDir / "kazoo_peer.py").string()}, ""};
+}
+
+Implementation curatorImplementation(const std::filesystem::path& peersDir,
+                                     const std::filesystem::path& classesDir) {
+  // The Curator jars' manifests name the rest (client, framework, zookeeper, guava, slf4j-api).
+  const std::string jars = "/usr/share/java/curator-recipes.jar:/usr/share/java/slf4j-nop.jar";
+  std::filesystem::create_directories(classesDir);
+  zktest::ChildProcess javac("javac", {"-nowarn", "-d", classesDir.string(), "-cp", jars,
+                                       (peersDir / "CuratorPeer.java").string()});
+  auto status = javac.wait(milliseconds(120000));
+  if (!status.exitedWith(0)) {
+    throw std::runtime_error("javac CuratorPeer.java failed (" + status.describe() + ")\n" +
+                             javac.transcript());
+  }
+  return {"curator", "java", {"-cp", classesDir.string() + ":" + jars, "CuratorPeer"}, ""};
+}
+
+Contender::Contender(const Implementation& impl, const ContenderOptions& options, std::string instanceId)
+    : implName_(impl.name), accounts_(options.accounts) {
+  auto args = impl.leadingArgs;
+  for (std::string arg : {"--zk", options.zk.c_str(), "--root", options.root.c_str(), "--instance-id",
+                          instanceId.c_str(), "--accounts-file", options.accountsFile.c_str(),
+                          "--session-timeout-ms"}) {
+    args.push_back(std::move(arg));
+  }
+  args.push_back(std::to_string(options.sessionTimeout.count()));
+  spawnedAtNs_ = unixNanos();
+  process_ = std::make_unique<zktest::ChildProcess>(impl.program, std::move(args));
+}
+
+void Contender::consume(const std::string& line) {
+  std::istringstream in(line);
+  std::string kind;
+  in >> kind;
+  if (kind == "SESSION") {
+    int64_t ms = 0;
+    in >> sessionAtNs_ >> ms;
+    negotiatedTimeout_ = milliseconds(ms);
+  } else if (kind == "READY") {
+    ready_ = true;
+  } else if (kind == "LEADER") {
+    std::string account;
+    int64_t token = 0, at = 0;
+    in >> account >> token >> at;
+    leading_.insert(account);
+    lastLeaderAtNs_ = std::max(lastLeaderAtNs_, at);
+  } else if (kind == "LOST") {
+    std::string account;
+    in >> account;
+    leading_.erase(account);
+  }
+}
+
+template <typename Done>
+void Contender::pump(Done done, milliseconds timeout, const char* what) {
+  const zktest::Deadline deadline(timeout);
+  while (!done()) {
+    auto line = process_->tryReadLine(deadline.remaining());
+    if (!line) {
+      throw std::runtime_error(implName_ + ": " + what + " not reached within " +
+                               std::to_string(timeout.count()) + " ms (" + std::to_string(leading_.size()) +
+                               "/" + std::to_string(accounts_) + " accounts led)\n" +
+                               shortened(process_->stderrText()));
+    }
+    consume(*line);
+  }
+}
+
+void Contender::awaitSession(milliseconds timeout) {
+  pump([this] { return sessionAtNs_ != 0; }, timeout, "SESSION");
+}
+
+void Contender::awaitReady(milliseconds timeout) {
+  pump([this] { return ready_; }, timeout, "READY");
+}
+
+void Contender::awaitLeadingAll(milliseconds timeout) {
+  pump([this] { return leading_.size() >= accounts_; }, timeout, "leadership of every account");
+}
+
+int64_t Contender::terminate() {
+  const int64_t at = unixNanos();
+  process_->signal(SIGTERM);
+  return at;
+}
+
+int64_t Contender::crash() {
+  const int64_t at = unixNanos();
+  process_->kill();
+  return at;
+}
+
+void Contender::reap(milliseconds timeout) {
+  try {
+    process_->wait(timeout);
+  } catch (const std::runtime_error&) {
+    process_->kill();
+  }
+}
+
+}  // namespace zkbench

@@ -1,0 +1,91 @@
+#pragma once
+// One election process under benchmark: zk-elect, or a peer driver (kazoo, Curator) speaking the
+// same line protocol on stdout:
+//   SESSION <unix_ns> <negotiated_timeout_ms> | READY | LEADER <account> <token> <unix_ns> | LOST ...
+// Every process stands for the same accounts (one per line of an accounts file) under one root.
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "zktest/child_process.hpp"
+
+namespace zkbench {
+
+using std::chrono::milliseconds;
+
+// How to start one implementation, and where its candidate nodes of an account live.
+struct Implementation {
+  std::string name;                       // "zkagent", "kazoo", "curator"
+  std::string program;
+  std::vector<std::string> leadingArgs;   // before the common --zk ... arguments
+  std::string queueSuffix;                // the candidates' parent: {root}/{account}{queueSuffix}
+
+  std::string queuePath(const std::string& root, const std::string& account) const {
+    return root + "/" + account + queueSuffix;
+  }
+};
+
+// zk-elect from this build.
+Implementation zkagentImplementation();
+// /usr/bin/python3 bench/peers/kazoo_peer.py.
+Implementation kazooImplementation(const std::filesystem::path& peersDir);
+// Compiles bench/peers/CuratorPeer.java into `classesDir` with javac (throws with javac's output if
+// that fails) and runs it on the Debian Curator jars.
+Implementation curatorImplementation(const std::filesystem::path& peersDir,
+                                     const std::filesystem::path& classesDir);
+
+int64_t unixNanos();
+
+struct ContenderOptions {
+  std::string zk;                      // connect string
+  std::string root;                    // election root of this series
+  std::filesystem::path accountsFile;
+  size_t accounts = 0;                 // lines in accountsFile
+  milliseconds sessionTimeout{2000};
+};
+
+class Contender {
+ public:
+  Contender(const Implementation& impl, const ContenderOptions& options, std::string instanceId);
+
+  // Each reads output until its condition holds; throws (naming the process) when it does not
+  // within `timeout`. Lines that arrive meanwhile are recorded, whatever their order.
+  void awaitSession(milliseconds timeout);
+  void awaitReady(milliseconds timeout);
+  void awaitLeadingAll(milliseconds timeout);
+
+  int64_t spawnedAtNs() const { return spawnedAtNs_; }
+  int64_t sessionAtNs() const { return sessionAtNs_; }
+  milliseconds negotiatedTimeout() const { return negotiatedTimeout_; }
+  // Unix ns of the last LEADER line so far (the moment the process held every account it holds).
+  int64_t lastLeaderAtNs() const { return lastLeaderAtNs_; }
+  size_t leading() const { return leading_.size(); }
+
+  // Graceful stop (SIGTERM); returns the unix ns just before the signal.
+  int64_t terminate();
+  // kill -9 of the whole process group; returns the unix ns just before the signal.
+  int64_t crash();
+  // Waits for the process to exit after terminate(); kills it if it does not in time.
+  void reap(milliseconds timeout);
+  std::string name() const { return process_->name(); }
+
+ private:
+  void consume(const std::string& line);
+  template <typename Done>
+  void pump(Done done, milliseconds timeout, const char* what);
+
+  std::string implName_;
+  size_t accounts_;
+  int64_t spawnedAtNs_ = 0;
+  std::unique_ptr<zktest::ChildProcess> process_;
+  int64_t sessionAtNs_ = 0;
+  milliseconds negotiatedTimeout_{0};
+  bool ready_ = false;
+  std::unordered_set<std::string> leading_;
+  int64_t lastLeaderAtNs_ = 0;
+};
+
+}  // namespace zkbench

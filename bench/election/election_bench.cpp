@@ -1,0 +1,513 @@
+// election-bench: the election's latencies against a real ZooKeeper 3.8 (standalone, tickTime
+// 200 ms, session 2 s), and the same work done by the peers kazoo (Election recipe) and Curator
+// (LeaderLatch) in the same run:
+//   handover  graceful stop (SIGTERM) of the leader -> the standby leads every account
+//   crash     kill -9 of the leader -> the standby leads every account; minus the session timeout
+//             (overhead), and after the old session's nodes went (reaction)
+//   cold      one fresh process -> it leads every account (from its SESSION line)
+//   gate      check() and checkStrict() cost with 10000 led accounts (in process, Google Benchmark)
+// Prints progress on stderr, a table on stdout, and writes JSON with --out.
+//
+//   election-bench [--out FILE] [--peers kazoo,curator|none] [--scenarios handover,crash,cold,gate]
+//                  [--max-accounts N] [--quick]
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "contender.hpp"
+#include "expiry_observer.hpp"
+#include "gate_bench.hpp"
+#include "stats.hpp"
+#include "zktest/zookeeper_server.hpp"
+
+#ifndef ZKAGENT_BENCH_PEERS_DIR
+#error "ZKAGENT_BENCH_PEERS_DIR must name bench/peers (set by bench/election/CMakeLists.txt)"
+#endif
+#ifndef ZKAGENT_BENCH_CLASSES_DIR
+#error "ZKAGENT_BENCH_CLASSES_DIR must name where javac puts the Curator peer's classes"
+#endif
+
+namespace {
+
+using namespace zkbench;
+using namespace std::chrono_literals;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+constexpr milliseconds kSessionTimeout{2000};
+constexpr const char* kUsage =
+    "usage: election-bench [--out FILE] [--peers kazoo,curator|none]\n"
+    "                      [--scenarios handover,crash,cold,gate] [--max-accounts N] [--quick]\n";
+
+struct Settings {
+  fs::path out;
+  std::set<std::string> peers{"kazoo", "curator"};
+  std::set<std::string> scenarios{"handover", "crash", "cold", "gate"};
+  size_t maxAccounts = 10000;
+  bool quick = false;  // fewer rounds and sizes: a smoke run of a minute or two
+};
+
+[[noreturn]] void usageError(const std::string& message) {
+  std::fprintf(stderr, "election-bench: %s\n%s", message.c_str(), kUsage);
+  std::exit(2);
+}
+
+std::set<std::string> parseList(const std::string& value, const std::set<std::string>& allowed,
+                                const std::string& flag) {
+  std::set<std::string> out;
+  if (value == "none") return out;
+  std::stringstream in(value);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!allowed.contains(item)) usageError(flag + ": unknown item '" + item + "'");
+    out.insert(item);
+  }
+  return out;
+}
+
+Settings parseArgs(int argc, char** argv) {
+  Settings s;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (flag == "--quick") {
+      s.quick = true;
+      continue;
+    }
+    if (i + 1 >= argc) usageError("missing value for " + flag);
+    const std::string value = argv[++i];
+    if (flag == "--out") {
+      s.out = value;
+    } else if (flag == "--peers") {
+      s.peers = parseList(value, {"kazoo", "curator"}, flag);
+    } else if (flag == "--scenarios") {
+      s.scenarios = parseList(value, {"handover", "crash", "cold", "gate"}, flag);
+    } else if (flag == "--max-accounts") {
+      try {
+        size_t used = 0;
+        s.maxAccounts = std::stoul(value, &used);
+        if (used != value.size() || s.maxAccounts == 0) throw std::invalid_argument(value);
+      } catch (const std::exception&) {
+        usageError("--max-accounts must be a positive integer, got '" + value + "'");
+      }
+    } else {
+      usageError("unknown argument '" + flag + "'");
+    }
+  }
+  return s;
+}
+
+// One benchmark configuration of one implementation, and what its rounds measured (ms).
+struct Series {
+  std::string scenario;  // handover | crash | cold
+  std::string impl;
+  size_t accounts = 0;
+  int roundsPlanned = 0;
+  std::vector<double> latencyMs;   // handover/crash: stop -> standby leads all; cold: SESSION -> all led
+  std::vector<double> overheadMs;  // crash: latency minus the negotiated session timeout
+  std::vector<double> reactionMs;  // crash: old session's node deleted -> standby leads all
+  std::vector<double> fromSpawnMs; // cold: process start -> all led
+  std::vector<std::string> failures;
+};
+
+// The issue's figures for the peers on this kind of machine (ms), to print next to ours.
+struct Reference {
+  std::string scenario, impl;
+  size_t accounts;
+  double p50, max;  // max < 0: only one figure was given
+};
+const std::vector<Reference> kReferences = {
+    {"handover", "kazoo", 1, 3.9, 7.4},        {"handover", "curator", 1000, 99, 136},
+    {"handover", "curator", 10000, 425, 711},  {"reaction", "curator", 1000, 60, 130},
+    {"reaction", "curator", 10000, 280, 568},  {"cold", "curator", 10000, 2400, -1},
+};
+
+const auto kStarted = std::chrono::steady_clock::now();
+
+void progress(const std::string& text) {
+  const auto s = std::chrono::duration<double>(std::chrono::steady_clock::now() - kStarted).count();
+  std::fprintf(stderr, "[%6.1fs] %s\n", s, text.c_str());
+}
+
+std::string fmt(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, v >= 100 ? "%.0f" : v >= 10 ? "%.1f" : "%.2f", v);
+  return buf;
+}
+
+// Bound on any one wait for leadership: generous, the peers are slow at 10000.
+milliseconds leadTimeout(size_t accounts) { return 30s + milliseconds(10 * accounts); }
+
+// Waits until the server's watch count stays the same for three polls 50 ms apart: every
+// contender has armed its watches, so a handover measures watch delivery, not set-up.
+void awaitWatchesSettled(const zktest::ZooKeeperServer& zk) {
+  const zktest::Deadline deadline(30s);
+  std::string last;
+  int same = 0;
+  while (!deadline.passed()) {
+    const std::string wchs = zk.fourLetter("wchs");
+    auto at = wchs.find("Total watches:");
+    std::string total = at == std::string::npos ? wchs : wchs.substr(at);
+    same = total == last ? same + 1 : 0;
+    if (same >= 2) return;
+    last = total;
+    std::this_thread::sleep_for(50ms);
+  }
+  throw std::runtime_error("the server's watch count did not settle within 30 s");
+}
+
+class Bench {
+ public:
+  explicit Bench(Settings settings) : settings_(std::move(settings)) {
+    workDir_ = fs::temp_directory_path() / ("election-bench-" + std::to_string(::getpid()));
+    fs::create_directories(workDir_);
+    implementations_.push_back(zkagentImplementation());
+    if (settings_.peers.contains("kazoo")) implementations_.push_back(kazooImplementation(ZKAGENT_BENCH_PEERS_DIR));
+    if (settings_.peers.contains("curator")) {
+      progress("compiling the Curator peer with javac");
+      implementations_.push_back(curatorImplementation(ZKAGENT_BENCH_PEERS_DIR, ZKAGENT_BENCH_CLASSES_DIR));
+    }
+  }
+  ~Bench() { fs::remove_all(workDir_); }
+
+  void run() {
+    // (accounts, rounds) per scenario; every size runs for every implementation.
+    using Plan = std::vector<std::pair<size_t, int>>;
+    const Plan handover = settings_.quick ? Plan{{1, 5}, {100, 3}, {1000, 2}}
+                                          : Plan{{1, 15}, {100, 10}, {1000, 5}, {10000, 3}};
+    const Plan crash = settings_.quick ? Plan{{1, 2}, {1000, 1}} : Plan{{1, 3}, {100, 3}, {1000, 3}, {10000, 2}};
+    const Plan cold = settings_.quick ? Plan{{1000, 1}} : Plan{{1000, 3}, {10000, 2}};
+    for (const auto& [scenario, plan] : {std::pair{"handover", handover}, {"crash", crash}, {"cold", cold}}) {
+      if (!settings_.scenarios.contains(scenario)) continue;
+      for (auto [accounts, rounds] : plan) {
+        if (accounts > settings_.maxAccounts) continue;
+        for (const auto& impl : implementations_) {
+          series_.push_back(std::string(scenario) == "cold" ? runCold(impl, accounts, rounds)
+                                                           : runFailover(impl, accounts, rounds,
+                                                                         std::string(scenario) == "crash"));
+        }
+      }
+    }
+    if (settings_.scenarios.contains("gate")) {
+      const size_t accounts = std::min<size_t>(10000, settings_.maxAccounts);
+      progress("gate: " + std::to_string(accounts) + " accounts in process");
+      zktest::ZooKeeperServer zk;
+      gate_ = measureGate(zk.connectString(), "/gate", accounts);
+    }
+  }
+
+  void printTable() const;
+  json toJson() const;
+
+ private:
+  fs::path accountsFile(size_t accounts) {
+    auto path = workDir_ / ("accounts-" + std::to_string(accounts) + ".txt");
+    if (!fs::exists(path)) {
+      std::ofstream out(path);
+      char name[32];
+      for (size_t i = 0; i < accounts; ++i) {
+        std::snprintf(name, sizeof name, "acc-%05zu", i);
+        out << name << '\n';
+      }
+    }
+    return path;
+  }
+
+  ContenderOptions optionsFor(const zktest::ZooKeeperServer& zk, size_t accounts, std::string root) {
+    return ContenderOptions{zk.connectString(), std::move(root), accountsFile(accounts), accounts, kSessionTimeout};
+  }
+
+  static std::string label(const Series& s) {
+    return s.scenario + " " + s.impl + " n=" + std::to_string(s.accounts);
+  }
+
+  // Rounds of: a standby joins behind the leader, the leader stops (SIGTERM) or crashes (kill -9),
+  // the standby takes every account and is the next round's leader. A fresh server per series.
+  Series runFailover(const Implementation& impl, size_t accounts, int rounds, bool crash) {
+    Series s{crash ? "crash" : "handover", impl.name, accounts, rounds, {}, {}, {}, {}, {}};
+    progress(label(s) + ": starting ZooKeeper");
+    zktest::ZooKeeperServer zk;
+    std::optional<ExpiryObserver> observer;
+    if (crash) observer.emplace(zk.connectString());
+    int instance = 0, generation = 0;
+    auto options = optionsFor(zk, accounts, "/bench-0");
+    std::unique_ptr<Contender> leader;
+    for (int round = 1; round <= rounds; ++round) {
+      try {
+        if (!leader) {
+          leader = std::make_unique<Contender>(impl, options, impl.name + "-" + std::to_string(++instance));
+          leader->awaitSession(60s);
+          leader->awaitLeadingAll(leadTimeout(accounts));
+        }
+        auto standby = std::make_unique<Contender>(impl, options, impl.name + "-" + std::to_string(++instance));
+        standby->awaitSession(60s);
+        standby->awaitReady(leadTimeout(accounts));
+        awaitWatchesSettled(zk);
+        if (standby->leading() != 0) throw std::runtime_error("the standby leads before the leader left");
+        if (observer) observer->watch(impl.queuePath(options.root, "acc-00000"));
+        const milliseconds sessionTimeout = leader->negotiatedTimeout();
+        const int64_t stoppedAt = crash ? leader->crash() : leader->terminate();
+        standby->awaitLeadingAll(leadTimeout(accounts) + (crash ? sessionTimeout * 3 : 0ms));
+        const double latency = static_cast<double>(standby->lastLeaderAtNs() - stoppedAt) / 1e6;
+        s.latencyMs.push_back(latency);
+        std::string line = label(s) + " round " + std::to_string(round) + "/" + std::to_string(rounds) +
+                           ": " + fmt(latency) + " ms";
+        if (crash) {
+          s.overheadMs.push_back(latency - static_cast<double>(sessionTimeout.count()));
+          if (int64_t expiredAt = observer->firedAtNs(); expiredAt != 0) {
+            s.reactionMs.push_back(static_cast<double>(standby->lastLeaderAtNs() - expiredAt) / 1e6);
+            line += " (reaction after expiry " + fmt(s.reactionMs.back()) + " ms)";
+          }
+        } else {
+          leader->reap(20s);
+        }
+        progress(line);
+        leader = std::move(standby);
+      } catch (const std::exception& e) {
+        s.failures.push_back("round " + std::to_string(round) + ": " + e.what());
+        progress(label(s) + " round " + std::to_string(round) + " FAILED: " + e.what());
+        // Start over on a fresh root: nodes of the failed round may linger until their sessions expire.
+        leader.reset();
+        options.root = "/bench-" + std::to_string(++generation);
+      }
+    }
+    if (leader) {
+      leader->terminate();
+      leader->reap(20s);
+    }
+    return s;
+  }
+
+  // Rounds of one process standing for every account of a fresh root.
+  Series runCold(const Implementation& impl, size_t accounts, int rounds) {
+    Series s{"cold", impl.name, accounts, rounds, {}, {}, {}, {}, {}};
+    progress(label(s) + ": starting ZooKeeper");
+    zktest::ZooKeeperServer zk;
+    for (int round = 1; round <= rounds; ++round) {
+      try {
+        Contender c(impl, optionsFor(zk, accounts, "/cold-" + std::to_string(round)), impl.name + "-cold");
+        c.awaitSession(60s);
+        c.awaitLeadingAll(leadTimeout(accounts));
+        s.latencyMs.push_back(static_cast<double>(c.lastLeaderAtNs() - c.sessionAtNs()) / 1e6);
+        s.fromSpawnMs.push_back(static_cast<double>(c.lastLeaderAtNs() - c.spawnedAtNs()) / 1e6);
+        progress(label(s) + " round " + std::to_string(round) + "/" + std::to_string(rounds) + ": " +
+                 fmt(s.latencyMs.back()) + " ms from session (" + fmt(s.fromSpawnMs.back()) +
+                 " ms from process start)");
+        c.terminate();
+        c.reap(20s);
+      } catch (const std::exception& e) {
+        s.failures.push_back("round " + std::to_string(round) + ": " + e.what());
+        progress(label(s) + " round " + std::to_string(round) + " FAILED: " + e.what());
+      }
+    }
+    return s;
+  }
+
+  const Series* find(const std::string& scenario, const std::string& impl, size_t accounts) const {
+    for (const auto& s : series_) {
+      if (s.scenario == scenario && s.impl == impl && s.accounts == accounts) return &s;
+    }
+    return nullptr;
+  }
+
+  // Our summary of `pick` divided by the best (lowest) peer's, per statistic; nullopt without a
+  // peer figure. A peer with failed rounds still counts: its successful rounds are its figure.
+  std::optional<std::pair<double, double>> ratio(const std::string& scenario, size_t accounts,
+                                                 std::vector<double> Series::*pick) const {
+    const Series* ours = find(scenario, "zkagent", accounts);
+    if (ours == nullptr || (ours->*pick).empty()) return std::nullopt;
+    std::optional<double> bestP50, bestMax;
+    for (const auto& s : series_) {
+      if (s.scenario != scenario || s.accounts != accounts || s.impl == "zkagent" || (s.*pick).empty()) continue;
+      auto sum = summarize(s.*pick);
+      bestP50 = std::min(bestP50.value_or(sum.p50), sum.p50);
+      bestMax = std::min(bestMax.value_or(sum.max), sum.max);
+    }
+    if (!bestP50) return std::nullopt;
+    auto sum = summarize(ours->*pick);
+    return std::pair{sum.p50 / *bestP50, sum.max / *bestMax};
+  }
+
+  std::vector<std::string> implNames() const {
+    std::vector<std::string> out;
+    for (const auto& i : implementations_) out.push_back(i.name);
+    return out;
+  }
+
+  Settings settings_;
+  fs::path workDir_;
+  std::vector<Implementation> implementations_;
+  std::vector<Series> series_;
+  std::optional<GateResult> gate_;
+};
+
+std::string cell(const std::vector<double>& sample, const std::vector<std::string>& failures = {}) {
+  if (sample.empty()) return failures.empty() ? "-" : "failed";
+  auto sum = summarize(sample);
+  std::string out = fmt(sum.p50) + " / " + fmt(sum.max);
+  if (!failures.empty()) out += " (" + std::to_string(failures.size()) + " failed)";
+  return out;
+}
+
+std::string referenceCell(const std::string& scenario, const std::string& impl, size_t accounts) {
+  for (const auto& r : kReferences) {
+    if (r.scenario == scenario && r.impl == impl && r.accounts == accounts) {
+      return r.max < 0 ? fmt(r.p50) : fmt(r.p50) + " / " + fmt(r.max);
+    }
+  }
+  return "";
+}
+
+void Bench::printTable() const {
+  const auto names = implNames();
+  struct Metric {
+    std::string title, scenario, reference;  // reference: key into kReferences
+    std::vector<double> Series::*pick;
+  };
+  const std::vector<Metric> metrics = {
+      {"graceful handover: SIGTERM of the leader -> the standby leads every account", "handover",
+       "handover", &Series::latencyMs},
+      {"crash failover: kill -9 of the leader -> the standby leads every account", "crash", "",
+       &Series::latencyMs},
+      {"crash failover overhead: the above minus the negotiated session timeout (2000 ms)", "crash", "",
+       &Series::overheadMs},
+      {"reaction after the old session expired: its node deleted -> the standby leads every account",
+       "crash", "reaction", &Series::reactionMs},
+      {"cold acquisition: SESSION of a fresh process -> it leads every account", "cold", "cold",
+       &Series::latencyMs},
+      {"cold acquisition including process start (JVM, interpreter)", "cold", "", &Series::fromSpawnMs},
+  };
+  std::printf("\nelection-bench: ms, p50 / max over rounds; ZooKeeper 3.8 standalone, tickTime 200 ms, "
+              "session 2000 ms, %u cores\n",
+              std::thread::hardware_concurrency());
+  for (const auto& m : metrics) {
+    std::set<size_t> sizes;
+    for (const auto& s : series_) {
+      if (s.scenario == m.scenario) sizes.insert(s.accounts);
+    }
+    if (sizes.empty()) continue;
+    std::printf("\n%s\n%-9s", m.title.c_str(), "accounts");
+    for (const auto& n : names) std::printf(" %-22s", n.c_str());
+    const bool withRatio = names.size() > 1;
+    if (withRatio) std::printf(" %-22s", "ours/best peer p50,max");
+    if (!m.reference.empty()) std::printf(" %s", "issue's peer figures");
+    std::printf("\n");
+    for (size_t accounts : sizes) {
+      std::printf("%-9zu", accounts);
+      for (const auto& n : names) {
+        const Series* s = find(m.scenario, n, accounts);
+        std::printf(" %-22s", s ? cell(s->*m.pick, s->failures).c_str() : "-");
+      }
+      if (withRatio) {
+        auto r = ratio(m.scenario, accounts, m.pick);
+        std::printf(" %-22s", r ? (fmt(r->first) + ", " + fmt(r->second)).c_str() : "-");
+      }
+      for (const auto& n : names) {
+        if (auto ref = m.reference.empty() ? "" : referenceCell(m.reference, n, accounts); !ref.empty()) {
+          std::printf(" %s %s", n.c_str(), ref.c_str());
+        }
+      }
+      std::printf("\n");
+    }
+  }
+  if (gate_) {
+    std::printf("\ngate with %zu led accounts (in process)\n", gate_->accounts);
+    std::printf("  check() fast:          %s ns per check (1 thread), %s ns (2 threads, per thread)\n",
+                fmt(gate_->fastNs).c_str(), fmt(gate_->fastNs2Threads).c_str());
+    std::printf("  checkStrict() one at a time: mean %s us, p50 %s us, p99 %s us\n",
+                fmt(gate_->strictUsMean).c_str(), fmt(gate_->strictUsP50).c_str(),
+                fmt(gate_->strictUsP99).c_str());
+    std::printf("  checkStrict() 64 in flight: %s checks/s\n", fmt(gate_->strictPipelinedPerSecond).c_str());
+    std::printf("  in-process acquisition of all %zu accounts: %s ms\n", gate_->accounts,
+                fmt(gate_->acquireMs).c_str());
+  }
+  std::printf("\ntarget (issue 3): ours/best peer <= 0.5 at every size, every account led in every run\n");
+  for (const auto& s : series_) {
+    for (const auto& f : s.failures) {
+      std::printf("FAILED %s n=%zu %s\n", s.impl.c_str(), s.accounts, f.substr(0, f.find('\n')).c_str());
+    }
+  }
+}
+
+json summaryJson(const std::vector<double>& sample) {
+  auto s = summarize(sample);
+  return {{"samples", sample}, {"p50", s.p50}, {"max", s.max}, {"mean", s.mean}};
+}
+
+json Bench::toJson() const {
+  json series = json::array();
+  for (const auto& s : series_) {
+    json j = {{"scenario", s.scenario}, {"impl", s.impl}, {"accounts", s.accounts},
+              {"rounds_planned", s.roundsPlanned}, {"latency_ms", summaryJson(s.latencyMs)},
+              {"failures", s.failures}};
+    if (s.scenario == "crash") {
+      j["overhead_ms"] = summaryJson(s.overheadMs);
+      j["reaction_after_expiry_ms"] = summaryJson(s.reactionMs);
+    }
+    if (s.scenario == "cold") j["from_process_start_ms"] = summaryJson(s.fromSpawnMs);
+    series.push_back(std::move(j));
+  }
+  json ratios = json::array();
+  std::set<std::pair<std::string, size_t>> seen;
+  for (const auto& s : series_) {
+    if (!seen.insert({s.scenario, s.accounts}).second) continue;
+    auto add = [&](const std::string& metric, std::vector<double> Series::*pick) {
+      if (auto r = ratio(s.scenario, s.accounts, pick)) {
+        ratios.push_back({{"scenario", s.scenario}, {"metric", metric}, {"accounts", s.accounts},
+                          {"p50_ratio", r->first}, {"max_ratio", r->second}, {"target", 0.5}});
+      }
+    };
+    add("latency_ms", &Series::latencyMs);
+    if (s.scenario == "crash") add("reaction_after_expiry_ms", &Series::reactionMs);
+  }
+  json references = json::array();
+  for (const auto& r : kReferences) {
+    references.push_back({{"metric", r.scenario}, {"impl", r.impl}, {"accounts", r.accounts}, {"p50_ms", r.p50},
+                          {"max_ms", r.max < 0 ? json(nullptr) : json(r.max)}});
+  }
+  json out = {{"setup", {{"zookeeper", "3.8.0 standalone (Debian)"}, {"tick_time_ms", 200},
+                         {"session_timeout_ms", kSessionTimeout.count()},
+                         {"cores", std::thread::hardware_concurrency()}, {"quick", settings_.quick}}},
+              {"series", series}, {"ratios", ratios}, {"issue_reference", references}};
+  if (gate_) {
+    out["gate"] = {{"accounts", gate_->accounts}, {"fast_ns_per_check", gate_->fastNs},
+                   {"fast_ns_per_check_2_threads", gate_->fastNs2Threads},
+                   {"strict_us_mean", gate_->strictUsMean}, {"strict_us_p50", gate_->strictUsP50},
+                   {"strict_us_p99", gate_->strictUsP99},
+                   {"strict_pipelined_per_second", gate_->strictPipelinedPerSecond},
+                   {"in_process_acquisition_ms", gate_->acquireMs}};
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Settings settings = parseArgs(argc, argv);
+  try {
+    Bench bench(settings);
+    bench.run();
+    bench.printTable();
+    if (!settings.out.empty()) {
+      std::ofstream out(settings.out);
+      out << bench.toJson().dump(2) << '\n';
+      if (!out) throw std::runtime_error("cannot write " + settings.out.string());
+      progress("wrote " + settings.out.string());
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "election-bench: %s\n", e.what());
+    return 1;
+  }
+  progress("done");
+  return 0;
+}
