@@ -483,6 +483,7 @@ namespace zkagent::fencing {
 
 std::vector<LoggedOperation> readLoggedOperations(const std::filesystem::path& dataDir) {
   using namespace detail;
+  if (!fs::is_directory(dataDir)) throw StorageError("no data directory " + dataDir.string());
   const std::uint64_t snapshotGeneration = loadSnapshot(dataDir, [](AccountSnapshot&&) {});
   std::vector<LoggedOperation> operations;
   for (const std::uint64_t generation : logGenerations(dataDir)) {

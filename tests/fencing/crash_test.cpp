@@ -1,14 +1,17 @@
-// Crash durability: a child process submits operations from several threads and reports each
-// answer on a pipe; it is killed with SIGKILL in the middle of the burst. Every operation it
-// reported as accepted must be in the log afterwards, and none it reported as rejected.
+// Real faults in a forked child that reports each answer on a pipe: SIGKILL in the middle of a
+// burst, and a write that fails part-way. Every operation reported as accepted must be in the
+// log afterwards, and none reported as rejected.
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,9 +25,16 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-// Runs in the forked child: never returns. Lines "A <opId>" (accepted) and "R <opId>"
-// (rejected) go to `out` after the validator answered; each line is one write(2) shorter than
-// PIPE_BUF, so lines from different threads never interleave.
+// One line to the parent; lines shorter than PIPE_BUF never interleave between threads.
+void report(int out, const std::string& line) {
+  const std::string withNewline = line + "\n";
+  if (::write(out, withNewline.data(), withNewline.size()) != static_cast<ssize_t>(withNewline.size())) {
+    _exit(3);
+  }
+}
+
+// Runs in the forked child until killed: reports "A <opId>" (accepted) or "R <opId>"
+// (rejected) after each answer.
 [[noreturn]] void submitUntilKilled(const std::filesystem::path& dir, int out) {
   ValidatorOptions options;
   options.dataDir = dir;
@@ -38,8 +48,9 @@ using Clock = std::chrono::steady_clock;
         const std::string id = std::to_string(t) + "-" + std::to_string(i);
         const Decision decision =
             validator.submit(Operation{{"acct", token, "host", 1}, id, R"("burst")"});
-        const std::string line = (decision.accepted() ? "A " : "R ") + id + "\n";
-        if (::write(out, line.data(), line.size()) != static_cast<ssize_t>(line.size())) _exit(3);
+        report(out, (decision.accepted() ? "A " : "R ") + id);
+        // Rejections need no fsync: without a pause the old leader would flood the pipe.
+        if (t == 0) std::this_thread::sleep_for(1ms);
       }
     });
   }
@@ -47,11 +58,66 @@ using Clock = std::chrono::steady_clock;
   _exit(0);
 }
 
-class KilledChild {
+// A forked child that runs `body(out)` and reports on the pipe `out`, one line per write(2);
+// killed and reaped when the test ends, whatever happened.
+class ForkedChild {
  public:
-  explicit KilledChild(pid_t pid) : pid_(pid) {}
-  ~KilledChild() { killAndReap(); }
-  void killAndReap() {
+  explicit ForkedChild(const std::function<void(int)>& body) {
+    int fds[2];
+    if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
+    pid_ = ::fork();
+    if (pid_ < 0) throw std::runtime_error("fork failed");
+    if (pid_ == 0) {
+      ::close(fds[0]);
+      body(fds[1]);
+      _exit(0);
+    }
+    ::close(fds[1]);
+    in_ = fds[0];
+  }
+  ~ForkedChild() {
+    kill();
+    ::close(in_);
+  }
+  ForkedChild(const ForkedChild&) = delete;
+  ForkedChild& operator=(const ForkedChild&) = delete;
+
+  // Lines reported so far, reading until `enough` holds, the child closes the pipe, or timeout.
+  const std::vector<std::string>& readLinesUntil(
+      const std::function<bool(const std::vector<std::string>&)>& enough,
+      std::chrono::milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    while (!enough(lines_) && Clock::now() < deadline) {
+      pollfd readable{in_, POLLIN, 0};
+      if (::poll(&readable, 1, 100) <= 0) continue;
+      char chunk[4096];
+      const ssize_t got = ::read(in_, chunk, sizeof chunk);
+      if (got <= 0) break;  // the child exited
+      partial_.append(chunk, static_cast<std::size_t>(got));
+      for (std::size_t end; (end = partial_.find('\n')) != std::string::npos;
+           partial_.erase(0, end + 1)) {
+        lines_.push_back(partial_.substr(0, end));
+      }
+    }
+    return lines_;
+  }
+
+  // Whether the child exited by itself within `timeout` (it is killed otherwise).
+  bool exitedWithin(std::chrono::milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    int status = 0;
+    while (::waitpid(pid_, &status, WNOHANG) == 0) {
+      if (Clock::now() >= deadline) {
+        kill();
+        return false;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    pid_ = -1;
+    return true;
+  }
+
+  void kill() {
     if (pid_ <= 0) return;
     ::kill(pid_, SIGKILL);
     int status = 0;
@@ -60,41 +126,27 @@ class KilledChild {
   }
 
  private:
-  pid_t pid_;
+  pid_t pid_ = -1;
+  int in_ = -1;
+  std::vector<std::string> lines_;
+  std::string partial_;
 };
 
 TEST(FencingCrash, AcknowledgedOperationsSurviveSigkillMidBurst) {
   testing::TempDir dir;
-  int fds[2];
-  ASSERT_EQ(::pipe(fds), 0);
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::close(fds[0]);
-    submitUntilKilled(dir.path(), fds[1]);
-  }
-  ::close(fds[1]);
-  KilledChild child(pid);
-
-  // Read answers until enough were acknowledged, then kill while the burst goes on.
+  ForkedChild child([&](int out) { submitUntilKilled(dir.path(), out); });
   std::set<std::string> accepted;
   std::set<std::string> rejected;
-  std::string buffer;
-  const auto deadline = Clock::now() + 30s;
-  while (accepted.size() < 400 && Clock::now() < deadline) {
-    pollfd readable{fds[0], POLLIN, 0};
-    if (::poll(&readable, 1, 100) <= 0) continue;
-    char chunk[4096];
-    const ssize_t got = ::read(fds[0], chunk, sizeof chunk);
-    ASSERT_GT(got, 0) << "the child died before it was killed";
-    buffer.append(chunk, static_cast<std::size_t>(got));
-    for (std::size_t end; (end = buffer.find('\n')) != std::string::npos; buffer.erase(0, end + 1)) {
-      const std::string line = buffer.substr(0, end);
-      (line[0] == 'A' ? accepted : rejected).insert(line.substr(2));
-    }
+  std::size_t acceptedSeen = 0;
+  std::size_t linesCounted = 0;
+  const auto enoughAccepted = [&](const std::vector<std::string>& lines) {
+    for (; linesCounted < lines.size(); ++linesCounted) acceptedSeen += lines[linesCounted][0] == 'A';
+    return acceptedSeen >= 400;
+  };
+  for (const std::string& line : child.readLinesUntil(enoughAccepted, 30s)) {
+    (line[0] == 'A' ? accepted : rejected).insert(line.substr(2));
   }
-  child.killAndReap();
-  ::close(fds[0]);
+  child.kill();  // in the middle of the burst: the child never stops by itself
   ASSERT_GE(accepted.size(), 400u) << "the child did not acknowledge enough operations in time";
 
   std::set<std::string> logged;
@@ -112,6 +164,53 @@ TEST(FencingCrash, AcknowledgedOperationsSurviveSigkillMidBurst) {
   const std::string someAccepted = *accepted.begin();
   const std::uint64_t token = someAccepted.starts_with("0-") ? 1 : 2;
   EXPECT_TRUE(reopened.submit(Operation{{"acct", token, "host", 1}, someAccepted, "null"}).replayed);
+}
+
+// A real write failure: the file size limit (RLIMIT_FSIZE) makes a write stop part-way and the
+// next one fail with EFBIG, as a full disk would.
+TEST(FencingCrash, WriteFailureRefusesEverythingAndRestartRecoversTheAcknowledged) {
+  testing::TempDir dir;
+  ForkedChild child([&](int out) {
+    ::signal(SIGXFSZ, SIG_IGN);  // get EFBIG instead of being killed
+    const rlimit limit{1000, 1000};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    ValidatorOptions options;
+    options.dataDir = dir.path();
+    TokenValidator validator(options);
+    for (std::uint64_t i = 1; i < 1000; ++i) {
+      const std::string id = std::to_string(i);
+      try {
+        validator.submit(Operation{{"acct", i, "host", 1}, id, "null"});
+        report(out, "A " + id);
+      } catch (const StorageError&) {
+        report(out, "failed " + id);
+        break;
+      }
+    }
+    try {
+      validator.submit(Operation{{"acct", 5000, "host", 1}, "after", "null"});
+      report(out, "accepted after failure");
+    } catch (const StorageError&) {
+      report(out, "refused after failure");
+    }
+  });
+  const std::vector<std::string> lines = child.readLinesUntil(
+      [](const auto& reported) {
+        return !reported.empty() && reported.back().find("after failure") != std::string::npos;
+      },
+      30s);
+  ASSERT_GE(lines.size(), 3u);
+  EXPECT_TRUE(lines[lines.size() - 2].starts_with("failed ")) << lines[lines.size() - 2];
+  EXPECT_EQ(lines.back(), "refused after failure");
+  const std::size_t acknowledged = lines.size() - 2;
+  ASSERT_TRUE(child.exitedWithin(10s)) << "the child hung after the write failure";
+
+  ValidatorOptions options;
+  options.dataDir = dir.path();
+  TokenValidator reopened(options);
+  EXPECT_GT(reopened.recovery().truncatedBytes, 0u) << "the partial write must be cut";
+  EXPECT_EQ(reopened.status("acct")->accepted, acknowledged);
+  EXPECT_EQ(reopened.status("acct")->hwm, acknowledged);
 }
 
 }  // namespace

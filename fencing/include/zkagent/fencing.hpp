@@ -200,6 +200,7 @@ class TokenValidator {
 // ---------------------------------------------------------------------------------------------
 // Reading the log (operators, tests): accepted operations still in the log of dataDir, in
 // order, excluding those already folded into a snapshot. Read-only; stops at a torn tail.
+// Throws StorageError if dataDir is missing or its snapshot is corrupt.
 struct LoggedOperation {
   Operation operation;
   std::uint64_t hwm = 0;  // the HWM answered
