@@ -178,6 +178,7 @@ struct Agent::Impl : Gate, std::enable_shared_from_this<Impl> {
   http::Router router();
   http::Response forwardOperation(const http::Request& request);
   http::Response resign(const http::Request& request);
+  std::optional<election::ActiveInfo> readActive(const std::string& account);
   std::string statusJson();
   std::string metricsText();
 
@@ -744,13 +745,28 @@ http::Response Agent::Impl::forwardOperation(const http::Request& request) {
     case Result::Drifted:
       return http::Response::json(409, json{{"error", "not_leader"},
                                             {"detail", outcome.reason()},
-                                            {"leader", leaderJson(outcome.leader)}}.dump());
+                                            {"leader", leaderJson(outcome.leader ? outcome.leader
+                                                                                 : readActive(account))}}.dump());
     case Result::Suspended:
     case Result::Stopping:
       return http::Response::json(503, json{{"error", outcome.reason()}}.dump());
     case Result::UnknownAccount: return http::Response::error(404, "unknown account '" + account + "'");
   }
   return http::Response::error(500, "unexpected gate result");
+}
+
+// A caller redirected with 409 needs the leader's endpoint even when this agent does not stand
+// for the account (and so does not watch `active`): read it.
+std::optional<election::ActiveInfo> Agent::Impl::readActive(const std::string& account) {
+  auto answer = std::make_shared<std::promise<std::optional<election::ActiveInfo>>>();
+  auto future = answer->get_future();
+  group->session().get(config.zookeeper.root + "/" + account + "/active", nullptr,
+                       [answer](election::ZkError err, std::string data, election::NodeStat) {
+                         answer->set_value(err == election::ZkError::Ok ? election::parseActive(data)
+                                                                        : std::nullopt);
+                       });
+  if (future.wait_for(config.gateway.requestTimeout) != std::future_status::ready) return std::nullopt;
+  return future.get();
 }
 
 std::string Agent::Impl::statusJson() {
