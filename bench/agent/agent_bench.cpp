@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent_fixtures.hpp"
 #include "zkagent/http.hpp"
 #include "zktest/child_process.hpp"
 #include "zktest/zookeeper_server.hpp"
@@ -33,6 +34,7 @@ using namespace std::chrono_literals;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using zktest::ChildProcess;
+using zkagent_test::accountNames;
 
 struct Options {
   size_t failoverAccounts = 1000;
@@ -41,16 +43,6 @@ struct Options {
   int clients = 8;
   int sessionTimeoutMs = 2000;
 };
-
-uint16_t portOf(const std::string& line) {
-  return static_cast<uint16_t>(std::stoi(line.substr(line.rfind(':') + 1)));
-}
-
-std::vector<std::string> accountNames(size_t n) {
-  std::vector<std::string> out;
-  for (size_t i = 0; i < n; ++i) out.push_back("acct-" + std::to_string(i));
-  return out;
-}
 
 std::unique_ptr<zkagent::http::Client> clientFor(uint16_t port, std::chrono::milliseconds timeout = 10000ms) {
   zkagent::http::ClientOptions o;
@@ -83,14 +75,9 @@ class Bench {
         std::vector<std::string>{"--listen", "127.0.0.1:0", "--data-dir", (dir_ / "gateway").string(),
                                  "--zk", zk_.connectString(), "--root", "/bench/accounts"},
         dir_ / "gateway.log");
-    for (auto deadline = Clock::now() + 30s; gatewayPort_ == 0 && Clock::now() < deadline;) {
-      std::ifstream in(dir_ / "gateway.log");
-      for (std::string l; std::getline(in, l);) {
-        if (l.starts_with("LISTENING ")) gatewayPort_ = portOf(l);
-      }
-      std::this_thread::sleep_for(50ms);
-    }
-    if (gatewayPort_ == 0) throw std::runtime_error("fencing-gateway did not start");
+    auto port = zkagent_test::awaitListeningPort(dir_ / "gateway.log", 30s);
+    if (!port) throw std::runtime_error("fencing-gateway did not start");
+    gatewayPort_ = *port;
   }
   ~Bench() {
     agents_.clear();
@@ -102,11 +89,20 @@ class Bench {
     std::unique_ptr<ChildProcess> process;
     uint16_t port;
     std::unique_ptr<zkagent::http::Client> client;
+    // From /v1/status: exact at the moment of the call (failover timing).
     size_t leading() const {
       auto r = client->get("/v1/status");
       if (!r.delivered()) return 0;
       auto s = json::parse(r.body, nullptr, false);
       return s.is_object() ? s.value("leading", size_t{0}) : 0;
+    }
+    // From /metrics: updated every placement pass (up to 500 ms late), but a small answer, so
+    // polling it does not inflate the memory being measured.
+    size_t leadingFromMetrics() const {
+      auto r = client->get("/metrics");
+      const std::string series = "zkagent_accounts{role=\"LEADER\"} ";
+      const auto at = r.body.find(series);
+      return at == std::string::npos ? 0 : std::stoul(r.body.substr(at + series.size()));
     }
   };
 
@@ -127,23 +123,16 @@ class Bench {
     auto process = std::make_unique<ChildProcess>(zktest::binaryPath("zk-agent").string(),
                                                   std::vector<std::string>{"--config", path.string()},
                                                   dir_ / (id + ".log"));
-    uint16_t port = 0;
-    for (auto deadline = Clock::now() + 30s; port == 0 && Clock::now() < deadline;) {
-      std::ifstream in(dir_ / (id + ".log"));
-      for (std::string l; std::getline(in, l);) {
-        if (l.starts_with("LISTENING ")) port = portOf(l);
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-    if (port == 0) throw std::runtime_error("zk-agent " + id + " did not start");
-    agents_.push_back(std::make_unique<Agent>(Agent{std::move(process), port, clientFor(port)}));
+    auto port = zkagent_test::awaitListeningPort(dir_ / (id + ".log"), 30s);
+    if (!port) throw std::runtime_error("zk-agent " + id + " did not start");
+    agents_.push_back(std::make_unique<Agent>(Agent{std::move(process), *port, clientFor(*port)}));
     return *agents_.back();
   }
 
   // Seconds until `agent` leads `n` accounts; throws past `limit`.
   static double awaitLeading(const Agent& agent, size_t n, Clock::time_point from,
-                             std::chrono::seconds limit = 120s) {
-    while (agent.leading() < n) {
+                             std::chrono::seconds limit = 120s, bool viaMetrics = false) {
+    while ((viaMetrics ? agent.leadingFromMetrics() : agent.leading()) < n) {
       if (Clock::now() - from > limit) throw std::runtime_error("accounts not led in time");
       std::this_thread::sleep_for(20ms);
     }
@@ -239,14 +228,13 @@ class Bench {
     // ---- memory per account
     {
       auto& small = startAgent("mem-small", accountNames(10));
-      awaitLeading(small, 10, Clock::now());
+      awaitLeading(small, 10, Clock::now(), 120s, true);
       std::this_thread::sleep_for(1s);
       const long smallKiB = rssKiB(small.process->pid());
-      auto names = accountNames(options_.memoryAccounts);
-      for (auto& n : names) n = "mem-" + n;
+      const auto names = accountNames(options_.memoryAccounts, "mem-");
       const auto t0 = Clock::now();
       auto& big = startAgent("mem-big", names);
-      const double joined = awaitLeading(big, names.size(), t0, 600s);
+      const double joined = awaitLeading(big, names.size(), t0, 600s, true);
       std::this_thread::sleep_for(1s);
       const long bigKiB = rssKiB(big.process->pid());
       out["memory"] = {{"accounts", names.size()},

@@ -9,9 +9,11 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "agent_fixtures.hpp"
 #include "zkagent/http.hpp"
 #include "zktest/child_process.hpp"
 #include "zktest/deadline.hpp"
@@ -24,19 +26,11 @@ using namespace std::chrono_literals;
 using nlohmann::json;
 using zktest::ChildProcess;
 using zktest::eventually;
+using zkagent_test::accountNames;
+using zkagent_test::portOf;
 using std::chrono::milliseconds;
 
 constexpr int kSessionTimeoutMs = 1500;
-
-uint16_t portOf(const std::string& listeningLine) {
-  return static_cast<uint16_t>(std::stoi(listeningLine.substr(listeningLine.rfind(':') + 1)));
-}
-
-std::vector<std::string> accountNames(size_t n) {
-  std::vector<std::string> out;
-  for (size_t i = 0; i < n; ++i) out.push_back("acct-" + std::to_string(i));
-  return out;
-}
 
 struct AgentProcess {
   std::string id;
@@ -84,32 +78,15 @@ class AgentProcessTest : public ::testing::Test {
         std::vector<std::string>{"--listen", "127.0.0.1:0", "--data-dir", (dir_ / "gateway").string(),
                                  "--zk", zk_->connectString(), "--root", root_ + "/accounts"},
         dir_ / "gateway.log");
-    gatewayPort_ = portOf(waitForListening(*gateway_, dir_ / "gateway.log"));
+    const auto port = zkagent_test::awaitListeningPort(dir_ / "gateway.log", 30s);
+    ASSERT_TRUE(port) << gateway_->transcript();
+    gatewayPort_ = *port;
   }
 
   void TearDown() override {
     agents_.clear();
     gateway_.reset();
     std::filesystem::remove_all(dir_);
-  }
-
-  // The gateway writes to a file (its log is long); LISTENING is its first stdout line.
-  static std::string waitForListening(ChildProcess& process, const std::filesystem::path& log) {
-    std::string line;
-    EXPECT_TRUE(eventually(
-        [&] {
-          std::ifstream in(log);
-          for (std::string l; std::getline(in, l);) {
-            if (l.starts_with("LISTENING ")) {
-              line = l;
-              return true;
-            }
-          }
-          return !process.running();
-        },
-        30s));
-    if (line.empty()) throw std::runtime_error("no LISTENING line from " + process.name());
-    return line;
   }
 
   json agentConfig(const std::string& id, const std::vector<std::string>& accounts, uint16_t gatewayPort) {
@@ -315,7 +292,10 @@ TEST_F(AgentProcessTest, LeaderThatLosesTheGatewayHandsOverOnlyToAReadyAgent) {
 }
 
 TEST_F(AgentProcessTest, StatusReportsEveryDocumentedFieldAndMetricsPassPromtool) {
-  auto& a = startAgent("host-a", {"acct-0", "acct-1"});
+  auto config = agentConfig("host-a", {"acct-0", "acct-1"}, gatewayPort_);
+  config["gate"] = "strict";
+  config["log"] = {{"format", "json"}};
+  auto& a = startAgent(config);
   ASSERT_TRUE(eventually([&] { return a.leading().size() == 2; }, 15s));
   ASSERT_EQ(a.op("acct-0", "one").status, 200);
   EXPECT_EQ(a.op("acct-0", "one").status, 200) << "a retried opId gets the first answer";
@@ -355,6 +335,16 @@ TEST_F(AgentProcessTest, StatusReportsEveryDocumentedFieldAndMetricsPassPromtool
   std::ofstream(file) << metrics.body;
   ChildProcess promtool("/bin/sh", {"-c", "promtool check metrics < " + file.string()});
   EXPECT_TRUE(promtool.wait(30s).exitedWith(0)) << promtool.transcript();
+
+  // JSON logs: every line is one object; the seed-001 leadership line is among them.
+  std::istringstream logs(a.process->stderrText());
+  bool sawLeaderLine = false;
+  for (std::string line; std::getline(logs, line);) {
+    const auto entry = json::parse(line, nullptr, false);
+    ASSERT_TRUE(entry.is_object()) << line;
+    sawLeaderLine |= entry["msg"].get<std::string>().starts_with("leader changed account=acct-0 ");
+  }
+  EXPECT_TRUE(sawLeaderLine) << a.process->stderrText();
 }
 
 TEST_F(AgentProcessTest, BadConfigsAreRejectedNamingTheField) {
