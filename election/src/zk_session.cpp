@@ -57,9 +57,14 @@ void closeHandle(zhandle_t* zh) {
 }
 
 template <typename Done, typename... Args>
-void deliver(Call<Done>* call, Args&&... args) {
-  asio::post(call->executor, [done = std::move(call->done),
-                              ... a = std::forward<Args>(args)]() mutable { done(std::move(a)...); });
+void deliver(Call<Done>* call, ZkError err, Args&&... args) {
+  if (err != ZkError::ConnectionLoss && err != ZkError::SessionExpired && err != ZkError::Closing) {
+    call->session->noteContact();  // any answer proves the server still knows our session
+  }
+  asio::post(call->executor, [done = std::move(call->done), err,
+                              ... a = std::forward<Args>(args)]() mutable {
+    done(err, std::move(a)...);
+  });
   delete call;
 }
 
@@ -209,7 +214,7 @@ void ZkSession::handleSessionState(uint64_t generation, int zkState) {
     everConnectedId_ = id;
     sessionId_.store(id);
     negotiatedMs_.store(negotiated);
-    lastContact_ = Clock::now();
+    noteContact();
     deadlineTimer_.cancel();
     // Only now that every listener will hear "connected" may the gate open again.
     connected_.store(true);
@@ -226,9 +231,29 @@ void ZkSession::handleSessionState(uint64_t generation, int zkState) {
   } else {  // CONNECTING / ASSOCIATING: the link is down, the session may still live
     if (state_.load() == SessionState::Suspended) return;
     pingTimer_.cancel();
+    dropWatchesLocally();
     publish(SessionState::Suspended, false);
     armDeadline();
   }
+}
+
+// ZooKeeper 3.8's C client re-sends every watch in one SetWatches packet on reconnect; past
+// jute.maxbuffer (1 MiB, ~29000 watches: ZOOKEEPER-706) the server drops the connection and the
+// session can never resume. So on every disconnect we forget all watches locally (no network
+// involved) and the owners re-arm them by re-reading after the reconnect, as they must anyway to
+// learn what changed while we were away.
+void ZkSession::dropWatchesLocally() {
+  std::lock_guard lock(mu_);
+  if (zh_ != nullptr) {
+    for (auto* table : {&dataWatches_, &childWatches_}) {
+      for (auto& [path, entries] : *table) {
+        // Local removal only edits the client's table; the call returns without a round trip.
+        zoo_remove_all_watches(zh_, path.c_str(), ZWATCHTYPE_ANY, 1);
+      }
+    }
+  }
+  dataWatches_.clear();
+  childWatches_.clear();
 }
 
 // The server expires a session `timeout` after it last heard from us, and only tells us once we
@@ -236,7 +261,7 @@ void ZkSession::handleSessionState(uint64_t generation, int zkState) {
 // CURATOR-460/ZOOKEEPER-4508): when it passes while disconnected, the session is gone for us too.
 void ZkSession::armDeadline() {
   const auto timeout = negotiatedTimeout().count() > 0 ? negotiatedTimeout() : options_.timeout;
-  deadlineTimer_.expires_at(lastContact_ + timeout);
+  deadlineTimer_.expires_at(Clock::time_point(Clock::duration(lastContactTicks_.load())) + timeout);
   deadlineTimer_.async_wait([weak = weak_from_this()](boost::system::error_code ec) {
     auto self = weak.lock();
     if (ec || !self || self->state_.load() != SessionState::Suspended) return;
@@ -244,21 +269,17 @@ void ZkSession::armDeadline() {
   });
 }
 
-// A cheap read every third of the timeout proves the server still knows our session; its answer
-// moves the local deadline.
+// A cheap read every third of the timeout keeps proof of contact fresh when the session is idle.
 void ZkSession::armPing() {
   const auto period = std::max(negotiatedTimeout() / 3, Millis(50));
   pingTimer_.expires_after(period);
   pingTimer_.async_wait([weak = weak_from_this()](boost::system::error_code ec) {
     auto self = weak.lock();
     if (ec || !self || self->state_.load() != SessionState::Connected) return;
-    const auto sent = Clock::now();
     self->existsOn(self->strand_, "/", nullptr, nullptr,
-                   [weak2 = std::weak_ptr(self), sent](ZkError err, std::optional<NodeStat>) {
+                   [weak2 = std::weak_ptr(self)](ZkError, std::optional<NodeStat>) {
                      auto s = weak2.lock();
-                     if (!s) return;
-                     if (err == ZkError::Ok) s->lastContact_ = std::max(s->lastContact_, sent);
-                     if (s->state_.load() == SessionState::Connected) s->armPing();
+                     if (s && s->state_.load() == SessionState::Connected) s->armPing();
                    });
   });
 }

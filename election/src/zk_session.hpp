@@ -88,6 +88,7 @@ class ZkSession : public Session, public std::enable_shared_from_this<ZkSession>
                 Executor ex, Watch watch);
 
   static ZkError fromRc(int rc);
+  void noteContact() { lastContactTicks_.store(Clock::now().time_since_epoch().count()); }
 
  private:
   struct WatchEntry {
@@ -103,6 +104,7 @@ class ZkSession : public Session, public std::enable_shared_from_this<ZkSession>
   void expireLocally(const char* why);
   void retireHandle(zhandle_t* zh);  // closes an old handle off the io thread
   void armPing();
+  void dropWatchesLocally();
   void armDeadline();
   void fireWatches(uint64_t generation, bool data, bool child, const std::string& path);
   void publish(SessionState state, bool newSession);
@@ -126,7 +128,8 @@ class ZkSession : public Session, public std::enable_shared_from_this<ZkSession>
   std::atomic<int64_t> negotiatedMs_{0};
   int64_t everConnectedId_ = 0;  // strand: id of the last session we announced
   bool closing_ = false;         // strand
-  Clock::time_point lastContact_{};  // strand: last proof that the server knew our session
+  // Last proof that the server knew our session (a reply), as steady-clock ticks.
+  std::atomic<Clock::rep> lastContactTicks_{0};
   boost::asio::steady_timer pingTimer_;
   boost::asio::steady_timer deadlineTimer_;
 };

@@ -84,6 +84,13 @@ el::ZkError Contender::remove(const std::string& path) {
   return await<el::ZkError>([&](auto done) { group_->session().remove(path, -1, done); });
 }
 
+el::ZkError Contender::createEphemeral(const std::string& path, const std::string& data) {
+  return await<el::ZkError>([&](auto done) {
+    group_->session().create(path, data, el::NodeKind::Ephemeral,
+                             [done](el::ZkError e, std::string) { done(e); });
+  });
+}
+
 std::optional<std::string> Contender::get(const std::string& path) {
   return await<std::optional<std::string>>([&](auto done) {
     group_->session().get(path, nullptr, [done](el::ZkError e, std::string data, el::NodeStat) {

@@ -40,6 +40,7 @@ class Contender {
   // Blocking znode helpers on this contender's session; each throws after `timeout`.
   el::ZkError set(const std::string& path, const std::string& data);
   el::ZkError remove(const std::string& path);
+  el::ZkError createEphemeral(const std::string& path, const std::string& data);
   std::optional<std::string> get(const std::string& path);
   std::vector<std::string> children(const std::string& path);
   // Deletes `path` and everything below it; true if `path` itself was deleted.

@@ -412,6 +412,22 @@ TEST_F(TcpProxyToEcho, BlackholeKeepsConnectionsOpenAndDropsEveryByte) {
   EXPECT_EQ(receive(client.get(), 1, 200ms).bytes, "") << "blackholed connections stay silent";
 }
 
+TEST_F(TcpProxyToEcho, DropRepliesForwardsRequestsButReturnsNothing) {
+  UniqueFd client = echoingClient();
+  const std::size_t forwarded = echo.bytesReceived();
+  proxy.setMode(TcpProxy::Mode::dropReplies);
+  send(client, "request");
+  ASSERT_TRUE(eventually([&] { return echo.bytesReceived() == forwarded + 7; }, 5s))
+      << "the request did not reach the server";
+  const Reception silence = receive(client.get(), 1, 300ms);
+  EXPECT_EQ(silence.bytes, "") << "the echo (the reply) came back";
+  EXPECT_FALSE(silence.closed);
+  proxy.setMode(TcpProxy::Mode::pass);
+  send(client, "again");
+  EXPECT_EQ(receive(client.get(), 1, 200ms).bytes, "") << "a connection that lost replies stays so";
+  echoingClient();
+}
+
 TEST_F(TcpProxyToEcho, CloseResetsConnectionsAndRefusesNewOnes) {
   UniqueFd client = echoingClient();
 

@@ -63,7 +63,9 @@ struct NodeStat {
 enum class NodeKind { Persistent, Ephemeral, EphemeralSequential };
 
 // The generic asynchronous operations observers and health publishers need. Results are delivered
-// on the io_context (never on ZooKeeper's completion thread). A `watch` callback fires once.
+// on the io_context (never on ZooKeeper's completion thread). A `watch` callback fires at most
+// once: every watch is forgotten when the link drops (ZOOKEEPER-706), so after any Connected
+// event re-read what you watch.
 class Session {
  public:
   using Watch = std::function<void()>;

@@ -24,6 +24,7 @@ const char* toString(TcpProxy::Mode mode) {
     case TcpProxy::Mode::pass: return "pass";
     case TcpProxy::Mode::blackhole: return "blackhole";
     case TcpProxy::Mode::close: return "close";
+    case TcpProxy::Mode::dropReplies: return "dropReplies";
   }
   return "?";
 }
@@ -41,6 +42,7 @@ struct Connection {
   UniqueFd client, upstream;
   bool connecting = false;  // upstream connect in progress
   bool silenced = false;    // blackholed: read and drop everything, forever
+  bool repliesDropped = false;  // server-to-client bytes dropped, forever
   Flow toUpstream, toClient;
 };
 
@@ -184,6 +186,12 @@ class TcpProxy::Loop {
       connections_.clear();
       listener_.reset();  // new connections are refused
     } else {
+      if (current_ == Mode::dropReplies) {
+        for (auto& connection : connections_) {
+          connection->repliesDropped = true;
+          connection->toClient = {};
+        }
+      }
       if (current_ == Mode::blackhole) {
         for (auto& connection : connections_) {
           connection->silenced = true;
@@ -219,6 +227,7 @@ class TcpProxy::Loop {
           continue;
         }
         connection->connecting = true;
+        connection->repliesDropped = current_ == Mode::dropReplies;
       }
       connections_.push_back(std::move(connection));
     }
@@ -242,6 +251,7 @@ class TcpProxy::Loop {
     }
     const bool ok = (!(clientEvents & POLLIN) || readInto(connection.client.get(), connection.toUpstream)) &&
                     (!(upstreamEvents & POLLIN) || readInto(connection.upstream.get(), connection.toClient)) &&
+                    (!connection.repliesDropped || (connection.toClient.pending.clear(), true)) &&
                     writeFrom(connection.toUpstream, connection.upstream.get()) &&
                     writeFrom(connection.toClient, connection.client.get());
     if (!ok) return Outcome::reset;

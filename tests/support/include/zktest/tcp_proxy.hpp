@@ -9,7 +9,10 @@
 //              silent for good (their byte streams have holes); after switching back to pass,
 //              new connections work;
 //   close      every connection is reset and new ones are refused: a crashed peer or a firewall
-//              that rejects.
+//              that rejects;
+//   dropReplies  requests still reach the server but nothing comes back (on every connection
+//              from then on, old or new): the way to lose the reply of a request that was
+//              applied, as a create whose answer never arrives.
 //
 //   zktest::TcpProxy proxy(zk.port());
 //   Client client(proxy.connectString());
@@ -26,7 +29,7 @@ namespace zktest {
 
 class TcpProxy {
  public:
-  enum class Mode { pass, blackhole, close };
+  enum class Mode { pass, blackhole, close, dropReplies };
 
   // Listens on a free loopback port and forwards to 127.0.0.1:targetPort.
   explicit TcpProxy(std::uint16_t targetPort);

@@ -1,0 +1,259 @@
+// The failure modes other election libraries shipped (issue 3), each against a real ZooKeeper.
+// Every test here fails without the mechanism it names.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <random>
+#include <regex>
+
+#include "contender.hpp"
+#include "zktest/deadline.hpp"
+#include "zktest/tcp_proxy.hpp"
+#include "zktest/zookeeper_server.hpp"
+
+namespace zktest {
+namespace {
+
+using Verdict = el::GateDecision::Verdict;
+
+class HardeningTest : public ::testing::Test {
+ protected:
+  std::string hosts() const { return sharedZooKeeper().connectString(); }
+  std::string root = uniqueTestRoot();
+};
+
+int countLeaders(Contender& c) {
+  int n = 0;
+  for (auto& s : c.group().status()) n += s.role == el::Role::Leader;
+  return n;
+}
+
+// CURATOR-460 / ZOOKEEPER-4508: while the server is unreachable the C client never hears that
+// the session expired. The client-side deadline (timeout since the last server contact) declares
+// it lost anyway, so a standby that reconnects elsewhere is not blocked by a zombie session view.
+TEST_F(HardeningTest, SessionIsDeclaredExpiredLocallyWhileTheServerIsUnreachable) {
+  TcpProxy proxy(sharedZooKeeper().port());
+  Contender a(proxy.connectString(), root, "host-a", 2000ms);
+  a.join("acct");
+  ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 10s));
+  proxy.setMode(TcpProxy::Mode::blackhole);
+  ASSERT_TRUE(eventually([&] { return a.lastLoss("acct") == el::LossReason::Suspended; }, 10s));
+  // Still blackholed: only the local deadline can say "expired".
+  ASSERT_TRUE(eventually([&] { return a.group().sessionState() == el::SessionState::Expired ||
+                                      a.group().sessionState() == el::SessionState::Connecting; },
+                         10s))
+      << el::toString(a.group().sessionState());
+  EXPECT_EQ(proxy.mode(), TcpProxy::Mode::blackhole);
+  proxy.setMode(TcpProxy::Mode::pass);
+  ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 15s)) << "a new session leads again";
+}
+
+// CURATOR-696: a record that looks like ours on a node another session owns is not ours.
+TEST_F(HardeningTest, NeverLeadsOnAnActiveNodeOwnedByAnotherSession) {
+  Contender a(hosts(), root, "host-a");
+  Contender impostor(hosts(), root + "-impostor", "impostor");
+  a.join("acct");
+  ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 10s));
+  const std::string record = *a.get(root + "/acct/active");
+  // Replace a's active node by a byte-identical copy owned by the impostor's session.
+  ASSERT_TRUE(eventually([&] {
+    impostor.remove(root + "/acct/active");
+    return impostor.createEphemeral(root + "/acct/active", record) == el::ZkError::Ok;
+  }, 10s));
+  ASSERT_TRUE(eventually([&] { return !a.leads("acct"); }, 5s));
+  EXPECT_EQ(a.lastLoss("acct"), el::LossReason::Drift);
+  // When the impostor's session ends, a takes over for real.
+  impostor.stop();
+  ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 10s));
+}
+
+// CURATOR-202: a resign whose delete is lost with the connection must be retried until the node
+// is gone; otherwise the live session keeps `active` and nobody else can ever lead.
+TEST_F(HardeningTest, ResignWhoseDeleteIsLostIsRetriedAfterReconnect) {
+  TcpProxy proxy(sharedZooKeeper().port());
+  Contender a(proxy.connectString(), root, "host-a", 9000ms);
+  Contender observer(hosts(), root + "-observer", "observer");
+  auto observerSees = [&](const std::string& path) { return observer.get(path).has_value(); };
+  Contender b(hosts(), root, "host-b", 9000ms);
+  a.join("acct");
+  ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 10s));
+  b.join("acct");
+  ASSERT_TRUE(eventually([&] { return b.group().status().at(0).seq >= 0; }, 10s));
+  const int64_t session = a.group().sessionId();
+  // The delete goes into a silent link and is then cut off: the request is lost, not applied.
+  proxy.setMode(TcpProxy::Mode::blackhole);
+  a.group().resign("acct");
+  ASSERT_TRUE(eventually([&] { return !a.leads("acct"); }, 5s));
+  std::this_thread::sleep_for(200ms);
+  proxy.setMode(TcpProxy::Mode::close);
+  ASSERT_TRUE(eventually([&] { return a.group().sessionState() == el::SessionState::Suspended; }, 10s));
+  EXPECT_FALSE(b.leads("acct"));
+  EXPECT_TRUE(observerSees(root + "/acct/active")) << "the lost delete was applied after all";
+  proxy.setMode(TcpProxy::Mode::pass);
+  ASSERT_TRUE(eventually([&] { return b.leads("acct"); }, 10s));
+  EXPECT_EQ(a.group().sessionId(), session) << "same session: only the retry can have deleted";
+  EXPECT_FALSE(a.leads("acct"));
+}
+
+// CURATOR-724: the election tree wiped with ZooKeeper's data: paths come back, a leader again.
+TEST(HardeningWipe, ZooKeeperWipedAndRestartedLeadsToANewElection) {
+  ZooKeeperServer zk;
+  Contender a(zk.connectString(), "/wiped", "host-a", 1500ms);
+  a.join("acct");
+  ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 10s));
+  zk.kill9();
+  std::filesystem::remove_all(zk.directory() / "data");
+  std::filesystem::create_directories(zk.directory() / "data");
+  zk.restart();
+  ASSERT_TRUE(eventually([&] { return a.leads("acct") && a.acquisitions("acct") >= 2; }, 20s));
+  EXPECT_TRUE(a.get("/wiped/acct/active").has_value());
+}
+
+// A ZooKeeper outage shorter than the session timeout costs a suspension, not leadership.
+TEST(HardeningRestart, ServerRestartShorterThanTheSessionTimeoutKeepsLeadership) {
+  ZooKeeperServer zk;
+  Contender a(zk.connectString(), "/restart", "host-a", 10000ms);
+  a.join("acct");
+  ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 10s));
+  const int64_t token = a.check("acct").token;
+  const int64_t session = a.group().sessionId();
+  zk.kill9();
+  ASSERT_TRUE(eventually([&] { return a.check("acct").verdict == Verdict::Suspended; }, 10s));
+  zk.restart();
+  ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 15s));
+  EXPECT_EQ(a.group().sessionId(), session);
+  EXPECT_EQ(a.check("acct").token, token);
+}
+
+// kazoo #732 / Curator's protected mode: the create of the member node reached the server but
+// its reply was lost. On reconnect the node is found by ephemeralOwner and reused; a second
+// node would sit behind our own orphan forever and nobody would lead.
+TEST_F(HardeningTest, LostReplyOfTheMemberCreateIsAdoptedNotDuplicated) {
+  TcpProxy proxy(sharedZooKeeper().port());
+  Contender a(proxy.connectString(), root, "host-a", 4000ms);
+  ASSERT_TRUE(eventually([&] { return a.group().sessionState() == el::SessionState::Connected; }, 10s));
+  Contender observer(hosts(), root + "-observer", "observer");
+  // Make the tree exist so the very first create is the member node itself.
+  Contender seeder(hosts(), root, "seeder");
+  seeder.join("acct");
+  ASSERT_TRUE(eventually([&] { return seeder.leads("acct"); }, 10s));
+  seeder.stop();
+  ASSERT_TRUE(eventually([&] { return observer.children(root + "/acct/members").empty(); }, 10s));
+
+  proxy.setMode(TcpProxy::Mode::dropReplies);
+  a.join("acct");
+  ASSERT_TRUE(eventually([&] { return observer.children(root + "/acct/members").size() == 1; }, 10s))
+      << "the create did not reach the server";
+  ASSERT_TRUE(eventually([&] { return a.group().sessionState() == el::SessionState::Suspended; }, 10s));
+  proxy.setMode(TcpProxy::Mode::pass);
+  ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 10s));
+  EXPECT_EQ(observer.children(root + "/acct/members").size(), 1u) << "no duplicate member node";
+}
+
+// ZOOKEEPER-706: many watches re-set on reconnect. With 10000 accounts, repeated reconnects of
+// the standby keep the server's watch count flat and every watch working.
+TEST_F(HardeningTest, TenThousandAccountsKeepEveryWatchAcrossReconnectsWithoutLeaking) {
+  constexpr int kAccounts = 10000;
+  auto a = std::make_unique<Contender>(hosts(), root, "host-a", 20000ms);
+  TcpProxy proxy(sharedZooKeeper().port());
+  Contender b(proxy.connectString(), root, "host-b", 20000ms);
+  for (int i = 0; i < kAccounts; ++i) a->join("acct-" + std::to_string(i));
+  ASSERT_TRUE(eventually([&] { return countLeaders(*a) == kAccounts; }, 120s)) << countLeaders(*a);
+  for (int i = 0; i < kAccounts; ++i) b.join("acct-" + std::to_string(i));
+  auto standbyReady = [&] {
+    int waiting = 0;
+    for (auto& s : b.group().status()) waiting += s.role == el::Role::Waiting;
+    return waiting == kAccounts;
+  };
+  auto roles = [&] {
+    std::map<std::string, int> count;
+    for (auto& s : b.group().status()) ++count[std::string(el::toString(s.role)) + "/" + s.lastReason];
+    std::string out;
+    for (auto& [k, v] : count) out += k + "=" + std::to_string(v) + " ";
+    return out;
+  };
+  ASSERT_TRUE(eventually(standbyReady, 120s));
+  auto watchCount = [&] {
+    // wchs: "... connections watching N paths\nTotal watches:M"
+    std::smatch m;
+    std::string text = sharedZooKeeper().fourLetter("wchs");
+    return std::regex_search(text, m, std::regex("Total watches:(\\d+)")) ? std::stol(m[1]) : -1L;
+  };
+  const int64_t session = b.group().sessionId();
+  // The leader watches its own member and `active`; the standby also its predecessor.
+  const long expectedWatches = 5L * kAccounts;
+  ASSERT_TRUE(eventually([&] { return watchCount() == expectedWatches; }, 30s)) << watchCount();
+  for (int round = 0; round < 3; ++round) {
+    proxy.setMode(TcpProxy::Mode::close);
+    // Every account has seen the disconnect before the link comes back.
+    ASSERT_TRUE(eventually([&] {
+      for (auto& s : b.group().status()) {
+        if (s.role != el::Role::Suspend) return false;
+      }
+      return true;
+    }, 30s)) << roles();
+    proxy.setMode(TcpProxy::Mode::pass);
+    ASSERT_TRUE(eventually(standbyReady, 60s)) << "round " << round << ": " << roles();
+    ASSERT_TRUE(eventually([&] { return watchCount() == expectedWatches; }, 30s))
+        << "round " << round << ": watches " << watchCount() << ", expected " << expectedWatches;
+  }
+  EXPECT_EQ(b.group().sessionId(), session);
+  a->stop();
+  ASSERT_TRUE(eventually([&] { return countLeaders(b) == kAccounts; }, 60s)) << countLeaders(b);
+}
+
+// CURATOR-644: random short drops for a while never give two leaders nor a livelock, and the
+// number of member nodes created stays bounded by the number of sessions lost.
+TEST_F(HardeningTest, FlappingConnectionNeverGivesTwoLeadersNorChurnsNodes) {
+  TcpProxy proxyA(sharedZooKeeper().port());
+  TcpProxy proxyB(sharedZooKeeper().port());
+  Contender a(proxyA.connectString(), root, "host-a", 1500ms);
+  Contender b(proxyB.connectString(), root, "host-b", 1500ms);
+  a.join("acct");
+  b.join("acct");
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> pick(0, 1), downMs(50, 700), upMs(100, 1500);
+  int overlaps = 0, flaps = 0;
+  const Deadline deadline(20s);
+  while (!deadline.passed()) {
+    TcpProxy& victim = pick(rng) ? proxyA : proxyB;
+    victim.setMode(TcpProxy::Mode::close);
+    const auto downUntil = std::chrono::steady_clock::now() + std::chrono::milliseconds(downMs(rng));
+    while (std::chrono::steady_clock::now() < downUntil) {
+      overlaps += a.leads("acct") && b.leads("acct");
+      std::this_thread::sleep_for(1ms);
+    }
+    victim.setMode(TcpProxy::Mode::pass);
+    ++flaps;
+    const auto upUntil = std::chrono::steady_clock::now() + std::chrono::milliseconds(upMs(rng));
+    while (std::chrono::steady_clock::now() < upUntil) {
+      overlaps += a.leads("acct") && b.leads("acct");
+      std::this_thread::sleep_for(1ms);
+    }
+  }
+  EXPECT_EQ(overlaps, 0) << "both gates open at once";
+  // Settles: exactly one leader.
+  ASSERT_TRUE(eventually([&] { return a.leads("acct") != b.leads("acct"); }, 15s));
+  // Each member create takes the next sequence number: the newest seq counts the creations.
+  int64_t maxSeq = -1;
+  for (auto& name : a.children(root + "/acct/members")) maxSeq = std::max<int64_t>(maxSeq, std::stoll(name.substr(2)));
+  EXPECT_LE(maxSeq + 1, 2 + 2 * flaps) << "member nodes created: " << maxSeq + 1 << " for " << flaps << " flaps";
+}
+
+// zookeeper_close runs off ZooKeeper's threads and completions may still be in flight: tearing
+// a busy group down is clean (this test matters most under ASan and TSan).
+TEST_F(HardeningTest, DestroyingAGroupWithOperationsInFlightIsClean) {
+  for (int round = 0; round < 5; ++round) {
+    auto c = std::make_unique<Contender>(hosts(), root, "host-" + std::to_string(round));
+    for (int i = 0; i < 200; ++i) c->join("acct-" + std::to_string(i));
+    std::this_thread::sleep_for(std::chrono::milliseconds(round * 20));
+    c.reset();
+  }
+  Contender last(hosts(), root, "host-last");
+  last.join("acct-0");
+  EXPECT_TRUE(eventually([&] { return last.leads("acct-0"); }, 10s));
+}
+
+}  // namespace
+}  // namespace zktest
