@@ -1,31 +1,17 @@
 // Agent: wires the election group, the gateway link, health reports and the placement table
 // together. Control work (health reports, reading peers, placement) runs on one strand; the gate
 // and the admin handlers run on any thread and only read state under `mu`.
-#include "zkagent/agent.hpp"
-
 #include <spdlog/spdlog.h>
 
-#include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
 #include <future>
-#include <map>
-#include <mutex>
-#include <nlohmann/json.hpp>
 #include <thread>
 
-#include "gateway_link.hpp"
-#include "zkagent/http.hpp"
-#include "zkagent/metrics.hpp"
+#include "agent_impl.hpp"
 
 namespace zkagent::agent {
-namespace asio = boost::asio;
-using nlohmann::json;
-using Clock = std::chrono::steady_clock;
-using std::chrono::milliseconds;
-using election::GateDecision;
-using election::Role;
+using detail::AccountState;
+using detail::hexSession;
 
 std::string_view Gate::Outcome::reason() const {
   switch (result) {
@@ -39,27 +25,47 @@ std::string_view Gate::Outcome::reason() const {
   return "unknown";
 }
 
+namespace detail {
+Metrics::Metrics(metrics::Registry& r)
+    : accounts(r.gauge("zkagent_accounts", "Configured accounts by election role.", {"role"})),
+      transitions(r.counter("zkagent_leadership_transitions_total",
+                            "Leadership acquired or lost, by reason.", {"kind", "reason"})),
+      sessionState(r.gauge("zkagent_session_state", "1 for the current ZooKeeper session state.",
+                           {"state"})),
+      sessionExpirations(r.counter("zkagent_session_expirations_total",
+                                   "ZooKeeper sessions that expired.").with({})),
+      sessionDisconnects(r.counter("zkagent_session_disconnects_total",
+                                   "Connection losses of the ZooKeeper session.").with({})),
+      gateDecisions(r.counter("zkagent_gate_decisions_total", "Gate answers by result.", {"result"})),
+      forwarded(r.counter("zkagent_forwarded_ops_total",
+                          "Operations forwarded to the gateway, by result.", {"result"})),
+      forwardSeconds(r.histogram("zkagent_forward_duration_seconds",
+                                 "Round trip of one forwarded operation.",
+                                 metrics::latencyBuckets()).with({})),
+      failoverSeconds(r.histogram(
+                           "zkagent_failover_duration_seconds",
+                           "Takeovers after a lost session: from the previous leader's last "
+                           "health report change seen here to leading.",
+                           {0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120}).with({})),
+      ownReportAge(r.gauge("zkagent_health_report_age_seconds",
+                           "Age of this agent's own health report on its own clock.").with({})),
+      peers(r.gauge("zkagent_peer_agents", "Agents seen in health reports, by freshness.",
+                    {"freshness"})),
+      reportWrites(r.counter("zkagent_health_report_writes_total", "Health report writes by result.",
+                             {"result"})),
+      lifecycle(r.gauge("zkagent_lifecycle", "1 for the current lifecycle.", {"lifecycle"})),
+      runtimeReady(r.gauge("zkagent_runtime_ready",
+                           "1 when ZooKeeper is connected and the gateway link is up.").with({})),
+      schedulable(r.gauge("zkagent_schedulable", "1 when this agent may stand for leadership.").with({})),
+      gatewayUp(r.gauge("zkagent_gateway_link_up", "1 while the gateway answers heartbeats.").with({})),
+      gatewayMissed(r.counter("zkagent_gateway_heartbeat_failures_total",
+                              "Gateway heartbeats that failed or timed out.").with({})),
+      blocked(r.gauge("zkagent_blocked_accounts",
+                      "Accounts whose wanted handover or candidacy is blocked, by cause.",
+                      {"cause"})) {}
+}  // namespace detail
+
 namespace {
-
-int64_t millisOf(std::chrono::steady_clock::duration d) {
-  return std::chrono::duration_cast<milliseconds>(d).count();
-}
-
-int64_t unixMillis(std::chrono::system_clock::time_point t) {
-  return std::chrono::duration_cast<milliseconds>(t.time_since_epoch()).count();
-}
-
-std::string hexSession(int64_t id) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(id));
-  return buf;
-}
-
-json leaderJson(const std::optional<election::ActiveInfo>& leader) {
-  if (!leader) return nullptr;
-  return {{"instance", leader->instanceId}, {"endpoint", leader->endpoint}, {"seq", leader->seq}};
-}
-
 constexpr Role kRoles[] = {Role::Init, Role::Candidate, Role::Waiting, Role::Leader, Role::Suspend,
                            Role::Stopped};
 constexpr Lifecycle kLifecycles[] = {Lifecycle::Joining, Lifecycle::Active, Lifecycle::Leaving,
@@ -68,141 +74,7 @@ constexpr election::SessionState kSessionStates[] = {
     election::SessionState::Connecting, election::SessionState::Connected,
     election::SessionState::Suspended, election::SessionState::Expired,
     election::SessionState::Closed};
-
-// Every metric family of the agent (docs/agent.md lists them). No per-account labels.
-struct Metrics {
-  explicit Metrics(metrics::Registry& r)
-      : accounts(r.gauge("zkagent_accounts", "Configured accounts by election role.", {"role"})),
-        transitions(r.counter("zkagent_leadership_transitions_total",
-                              "Leadership acquired or lost, by reason.", {"kind", "reason"})),
-        sessionState(r.gauge("zkagent_session_state", "1 for the current ZooKeeper session state.",
-                             {"state"})),
-        sessionExpirations(r.counter("zkagent_session_expirations_total",
-                                     "ZooKeeper sessions that expired.").with({})),
-        sessionDisconnects(r.counter("zkagent_session_disconnects_total",
-                                     "Connection losses of the ZooKeeper session.").with({})),
-        gateDecisions(r.counter("zkagent_gate_decisions_total", "Gate answers by result.", {"result"})),
-        forwarded(r.counter("zkagent_forwarded_ops_total",
-                            "Operations forwarded to the gateway, by result.", {"result"})),
-        forwardSeconds(r.histogram("zkagent_forward_duration_seconds",
-                                   "Round trip of one forwarded operation.",
-                                   metrics::latencyBuckets()).with({})),
-        failoverSeconds(r.histogram(
-                             "zkagent_failover_duration_seconds",
-                             "Takeovers after a lost session: from the previous leader's last "
-                             "health report change seen here to leading.",
-                             {0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120}).with({})),
-        ownReportAge(r.gauge("zkagent_health_report_age_seconds",
-                             "Age of this agent's own health report on its own clock.").with({})),
-        peers(r.gauge("zkagent_peer_agents", "Agents seen in health reports, by freshness.",
-                      {"freshness"})),
-        reportWrites(r.counter("zkagent_health_report_writes_total", "Health report writes by result.",
-                               {"result"})),
-        lifecycle(r.gauge("zkagent_lifecycle", "1 for the current lifecycle.", {"lifecycle"})),
-        runtimeReady(r.gauge("zkagent_runtime_ready",
-                             "1 when ZooKeeper is connected and the gateway link is up.").with({})),
-        schedulable(r.gauge("zkagent_schedulable", "1 when this agent may stand for leadership.").with({})),
-        gatewayUp(r.gauge("zkagent_gateway_link_up", "1 while the gateway answers heartbeats.").with({})),
-        gatewayMissed(r.counter("zkagent_gateway_heartbeat_failures_total",
-                                "Gateway heartbeats that failed or timed out.").with({})),
-        blocked(r.gauge("zkagent_blocked_accounts",
-                        "Accounts whose wanted handover or candidacy is blocked, by cause.",
-                        {"cause"})) {}
-
-  metrics::GaugeFamily& accounts;
-  metrics::CounterFamily& transitions;
-  metrics::GaugeFamily& sessionState;
-  metrics::Counter& sessionExpirations;
-  metrics::Counter& sessionDisconnects;
-  metrics::CounterFamily& gateDecisions;
-  metrics::CounterFamily& forwarded;
-  metrics::Histogram& forwardSeconds;
-  metrics::Histogram& failoverSeconds;
-  metrics::Gauge& ownReportAge;
-  metrics::GaugeFamily& peers;
-  metrics::CounterFamily& reportWrites;
-  metrics::GaugeFamily& lifecycle;
-  metrics::Gauge& runtimeReady;
-  metrics::Gauge& schedulable;
-  metrics::Gauge& gatewayUp;
-  metrics::Counter& gatewayMissed;
-  metrics::GaugeFamily& blocked;
-};
-
-// What the agent decided last for one account, and its cached successor lookup.
-struct AccountState {
-  PlacementDecision decision;
-  std::optional<int64_t> healthReportAgeMs;  // of the report the decision relied on
-  bool successorKnown = false;
-  bool lookupInFlight = false;
-  std::optional<std::string> successor;
-  Clock::time_point successorReadAt{};
-  Clock::time_point lockDelayUntil{};
-};
-
 }  // namespace
-
-struct Agent::Impl : Gate, std::enable_shared_from_this<Impl> {
-  Impl(asio::io_context& ioc, Config cfg);
-
-  // ---- set-up and shutdown
-  void start();
-  void shutdown(std::function<void()> done);
-  void closeNow();
-  void drain();
-  void every(asio::steady_timer& timer, milliseconds period, std::function<void(Impl&)> fn);
-
-  // ---- health
-  HealthReport currentReport();
-  void publishHealth();
-  void wroteReport(const HealthReport& report);
-  void pollPeers();
-  bool runtimeReady() const;
-  std::vector<std::string> ownBlocks(Clock::time_point now);
-
-  // ---- placement
-  void reconcileSoon();
-  void reconcile();
-  void lookUpSuccessor(const std::string& account);
-  std::optional<Successor> successorOf(const AccountState& state, Clock::time_point now);
-  void setLifecycle(Lifecycle next);
-
-  // ---- gate and events
-  Outcome execute(std::string_view account,
-                  const std::function<void(const fencing::FencingToken&)>& operation) override;
-  GateDecision decideGate(std::string_view account);
-  void onLeadership(const election::LeadershipEvent& event);
-  void onSession(const election::SessionEvent& event);
-
-  // ---- admin API
-  http::Router router();
-  http::Response forwardOperation(const http::Request& request);
-  http::Response resign(const http::Request& request);
-  std::optional<election::ActiveInfo> readActive(const std::string& account);
-  std::string statusJson();
-  std::string metricsText();
-
-  asio::io_context& io;
-  const Config config;
-  const std::string healthPath;
-  metrics::Registry registry;
-  Metrics m{registry};
-  asio::strand<asio::io_context::executor_type> control;
-  asio::steady_timer healthTimer, reconcileTimer;
-  std::shared_ptr<detail::GatewayLink> link;
-  std::unique_ptr<http::Server> server;
-  std::string endpoint;
-  std::unique_ptr<election::ElectionGroup> group;
-
-  std::atomic<bool> stopping{false}, reconcileQueued{false};
-  std::atomic<uint64_t> opCounter{0};
-
-  mutable std::mutex mu;  // guards everything below
-  Lifecycle lifecycle = Lifecycle::Joining;
-  HealthTracker tracker;
-  uint64_t reportSeq = 0;
-  std::map<std::string, AccountState, std::less<>> accounts;
-};
 
 Agent::Impl::Impl(asio::io_context& ioc, Config cfg)
     : io(ioc),
@@ -650,207 +522,6 @@ void Agent::Impl::closeNow() {
   stopping = true;
   link->stop();
   server->stop();
-}
-
-// ---------------------------------------------------------------------------------------------
-// Admin API
-
-http::Router Agent::Impl::router() {
-  http::Router r({.bearerToken = config.admin.token});
-  r.add(http::Method::Get, "/healthz", [this](const http::Request&) {
-    return http::Response::json(200, json{{"status", "ok"}, {"instance", config.instanceId}}.dump());
-  }, http::Access::Public);
-  r.add(http::Method::Get, "/readyz", [this](const http::Request&) {
-    const auto blocks = ownBlocks(Clock::now());
-    Lifecycle lc;
-    {
-      std::lock_guard lock(mu);
-      lc = lifecycle;
-    }
-    const bool ready = blocks.empty() && lc == Lifecycle::Active && !stopping;
-    return http::Response::json(ready ? 200 : 503, json{{"ready", ready},
-                                                         {"lifecycle", toString(lc)},
-                                                         {"blocked_reasons", blocks}}.dump());
-  }, http::Access::Public);
-  r.add(http::Method::Get, "/metrics", [this](const http::Request&) {
-    return http::Response::text(200, metricsText(), std::string(metrics::kContentType));
-  }, http::Access::Public);
-  r.add(http::Method::Get, "/v1/status", [this](const http::Request&) {
-    return http::Response::json(200, statusJson());
-  });
-  r.add(http::Method::Post, "/v1/drain", [this](const http::Request&) {
-    drain();
-    std::lock_guard lock(mu);
-    return http::Response::json(lifecycle == Lifecycle::Drained ? 200 : 202,
-                                json{{"lifecycle", toString(lifecycle)}}.dump());
-  });
-  r.add(http::Method::Post, "/v1/accounts/{id}/resign", [this](const http::Request& q) { return resign(q); });
-  r.add(http::Method::Post, "/v1/accounts/{id}/ops", [this](const http::Request& q) { return forwardOperation(q); });
-  return r;
-}
-
-http::Response Agent::Impl::resign(const http::Request& request) {
-  const std::string& account = request.params.at("id");
-  {
-    std::lock_guard lock(mu);
-    if (!accounts.contains(account)) return http::Response::error(404, "unknown account '" + account + "'");
-  }
-  const auto d = group->check(account);
-  if (!d.allowed()) {
-    return http::Response::json(409, json{{"error", "not_leader"}, {"leader", leaderJson(d.leader)}}.dump());
-  }
-  spdlog::info("resign requested account={} seq={} instance={}", account, d.token, config.instanceId);
-  group->resign(account);
-  return http::Response::json(202, json{{"resigned", true}, {"token", d.token}}.dump());
-}
-
-http::Response Agent::Impl::forwardOperation(const http::Request& request) {
-  const std::string& account = request.params.at("id");
-  const auto body = request.body.empty() ? json::object() : json::parse(request.body, nullptr, false);
-  if (!body.is_object()) return http::Response::error(400, "body must be a JSON object {\"opId\",\"payload\"}");
-  fencing::Operation op;
-  if (auto id = body.find("opId"); id != body.end()) {
-    if (!id->is_string()) return http::Response::error(400, "opId must be a string");
-    op.opId = id->get<std::string>();
-  } else {
-    op.opId = config.instanceId + "-" + std::to_string(group->sessionId()) + "-" + std::to_string(++opCounter);
-  }
-  if (auto payload = body.find("payload"); payload != body.end()) op.payload = payload->dump();
-
-  std::optional<http::Response> forwarded;
-  const auto outcome = execute(account, [&](const fencing::FencingToken& token) {
-    op.fencing = token;
-    try {
-      fencing::validateOperation(op);
-    } catch (const fencing::BadRequest& e) {
-      forwarded = http::Response::error(400, e.what());
-      return;
-    }
-    const auto sentAt = Clock::now();
-    auto answer = link->forward(fencing::toJson(op).dump());
-    m.forwardSeconds.observe(std::chrono::duration<double>(Clock::now() - sentAt).count());
-    if (!answer.delivered()) {
-      m.forwarded.with({"gateway_error"}).inc();
-      forwarded = http::Response::json(502, json{{"error", "gateway_unreachable"},
-                                                 {"detail", answer.transportError}}.dump());
-      return;
-    }
-    m.forwarded.with({answer.status == 200 ? "accepted" : answer.status == 409 ? "rejected"
-                      : answer.status < 500 ? "bad_request" : "gateway_error"}).inc();
-    forwarded = http::Response::json(answer.status, answer.body);
-  });
-  switch (outcome.result) {
-    case Result::Executed: return *forwarded;
-    case Result::NotLeader:
-    case Result::Drifted:
-      return http::Response::json(409, json{{"error", "not_leader"},
-                                            {"detail", outcome.reason()},
-                                            {"leader", leaderJson(outcome.leader ? outcome.leader
-                                                                                 : readActive(account))}}.dump());
-    case Result::Suspended:
-    case Result::Stopping:
-      return http::Response::json(503, json{{"error", outcome.reason()}}.dump());
-    case Result::UnknownAccount: return http::Response::error(404, "unknown account '" + account + "'");
-  }
-  return http::Response::error(500, "unexpected gate result");
-}
-
-// A caller redirected with 409 needs the leader's endpoint even when this agent does not stand
-// for the account (and so does not watch `active`): read it.
-std::optional<election::ActiveInfo> Agent::Impl::readActive(const std::string& account) {
-  auto answer = std::make_shared<std::promise<std::optional<election::ActiveInfo>>>();
-  auto future = answer->get_future();
-  group->session().get(config.zookeeper.root + "/" + account + "/active", nullptr,
-                       [answer](election::ZkError err, std::string data, election::NodeStat) {
-                         answer->set_value(err == election::ZkError::Ok ? election::parseActive(data)
-                                                                        : std::nullopt);
-                       });
-  if (future.wait_for(config.gateway.requestTimeout) != std::future_status::ready) return std::nullopt;
-  return future.get();
-}
-
-std::string Agent::Impl::statusJson() {
-  const auto now = Clock::now();
-  const auto blocks = ownBlocks(now);
-  std::map<std::string, election::AccountStatus, std::less<>> status;
-  for (auto& s : group->status()) status.emplace(s.account, std::move(s));
-  json out;
-  out["instance"] = config.instanceId;
-  out["endpoint"] = endpoint;
-  out["version"] = ZKAGENT_VERSION;
-  out["session"] = {{"state", election::toString(group->sessionState())},
-                    {"id", hexSession(group->sessionId())},
-                    {"timeout_ms", group->negotiatedTimeout().count()}};
-  const auto sinceBeat = link->sinceLastAnswer();
-  out["gateway"] = {{"up", link->up()},
-                    {"heartbeat", link->heartbeatEnabled()},
-                    {"last_heartbeat_age_ms", sinceBeat ? json(sinceBeat->count()) : json(nullptr)},
-                    {"failed_heartbeats", link->missedHeartbeats()}};
-  std::lock_guard lock(mu);
-  out["lifecycle"] = toString(lifecycle);
-  const auto own = tracker.judge(config.instanceId, now, config.health.ttl);
-  out["health"] = {{"status", own.report ? toString(own.report->status) : "unknown"},
-                   {"runtime_ready", runtimeReady()},
-                   {"freshness", toString(own.freshness)},
-                   {"report_seq", own.report ? own.report->reportSeq : 0},
-                   {"report_age_ms", own.report ? json(own.age.count()) : json(nullptr)},
-                   {"interval_ms", config.health.interval.count()},
-                   {"ttl_ms", config.health.ttl.count()},
-                   {"schedulable", blocks.empty() && lifecycle == Lifecycle::Active && !stopping},
-                   {"blocked_reasons", blocks}};
-  json peers = json::array();
-  for (const auto& id : tracker.known()) {
-    const auto seen = tracker.judge(id, now, config.health.ttl);
-    const auto peerBlocks = schedulingBlocks(seen);
-    peers.push_back({{"instance", id},
-                     {"freshness", toString(seen.freshness)},
-                     {"report_age_ms", seen.age.count()},
-                     {"lifecycle", toString(seen.report->lifecycle)},
-                     {"schedulable", peerBlocks.empty()},
-                     {"blocked_reasons", peerBlocks}});
-  }
-  out["peers"] = std::move(peers);
-  json list = json::array();
-  size_t leading = 0;
-  for (const auto& [account, state] : accounts) {
-    auto it = status.find(account);
-    election::AccountStatus s;
-    s.account = account;
-    if (it != status.end()) s = it->second;
-    const bool isLeader = s.role == Role::Leader;
-    leading += isLeader;
-    const auto leader = s.leader;
-    list.push_back({{"account", account},
-                    {"role", election::toString(s.role)},
-                    {"seq", s.seq},
-                    {"token", isLeader ? json(s.seq) : json(nullptr)},
-                    {"standing", s.standing},
-                    {"leader", leaderJson(leader)},
-                    {"since", unixMillis(s.since)},
-                    {"last_reason", s.lastReason},
-                    {"blocked_by_health", state.decision.blockedByHealth},
-                    {"health_report_age_ms", state.healthReportAgeMs ? json(*state.healthReportAgeMs) : json(nullptr)},
-                    {"blocked_reasons", state.decision.blockedReasons},
-                    {"lock_delay_remaining_ms", std::max<int64_t>(0, millisOf(state.lockDelayUntil - now))}});
-  }
-  out["leading"] = leading;
-  out["accounts"] = std::move(list);
-  return out.dump();
-}
-
-std::string Agent::Impl::metricsText() {
-  m.gatewayUp.set(link->up() ? 1 : 0);
-  const auto missed = static_cast<double>(link->missedHeartbeats());
-  if (missed > m.gatewayMissed.value()) m.gatewayMissed.inc(missed - m.gatewayMissed.value());
-  m.runtimeReady.set(runtimeReady() ? 1 : 0);
-  {
-    std::lock_guard lock(mu);
-    const auto now = Clock::now();
-    std::map<Freshness, size_t> counts;
-    for (const auto& id : tracker.known()) ++counts[tracker.judge(id, now, config.health.ttl).freshness];
-    for (auto f : {Freshness::Fresh, Freshness::Stale}) m.peers.with({toString(f)}).set(static_cast<double>(counts[f]));
-  }
-  return registry.expose();
 }
 
 // ---------------------------------------------------------------------------------------------
