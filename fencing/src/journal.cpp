@@ -9,21 +9,15 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <concepts>
 #include <optional>
+#include <tuple>
 #include <sstream>
 
 namespace zkagent::fencing::detail {
 namespace fs = std::filesystem;
 namespace {
 
-// Record type tags (first body byte). Never renumber: they are on disk.
-enum class Tag : std::uint8_t {
-  accepted_op = 1,
-  account_fenced = 2,
-  hwm_reset = 3,
-  snapshot_header = 16,
-  account_snapshot = 17,
-};
 constexpr std::uint64_t kSnapshotMagic = 0x3145434E45464B5AULL;  // "ZKFENCE1", little-endian
 constexpr std::size_t kFrameHeaderBytes = 8;
 constexpr const char* kSnapshotName = "snapshot";
@@ -32,10 +26,41 @@ constexpr const char* kLockName = "LOCK";
 constexpr std::string_view kLogPrefix = "log.";
 
 struct SnapshotHeader {
+  std::uint64_t magic = kSnapshotMagic;
   std::uint64_t logGeneration = 0;  // logs with a lower generation are folded into the snapshot
   std::uint64_t accounts = 0;
 };
 using Record = std::variant<AcceptedOp, AccountFenced, HwmReset, SnapshotHeader, AccountSnapshot>;
+
+// Each record's fields in on-disk order, one list serving both encoding and decoding.
+template <class R, class Record>
+concept RecordOf = std::same_as<std::remove_const_t<R>, Record>;
+
+auto fieldsOf(RecordOf<AcceptedOp> auto& r) {
+  auto& op = r.operation;
+  return std::tie(op.fencing.account, op.opId, op.fencing.token, op.fencing.instanceId,
+                  op.fencing.sessionId, op.payload, r.hwm);
+}
+auto fieldsOf(RecordOf<AccountFenced> auto& r) {
+  return std::tie(r.account, r.activeSeq, r.hwm, r.unixMillis);
+}
+auto fieldsOf(RecordOf<HwmReset> auto& r) {
+  return std::tie(r.account, r.hwm, r.actor, r.reason, r.unixMillis);
+}
+auto fieldsOf(RecordOf<SnapshotHeader> auto& r) {
+  return std::tie(r.magic, r.logGeneration, r.accounts);
+}
+auto fieldsOf(RecordOf<AccountSnapshot> auto& r) {
+  return std::tie(r.account, r.hwm, r.accepted, r.fenced, r.fencedAtActiveSeq, r.recentOps);
+}
+
+// Tags are the first body byte. Never renumber: they are on disk.
+template <class R> constexpr std::uint8_t kTag = 0;
+template <> constexpr std::uint8_t kTag<AcceptedOp> = 1;
+template <> constexpr std::uint8_t kTag<AccountFenced> = 2;
+template <> constexpr std::uint8_t kTag<HwmReset> = 3;
+template <> constexpr std::uint8_t kTag<SnapshotHeader> = 16;
+template <> constexpr std::uint8_t kTag<AccountSnapshot> = 17;
 
 std::uint32_t crc32(std::string_view bytes) {
   boost::crc_32_type crc;
@@ -47,17 +72,26 @@ void appendLittle(std::string& out, std::uint64_t value, int bytes) {
   for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xFF));
 }
 
+// Integers little-endian, bool as one byte, strings and lists with a u32 count first.
 class Writer {
  public:
-  explicit Writer(Tag tag) { u8(static_cast<std::uint8_t>(tag)); }
-  void u8(std::uint8_t value) { body_.push_back(static_cast<char>(value)); }
-  void u32(std::uint32_t value) { appendLittle(body_, value, 4); }
-  void u64(std::uint64_t value) { appendLittle(body_, value, 8); }
-  void i64(std::int64_t value) { u64(static_cast<std::uint64_t>(value)); }
-  void str(std::string_view text) {
-    u32(static_cast<std::uint32_t>(text.size()));
+  void put(bool value) { body_.push_back(value ? '\1' : '\0'); }
+  void put(std::uint8_t value) { body_.push_back(static_cast<char>(value)); }
+  void put(std::uint32_t value) { appendLittle(body_, value, 4); }
+  void put(std::uint64_t value) { appendLittle(body_, value, 8); }
+  void put(std::int64_t value) { put(static_cast<std::uint64_t>(value)); }
+  void put(const std::string& text) {
+    put(static_cast<std::uint32_t>(text.size()));
     body_.append(text);
   }
+  void put(const std::vector<std::pair<std::string, std::uint64_t>>& entries) {
+    put(static_cast<std::uint32_t>(entries.size()));
+    for (const auto& [key, value] : entries) {
+      put(key);
+      put(value);
+    }
+  }
+  // u32 body length, u32 CRC-32 of the body, body.
   std::string frame() const {
     std::string out;
     out.reserve(kFrameHeaderBytes + body_.size());
@@ -76,11 +110,25 @@ struct Truncated {};  // a field ran past the end of its record
 class Reader {
  public:
   explicit Reader(std::string_view bytes) : bytes_(bytes) {}
-  std::uint8_t u8() { return static_cast<std::uint8_t>(take(1)[0]); }
-  std::uint32_t u32() { return static_cast<std::uint32_t>(little(4)); }
-  std::uint64_t u64() { return little(8); }
-  std::int64_t i64() { return static_cast<std::int64_t>(u64()); }
-  std::string str() { return std::string(take(u32())); }
+  void get(bool& value) { value = take(1)[0] != 0; }
+  void get(std::uint8_t& value) { value = static_cast<std::uint8_t>(take(1)[0]); }
+  void get(std::uint32_t& value) { value = static_cast<std::uint32_t>(little(4)); }
+  void get(std::uint64_t& value) { value = little(8); }
+  void get(std::int64_t& value) { value = static_cast<std::int64_t>(little(8)); }
+  void get(std::string& text) {
+    std::uint32_t size = 0;
+    get(size);
+    text = std::string(take(size));
+  }
+  void get(std::vector<std::pair<std::string, std::uint64_t>>& entries) {
+    std::uint32_t count = 0;
+    get(count);
+    for (std::uint32_t i = 0; i < count; ++i) get(entries.emplace_back());
+  }
+  void get(std::pair<std::string, std::uint64_t>& entry) {
+    get(entry.first);
+    get(entry.second);
+  }
   bool done() const { return bytes_.empty(); }
 
  private:
@@ -99,126 +147,38 @@ class Reader {
   std::string_view bytes_;
 };
 
-std::string encode(const AcceptedOp& accepted) {
-  const Operation& op = accepted.operation;
-  Writer out(Tag::accepted_op);
-  out.str(op.fencing.account);
-  out.str(op.opId);
-  out.u64(op.fencing.token);
-  out.str(op.fencing.instanceId);
-  out.i64(op.fencing.sessionId);
-  out.str(op.payload);
-  out.u64(accepted.hwm);
+template <class R>
+std::string encode(const R& record) {
+  Writer out;
+  out.put(kTag<R>);
+  std::apply([&](const auto&... field) { (out.put(field), ...); }, fieldsOf(record));
   return out.frame();
 }
 
-std::string encode(const AccountFenced& fenced) {
-  Writer out(Tag::account_fenced);
-  out.str(fenced.account);
-  out.u64(fenced.activeSeq);
-  out.u64(fenced.hwm);
-  out.i64(fenced.unixMillis);
-  return out.frame();
+template <class R>
+Record decodeAs(Reader& in) {
+  R record;
+  std::apply([&](auto&... field) { (in.get(field), ...); }, fieldsOf(record));
+  return record;
 }
 
-std::string encode(const HwmReset& reset) {
-  Writer out(Tag::hwm_reset);
-  out.str(reset.account);
-  out.u64(reset.hwm);
-  out.str(reset.actor);
-  out.str(reset.reason);
-  out.i64(reset.unixMillis);
-  return out.frame();
-}
-
-std::string encode(const SnapshotHeader& header) {
-  Writer out(Tag::snapshot_header);
-  out.u64(kSnapshotMagic);
-  out.u64(header.logGeneration);
-  out.u64(header.accounts);
-  return out.frame();
-}
-
-std::string encode(const AccountSnapshot& account) {
-  Writer out(Tag::account_snapshot);
-  out.str(account.account);
-  out.u64(account.hwm);
-  out.u64(account.accepted);
-  out.u8(account.fenced ? 1 : 0);
-  out.u64(account.fencedAtActiveSeq);
-  out.u32(static_cast<std::uint32_t>(account.recentOps.size()));
-  for (const auto& [opId, hwm] : account.recentOps) {
-    out.str(opId);
-    out.u64(hwm);
-  }
-  return out.frame();
-}
-
-// Decodes one body; nullopt for an unknown tag, a short field or trailing bytes.
+// Decodes one body; nullopt for an unknown tag, a bad magic, a short field or trailing bytes.
 std::optional<Record> decodeBody(std::string_view body) {
   try {
     Reader in(body);
-    std::optional<Record> record;
-    switch (static_cast<Tag>(in.u8())) {
-      case Tag::accepted_op: {
-        AcceptedOp accepted;
-        Operation& op = accepted.operation;
-        op.fencing.account = in.str();
-        op.opId = in.str();
-        op.fencing.token = in.u64();
-        op.fencing.instanceId = in.str();
-        op.fencing.sessionId = in.i64();
-        op.payload = in.str();
-        accepted.hwm = in.u64();
-        record = std::move(accepted);
-        break;
-      }
-      case Tag::account_fenced: {
-        AccountFenced fenced;
-        fenced.account = in.str();
-        fenced.activeSeq = in.u64();
-        fenced.hwm = in.u64();
-        fenced.unixMillis = in.i64();
-        record = std::move(fenced);
-        break;
-      }
-      case Tag::hwm_reset: {
-        HwmReset reset;
-        reset.account = in.str();
-        reset.hwm = in.u64();
-        reset.actor = in.str();
-        reset.reason = in.str();
-        reset.unixMillis = in.i64();
-        record = std::move(reset);
-        break;
-      }
-      case Tag::snapshot_header: {
-        if (in.u64() != kSnapshotMagic) return std::nullopt;
-        SnapshotHeader header;
-        header.logGeneration = in.u64();
-        header.accounts = in.u64();
-        record = header;
-        break;
-      }
-      case Tag::account_snapshot: {
-        AccountSnapshot account;
-        account.account = in.str();
-        account.hwm = in.u64();
-        account.accepted = in.u64();
-        account.fenced = in.u8() != 0;
-        account.fencedAtActiveSeq = in.u64();
-        const std::uint32_t count = in.u32();
-        for (std::uint32_t i = 0; i < count; ++i) {
-          std::string opId = in.str();
-          account.recentOps.emplace_back(std::move(opId), in.u64());
-        }
-        record = std::move(account);
-        break;
-      }
-      default:
-        return std::nullopt;
+    std::uint8_t tag = 0;
+    in.get(tag);
+    Record record;
+    switch (tag) {
+      case kTag<AcceptedOp>: record = decodeAs<AcceptedOp>(in); break;
+      case kTag<AccountFenced>: record = decodeAs<AccountFenced>(in); break;
+      case kTag<HwmReset>: record = decodeAs<HwmReset>(in); break;
+      case kTag<SnapshotHeader>: record = decodeAs<SnapshotHeader>(in); break;
+      case kTag<AccountSnapshot>: record = decodeAs<AccountSnapshot>(in); break;
+      default: return std::nullopt;
     }
-    if (!in.done()) return std::nullopt;
+    const auto* header = std::get_if<SnapshotHeader>(&record);
+    if (!in.done() || (header != nullptr && header->magic != kSnapshotMagic)) return std::nullopt;
     return record;
   } catch (const Truncated&) {
     return std::nullopt;
@@ -235,8 +195,10 @@ FrameAt readFrame(std::string_view bytes, std::size_t offset) {
   const std::string_view rest = bytes.substr(offset);
   if (rest.size() < kFrameHeaderBytes) return {std::nullopt, 0, "partial record header"};
   Reader header(rest.substr(0, kFrameHeaderBytes));
-  const std::uint32_t length = header.u32();
-  const std::uint32_t checksum = header.u32();
+  std::uint32_t length = 0;
+  std::uint32_t checksum = 0;
+  header.get(length);
+  header.get(checksum);
   if (length == 0 || length > rest.size() - kFrameHeaderBytes) {
     return {std::nullopt, 0, "record length " + std::to_string(length) + " runs past the end"};
   }
@@ -449,7 +411,7 @@ void Journal::rotate(const std::vector<AccountSnapshot>& state) {
   if (nextFd < 0) throwErrno("create " + nextLog.string());
   try {
     syncDirectory(dir_);
-    std::string snapshot = encode(SnapshotHeader{next, state.size()});
+    std::string snapshot = encode(SnapshotHeader{kSnapshotMagic, next, state.size()});
     for (const AccountSnapshot& account : state) snapshot += encode(account);
     const fs::path temp = dir_ / kSnapshotTempName;
     const int snapshotFd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

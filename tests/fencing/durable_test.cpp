@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string>
@@ -54,6 +55,33 @@ void writeTenOps(const fs::path& dir) {
   for (int i = 1; i <= 10; ++i) {
     ASSERT_TRUE(validator.submit(op(static_cast<std::uint64_t>(i), "op-" + std::to_string(i))).accepted());
   }
+}
+
+std::string readBytes(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+TEST(DurableValidator, AcceptedRecordMatchesTheDocumentedFormat) {
+  TempDir dir;
+  {
+    TokenValidator validator(durableIn(dir.path()));
+    validator.submit(Operation{{"a", 2, "i", -1}, "o", "null"});
+  }
+  // docs/fencing.md: u32 length, u32 CRC-32 (IEEE, as zlib.crc32), tag 1, account, opId,
+  // u64 token, instanceId, i64 sessionId, payload, u64 hwm; little-endian, u32-prefixed strings.
+  const std::string expected(
+      "\x30\x00\x00\x00\x20\xfc\x25\x9e"
+      "\x01"
+      "\x01\x00\x00\x00" "a"
+      "\x01\x00\x00\x00" "o"
+      "\x02\x00\x00\x00\x00\x00\x00\x00"
+      "\x01\x00\x00\x00" "i"
+      "\xff\xff\xff\xff\xff\xff\xff\xff"
+      "\x04\x00\x00\x00" "null"
+      "\x02\x00\x00\x00\x00\x00\x00\x00",
+      56);
+  EXPECT_EQ(readBytes(logFiles(dir.path()).at(0)), expected);
 }
 
 TEST(DurableValidator, StateSurvivesRestart) {
