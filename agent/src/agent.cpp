@@ -272,6 +272,12 @@ std::optional<Successor> Agent::Impl::successorOf(const AccountState& state, Clo
 void Agent::Impl::reconcile() {
   reconcileQueued = false;
   if (stopping) return;
+  // A lost connection is the election's business (SUSPEND closes the gate; the same session
+  // resumes its leadership on reconnect). Withdrawing here would turn every blip into a handover.
+  if (group->sessionState() != election::SessionState::Connected) {
+    m.runtimeReady.set(0);
+    return;
+  }
   const auto now = Clock::now();
   const auto blocks = ownBlocks(now);
   std::map<std::string, election::AccountStatus, std::less<>> status;

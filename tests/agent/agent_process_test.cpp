@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <thread>
+
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -14,6 +18,7 @@
 #include <vector>
 
 #include "agent_fixtures.hpp"
+#include "zkagent/agent.hpp"
 #include "zkagent/http.hpp"
 #include "zktest/child_process.hpp"
 #include "zktest/deadline.hpp"
@@ -372,6 +377,77 @@ TEST_F(AgentProcessTest, BadConfigsAreRejectedNamingTheField) {
   EXPECT_TRUE(check.wait(10s).exitedWith(0)) << check.transcript();
   ChildProcess version(zktest::binaryPath("zk-agent").string(), {"--version"});
   EXPECT_EQ(version.readLine(10s).rfind("zk-agent ", 0), 0u);
+}
+
+TEST_F(AgentProcessTest, SigtermExitsWithinTheBoundEvenWhenZooKeeperIsUnreachable) {
+  zktest::TcpProxy zkProxy(zk_->port());
+  auto config = agentConfig("host-a", {"acct-0", "acct-1"}, gatewayPort_);
+  config["zookeeper"]["hosts"] = zkProxy.connectString();
+  config["zookeeper"]["session_timeout_ms"] = 20000;
+  config["shutdown_timeout_ms"] = 1000;
+  auto& a = startAgent(config);
+  ASSERT_TRUE(eventually([&] { return a.leading().size() == 2; }, 15s));
+
+  zkProxy.setMode(zktest::TcpProxy::Mode::blackhole);
+  a.process->signal(SIGTERM);
+  // shutdown_timeout_ms plus process exit; far below the 20 s session timeout.
+  EXPECT_TRUE(a.process->wait(6s).exitedWith(0)) << a.process->transcript();
+}
+
+TEST_F(AgentProcessTest, ZooKeeperBlipShorterThanTheSessionKeepsLeadershipWithTheSameToken) {
+  zktest::TcpProxy zkProxy(zk_->port());
+  auto config = agentConfig("host-a", {"acct-0"}, gatewayPort_);
+  config["zookeeper"]["hosts"] = zkProxy.connectString();
+  config["zookeeper"]["session_timeout_ms"] = 6000;
+  auto& a = startAgent(config);
+  ASSERT_TRUE(eventually([&] { return a.leading().size() == 1; }, 15s));
+  auto& b = startAgent("host-b", {"acct-0"});
+  ASSERT_TRUE(eventually([&] { return schedulableAsSeenBy(a, "host-b"); }, 10s));
+  const auto token = a.account("acct-0")["token"];
+
+  zkProxy.setMode(zktest::TcpProxy::Mode::close);
+  ASSERT_TRUE(eventually([&] { return a.status()["session"]["state"] != "connected"; }, 5s));
+  EXPECT_EQ(a.op("acct-0", "during-blip").status, 503) << "suspended: the gate is closed";
+  zkProxy.setMode(zktest::TcpProxy::Mode::pass);
+
+  ASSERT_TRUE(eventually([&] { return a.status()["session"]["state"] == "connected"; }, 10s));
+  ASSERT_TRUE(eventually([&] { return a.account("acct-0")["role"] == "LEADER"; }, 5s)) << a.status().dump();
+  EXPECT_EQ(a.account("acct-0")["token"], token) << "the same session resumed; no re-registration";
+  EXPECT_TRUE(b.leading().empty());
+}
+
+TEST_F(AgentProcessTest, EmbeddedGateRunsTheOperationOnlyWhileLeadingWithTheFencingToken) {
+  auto config = zkagent::agent::parseConfig(agentConfig("host-embedded", {"acct-0"}, gatewayPort_).dump());
+  boost::asio::io_context io;
+  auto work = boost::asio::make_work_guard(io);
+  zkagent::agent::Agent agent(io, config);
+  agent.start();
+  std::thread runner([&io] { io.run(); });
+
+  std::optional<zkagent::fencing::FencingToken> seen;
+  auto run = [&](const std::string& account) {
+    return agent.gate().execute(account, [&](const zkagent::fencing::FencingToken& t) { seen = t; });
+  };
+  ASSERT_TRUE(eventually([&] { return run("acct-0").executed(); }, 15s)) << agent.statusJson();
+  ASSERT_TRUE(seen);
+  EXPECT_EQ(seen->account, "acct-0");
+  EXPECT_EQ(seen->instanceId, "host-embedded");
+  EXPECT_NE(seen->sessionId, 0);
+  const auto status = json::parse(agent.statusJson());
+  EXPECT_EQ(status["accounts"][0]["token"].get<int64_t>(), static_cast<int64_t>(seen->token));
+
+  seen.reset();
+  EXPECT_EQ(run("acct-unknown").result, zkagent::agent::Gate::Result::UnknownAccount);
+  EXPECT_FALSE(seen) << "a refused operation never runs";
+
+  std::atomic<bool> stopped{false};
+  agent.shutdown([&] { stopped = true; });
+  ASSERT_TRUE(eventually([&] { return stopped.load(); }, 10s));
+  EXPECT_EQ(run("acct-0").result, zkagent::agent::Gate::Result::Stopping);
+  EXPECT_FALSE(seen);
+  work.reset();
+  io.stop();
+  runner.join();
 }
 
 }  // namespace
