@@ -253,6 +253,31 @@ TEST_F(AgentProcessTest, DrainWithoutSuccessorBlocksWithReasonsThenHandsOverWhen
   EXPECT_TRUE(a.leading().empty());
 }
 
+TEST_F(AgentProcessTest, DrainFailsClosedWhileTheSuccessorsHealthIsStale) {
+  const std::vector<std::string> accounts{"acct-0", "acct-1"};
+  auto& a = startAgent("host-a", accounts);
+  ASSERT_TRUE(eventually([&] { return a.leading().size() == accounts.size(); }, 15s));
+  auto bConfig = agentConfig("host-b", accounts, gatewayPort_);
+  bConfig["zookeeper"]["session_timeout_ms"] = 8000;  // its member nodes outlive its stale report
+  auto& b = startAgent(bConfig);
+  ASSERT_TRUE(eventually([&] { return schedulableAsSeenBy(a, "host-b") && b.account("acct-0")["standing"] == true; }, 10s));
+
+  b.process->signal(SIGSTOP);  // its report stops changing: stale on A's clock after the TTL
+  ASSERT_TRUE(eventually([&] { return !schedulableAsSeenBy(a, "host-b"); }, 5s));
+  EXPECT_EQ(a.client->post("/v1/drain", "").status, 202);
+  ASSERT_TRUE(eventually([&] {
+    const auto acct = a.account("acct-0");
+    return acct["blocked_by_health"] == true &&
+           acct["blocked_reasons"] == json::array({"successor_unschedulable", "successor_health_stale"});
+  }, 5s)) << a.status().dump();
+  EXPECT_GT(a.account("acct-0")["health_report_age_ms"].get<int64_t>(), 1000);
+  EXPECT_EQ(a.leading().size(), accounts.size()) << "no handover to an agent with stale health";
+
+  b.process->signal(SIGCONT);
+  ASSERT_TRUE(eventually([&] { return a.status()["lifecycle"] == "drained"; }, 10s)) << a.status().dump();
+  EXPECT_TRUE(eventually([&] { return b.leading().size() == accounts.size(); }, 5s));
+}
+
 TEST_F(AgentProcessTest, DrainHandsEveryAccountToTheSchedulableSuccessor) {
   const auto accounts = accountNames(10);
   auto& a = startAgent("host-a", accounts);
