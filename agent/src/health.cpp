@@ -1,61 +1,31 @@
 #include "zkagent/agent/health.hpp"
 
 #include <algorithm>
+#include <array>
 #include <nlohmann/json.hpp>
 
 namespace zkagent::agent {
 
-std::string_view toString(Lifecycle lifecycle) {
-  switch (lifecycle) {
-    case Lifecycle::Joining: return "joining";
-    case Lifecycle::Active: return "active";
-    case Lifecycle::Leaving: return "leaving";
-    case Lifecycle::Drained: return "drained";
-  }
-  return "unknown";
-}
-
-std::string_view toString(HealthStatus status) {
-  switch (status) {
-    case HealthStatus::Alive: return "alive";
-    case HealthStatus::Suspect: return "suspect";
-    case HealthStatus::Down: return "down";
-  }
-  return "unknown";
-}
-
-std::string_view toString(Freshness freshness) {
-  switch (freshness) {
-    case Freshness::Fresh: return "fresh";
-    case Freshness::Stale: return "stale";
-    case Freshness::Missing: return "missing";
-  }
-  return "unknown";
-}
-
-std::string_view toString(PlacementAction action) {
-  switch (action) {
-    case PlacementAction::None: return "none";
-    case PlacementAction::Join: return "join";
-    case PlacementAction::Withdraw: return "withdraw";
-    case PlacementAction::LookUpSuccessor: return "look_up_successor";
-  }
-  return "unknown";
-}
-
 namespace {
+// Wire names, indexed by each enum's value (declaration order).
+constexpr std::array<std::string_view, 4> kLifecycleNames{"joining", "active", "leaving", "drained"};
+constexpr std::array<std::string_view, 3> kStatusNames{"alive", "suspect", "down"};
+constexpr std::array<std::string_view, 3> kFreshnessNames{"fresh", "stale", "missing"};
+constexpr std::array<std::string_view, 4> kActionNames{"none", "join", "withdraw", "look_up_successor"};
+
 template <typename Enum, size_t N>
-std::optional<Enum> enumFrom(std::string_view text, const Enum (&values)[N]) {
-  for (Enum v : values) {
-    if (toString(v) == text) return v;
-  }
-  return std::nullopt;
+std::optional<Enum> enumFrom(std::string_view text, const std::array<std::string_view, N>& names) {
+  const auto it = std::find(names.begin(), names.end(), text);
+  if (it == names.end()) return std::nullopt;
+  return static_cast<Enum>(it - names.begin());
 }
-constexpr Lifecycle kLifecycles[] = {Lifecycle::Joining, Lifecycle::Active, Lifecycle::Leaving,
-                                     Lifecycle::Drained};
-constexpr HealthStatus kStatuses[] = {HealthStatus::Alive, HealthStatus::Suspect, HealthStatus::Down};
 constexpr size_t kMaxErrorCode = 128;  // seed 004: bounded reasons
 }  // namespace
+
+std::string_view toString(Lifecycle v) { return kLifecycleNames.at(static_cast<size_t>(v)); }
+std::string_view toString(HealthStatus v) { return kStatusNames.at(static_cast<size_t>(v)); }
+std::string_view toString(Freshness v) { return kFreshnessNames.at(static_cast<size_t>(v)); }
+std::string_view toString(PlacementAction v) { return kActionNames.at(static_cast<size_t>(v)); }
 
 std::string toJson(const HealthReport& r) {
   return nlohmann::json{{"instance_id", r.instanceId},
@@ -77,8 +47,8 @@ std::optional<HealthReport> parseHealthReport(std::string_view text) {
   try {
     HealthReport r;
     r.instanceId = j.at("instance_id").get<std::string>();
-    auto status = enumFrom(j.at("status").get<std::string>(), kStatuses);
-    auto lifecycle = enumFrom(j.at("lifecycle").get<std::string>(), kLifecycles);
+    auto status = enumFrom<HealthStatus>(j.at("status").get<std::string>(), kStatusNames);
+    auto lifecycle = enumFrom<Lifecycle>(j.at("lifecycle").get<std::string>(), kLifecycleNames);
     if (!status || !lifecycle) return std::nullopt;
     r.status = *status;
     r.lifecycle = *lifecycle;
