@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/post.hpp>
+#include <algorithm>
 #include <future>
 #include <thread>
 
@@ -190,19 +191,12 @@ void Agent::Impl::publishHealth() {
 // Control strand. A report that reached ZooKeeper is as good as reading it back.
 void Agent::Impl::wroteReport(const HealthReport& report) {
   m.reportWrites.with({"ok"}).inc();
-  bool activated = false;
   {
     std::lock_guard lock(mu);
     tracker.observe(config.instanceId, report, Clock::now());
-    if (lifecycle == Lifecycle::Joining && !stopping) {
-      lifecycle = Lifecycle::Active;
-      activated = true;
-    }
   }
-  if (activated) {
-    setLifecycle(Lifecycle::Active);
-    publishHealth();
-  }
+  // The first report is visible: the agent has joined.
+  if (!stopping && setLifecycle(Lifecycle::Active, {Lifecycle::Joining})) publishHealth();
   reconcileSoon();
 }
 
@@ -343,9 +337,10 @@ void Agent::Impl::reconcile() {
   for (const auto& a : lookups) lookUpSuccessor(a);
 
   if (current == Lifecycle::Leaving && leading == 0 && standing == 0 && withdrawals.empty()) {
-    setLifecycle(Lifecycle::Drained);
-    spdlog::info("drained instance={}", config.instanceId);
-    publishHealth();
+    if (setLifecycle(Lifecycle::Drained, {Lifecycle::Leaving})) {
+      spdlog::info("drained instance={}", config.instanceId);
+      publishHealth();
+    }
   }
 }
 
@@ -374,11 +369,14 @@ void Agent::Impl::lookUpSuccessor(const std::string& account) {
   });
 }
 
-void Agent::Impl::setLifecycle(Lifecycle next) {
+// One place changes the lifecycle. With `onlyFrom`, changes only from those states (a drain that
+// raced the first report must not be undone by it).
+bool Agent::Impl::setLifecycle(Lifecycle next, std::initializer_list<Lifecycle> onlyFrom) {
   Lifecycle before;
   {
     std::lock_guard lock(mu);
     before = lifecycle;
+    if (onlyFrom.size() && std::find(onlyFrom.begin(), onlyFrom.end(), before) == onlyFrom.end()) return false;
     lifecycle = next;
   }
   for (auto lc : kLifecycles) m.lifecycle.with({toString(lc)}).set(lc == next ? 1 : 0);
@@ -386,6 +384,7 @@ void Agent::Impl::setLifecycle(Lifecycle next) {
     spdlog::info("lifecycle changed instance={} from={} to={}", config.instanceId, toString(before),
                  toString(next));
   }
+  return true;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -498,12 +497,7 @@ void Agent::Impl::every(asio::steady_timer& timer, milliseconds period, std::fun
 }
 
 void Agent::Impl::drain() {
-  {
-    std::lock_guard lock(mu);
-    if (lifecycle == Lifecycle::Leaving || lifecycle == Lifecycle::Drained) return;
-  }
-  if (stopping) return;
-  setLifecycle(Lifecycle::Leaving);
+  if (stopping || !setLifecycle(Lifecycle::Leaving, {Lifecycle::Joining, Lifecycle::Active})) return;
   spdlog::info("drain requested instance={}", config.instanceId);
   asio::post(control, [self = shared_from_this()] { self->publishHealth(); });
   reconcileSoon();

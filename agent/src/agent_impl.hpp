@@ -7,6 +7,7 @@
 #include <boost/asio/strand.hpp>
 #include <atomic>
 #include <chrono>
+#include <initializer_list>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -94,7 +95,7 @@ struct Agent::Impl : Gate, std::enable_shared_from_this<Impl> {
   void reconcile();
   void lookUpSuccessor(const std::string& account);
   std::optional<Successor> successorOf(const detail::AccountState& state, Clock::time_point now);
-  void setLifecycle(Lifecycle next);
+  bool setLifecycle(Lifecycle next, std::initializer_list<Lifecycle> onlyFrom = {});
 
   // ---- gate and events
   Outcome execute(std::string_view account,
