@@ -35,7 +35,7 @@ json parseObject(std::string_view text) {
       }
       return true;
     });
-  } catch (const json::parse_error& error) {
+  } catch (const json::exception& error) {  // parse_error, and out_of_range for huge numbers
     throw BadRequest("malformed JSON: " + asciiOnly(error.what()));
   }
   if (!parsed.is_object()) throw BadRequest("request must be a JSON object");

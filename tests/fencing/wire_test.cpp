@@ -120,6 +120,16 @@ TEST(FencingWire, MalformedJsonErrorIsAsciiAndSaysSo) {
   }
 }
 
+TEST(FencingWire, NumberBeyondDoubleRangeIsMalformedNotACrash) {
+  // Found by the fuzzer: nlohmann throws out_of_range, not parse_error, for this.
+  try {
+    parseOperation("[200e01005");
+    FAIL() << "accepted";
+  } catch (const BadRequest& error) {
+    EXPECT_EQ(std::string(error.what()).rfind("malformed JSON", 0), 0u) << error.what();
+  }
+}
+
 TEST(FencingWire, NonObjectIsRefused) {
   EXPECT_EQ(errorOf(json::array({1, 2})), "request must be a JSON object");
 }

@@ -110,7 +110,8 @@ struct Decision {
   Verdict verdict = Verdict::accepted;
   std::uint64_t hwm = 0;   // the account's HWM after this decision
   bool replayed = false;   // answer of an earlier operation with the same opId
-  std::string detail;      // human-readable why, for logs and error bodies
+  std::string detail;      // human-readable why, for logs and error bodies; a fence's detail
+                           // starts with "hwm_ahead_of_zookeeper"
 
   bool accepted() const { return verdict == Verdict::accepted; }
 };
@@ -165,7 +166,9 @@ class StorageError : public std::runtime_error {
 };
 
 // Thread-safe. Opening a data directory recovers its state and takes an exclusive lock on it
-// (a second validator on the same directory throws StorageError).
+// (a second validator on the same directory throws StorageError). Writes to spdlog's default
+// logger: a warning when an account gets fenced, a HWM is reset or a torn log tail is cut, an
+// error when the disk fails.
 class TokenValidator {
  public:
   explicit TokenValidator(ValidatorOptions options = {});
