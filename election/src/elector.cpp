@@ -180,7 +180,7 @@ void Elector::perform(Action action, Role before, LossReason reason) {
       break;
     case Action::Evaluate: requestEvaluate(); break;
     case Action::VerifyMember: verifyMember(); break;
-    case Action::AnnounceLeader: announce(before); break;
+    case Action::AnnounceLeader: announce(); break;
     case Action::StepDown:
       reportLoss(reason);
       requestEvaluate();
@@ -591,8 +591,7 @@ void Elector::retryRemovals() {
 
 // ---- reporting -------------------------------------------------------------------------------
 
-void Elector::announce(Role before) {
-  (void)before;
+void Elector::announce() {
   const ActiveInfo mine = ownRecord();
   {
     std::lock_guard lock(gateMu_);

@@ -57,7 +57,7 @@ class Elector : public std::enable_shared_from_this<Elector> {
   void removeUntilGone(std::string path, int32_t version);
   void retryRemovals();
 
-  void announce(Role before);
+  void announce();
   void reportLoss(LossReason reason);
   void setRole(Role role, std::string reason);
   ActiveInfo ownRecord() const;

@@ -1,9 +1,11 @@
 #include "zk_session.hpp"
 
+#include <spdlog/spdlog.h>
 #include <zookeeper/zookeeper.h>
 
 #include <boost/asio/post.hpp>
-#include <cstdio>
+#include <cerrno>
+#include <cstring>
 
 namespace zkagent::election::detail {
 namespace asio = boost::asio;
@@ -15,6 +17,9 @@ struct HandleContext {
   ZkSession* session;
   uint64_t generation;
 };
+
+// The C client's own log lines (connection refused, timeouts) go through our logger.
+void clientLog(const char* message) { spdlog::debug("zookeeper client: {}", message); }
 
 void globalWatcher(zhandle_t*, int type, int state, const char* path, void* ctx) {
   auto* hc = static_cast<HandleContext*>(ctx);
@@ -125,8 +130,8 @@ ZkError ZkSession::fromRc(int rc) {
 
 void ZkSession::start(EventHandler onEvent) {
   onEvent_ = std::move(onEvent);
-  static std::once_flag quietClientLog;
-  std::call_once(quietClientLog, [] { zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR); });
+  static std::once_flag clientLogLevel;
+  std::call_once(clientLogLevel, [] { zoo_set_debug_level(ZOO_LOG_LEVEL_WARN); });
   asio::post(strand_, [self = shared_from_this()] { self->openHandle(); });
 }
 
@@ -134,12 +139,13 @@ void ZkSession::openHandle() {
   std::lock_guard lock(mu_);
   if (closing_) return;
   auto* ctx = new HandleContext{this, ++generation_};
-  zh_ = zookeeper_init(options_.hosts.c_str(), globalWatcher,
-                       static_cast<int>(options_.timeout.count()), nullptr, ctx, 0);
+  zh_ = zookeeper_init2(options_.hosts.c_str(), globalWatcher,
+                        static_cast<int>(options_.timeout.count()), nullptr, ctx, 0, clientLog);
   if (zh_ == nullptr) {
     delete ctx;
     // Bad host string or out of resources: retry later rather than give up silently.
-    std::fprintf(stderr, "zookeeper_init failed for '%s'\n", options_.hosts.c_str());
+    spdlog::error("cannot open a ZooKeeper handle for '{}' ({}); retrying in 1 s",
+                  options_.hosts, std::strerror(errno));
     auto timer = std::make_shared<asio::steady_timer>(strand_, std::chrono::seconds(1));
     timer->async_wait([self = shared_from_this(), timer](auto) { self->openHandle(); });
   }
@@ -285,7 +291,7 @@ void ZkSession::armPing() {
 }
 
 void ZkSession::expireLocally(const char* why) {
-  (void)why;
+  spdlog::warn("zookeeper session 0x{:x} lost: {}; opening a new session", sessionId_.load(), why);
   pingTimer_.cancel();
   deadlineTimer_.cancel();
   connected_.store(false);
