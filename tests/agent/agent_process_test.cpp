@@ -7,6 +7,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <thread>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -226,7 +227,26 @@ TEST_F(AgentProcessTest, PausedLeaderResumedAfterExpiryHasNoOperationAccepted) {
   EXPECT_GT(answered, 0) << "the resumed agent answered nothing";
   // The successor took over from an expired session: lock-delay applied, then its ops pass.
   EXPECT_NE(b.process->stderrText().find("lock delay account="), std::string::npos);
-  EXPECT_EQ(b.op("acct-0", "successor").status, 200);
+  // Each takeover from the lost session is one failover observation.
+  EXPECT_NE(b.client->get("/metrics").body.find("zkagent_failover_duration_seconds_count 3\n"), std::string::npos);
+}
+
+TEST_F(AgentProcessTest, SuccessorOfAnExpiredLeaderHasItsOperationsAccepted) {
+  auto& a = startAgent("host-a", {"acct-0"});
+  ASSERT_TRUE(eventually([&] { return a.leading().size() == 1; }, 15s));
+  ASSERT_EQ(a.op("acct-0", "first-leader").status, 200) << "the gateway now watches acct-0's active node";
+  auto& b = startAgent("host-b", {"acct-0"});
+  ASSERT_TRUE(eventually([&] { return schedulableAsSeenBy(a, "host-b"); }, 10s));
+
+  a.process->signal(SIGSTOP);
+  ASSERT_TRUE(eventually([&] { return b.leading().size() == 1; }, 10s)) << b.status().dump();
+  int attempt = 0;
+  zkagent::http::ClientResponse last;
+  EXPECT_TRUE(eventually([&] {
+    last = b.op("acct-0", "successor-" + std::to_string(attempt++));
+    return last.status == 200;
+  }, 3s, 100ms)) << "the gateway must follow active from the expired leader to the successor: " << last.body;
+  a.process->kill();
 }
 
 TEST_F(AgentProcessTest, DrainWithoutSuccessorBlocksWithReasonsThenHandsOverWhenOneAppears) {
@@ -350,6 +370,14 @@ TEST_F(AgentProcessTest, StatusReportsEveryDocumentedFieldAndMetricsPassPromtool
   EXPECT_EQ(acct["leader"]["instance"], "host-a");
   EXPECT_EQ(a.client->get("/readyz").status, 200);
   EXPECT_EQ(a.client->get("/healthz").status, 200);
+
+  ChildProcess ctl(zktest::binaryPath("zk-agentctl").string(),
+                   {"--admin", "127.0.0.1:" + std::to_string(a.port), "leaders"});
+  EXPECT_TRUE(ctl.wait(10s).exitedWith(0)) << ctl.transcript();
+  const auto lines = ctl.stdoutLines();
+  EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
+    return l.starts_with("acct-0 ") && l.find("LEADER") != std::string::npos && l.find("host-a") != std::string::npos;
+  })) << ctl.transcript();
 
   const auto metrics = a.client->get("/metrics");
   ASSERT_EQ(metrics.status, 200);
