@@ -10,10 +10,12 @@ namespace zkbench {
 
 namespace {
 
-// What a failure report keeps of a process transcript (10000 LEADER lines help nobody).
-std::string shortened(const std::string& text, size_t limit = 1500) {
-  return text.size() <= limit ? text : text.substr(0, limit) + "\n[... " +
-                                           std::to_string(text.size() - limit) + " more bytes]";
+// What a failure report keeps of a process's stderr: its start and its end (where a stack trace
+// names the exception), not megabytes of repeated traces.
+std::string shortened(const std::string& text, size_t head = 300, size_t tail = 900) {
+  if (text.size() <= head + tail) return text;
+  return text.substr(0, head) + "\n[... " + std::to_string(text.size() - head - tail) + " bytes ...]\n" +
+         text.substr(text.size() - tail);
 }
 
 }  // namespace
@@ -24,8 +26,9 @@ int64_t unixNanos() {
       .count();
 }
 
-Implementation zkagentImplementation() {
-  return {"zkagent", zktest::binaryPath("zk-elect").string(), {}, "/members"};
+Implementation zkagentImplementation(const std::filesystem::path& zkElect) {
+  return {"zkagent", zkElect.empty() ? zktest::binaryPath("zk-elect").string() : zkElect.string(), {},
+          "/members"};
 }
 
 Implementation kazooImplementation(const std::filesystem::path& peersDir) {

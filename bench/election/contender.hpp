@@ -28,8 +28,8 @@ struct Implementation {
   }
 };
 
-// zk-elect from this build.
-Implementation zkagentImplementation();
+// zk-elect: `zkElect`, or this build's when empty.
+Implementation zkagentImplementation(const std::filesystem::path& zkElect);
 // /usr/bin/python3 bench/peers/kazoo_peer.py.
 Implementation kazooImplementation(const std::filesystem::path& peersDir);
 // Compiles bench/peers/CuratorPeer.java into `classesDir` with javac (throws with javac's output if

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """kazoo peer of election-bench: one KazooClient (one session) and one kazoo Election recipe per
-account, on gevent so that thousands of blocked contenders cost greenlets, not threads. Speaks
-zk-elect's line protocol so the benchmark drives every implementation alike:
+account, each blocked in its own thread as the recipe expects (kazoo's default threading handler;
+its gevent handler loses the connection under a thousand concurrent contenders). Speaks zk-elect's
+line protocol so the benchmark drives every implementation alike:
 
   SESSION <unix_ns> <negotiated_timeout_ms> | READY | LEADER <account> <token> <unix_ns>
   LOST <account> <reason> <unix_ns>
@@ -17,15 +18,17 @@ import signal
 import sys
 import time
 
-import gevent
-import gevent.event
+import threading
+
 from kazoo.client import KazooClient
-from kazoo.handlers.gevent import SequentialGeventHandler
+
+output_lock = threading.Lock()
 
 
 def emit(line):
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
+    with output_lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
 
 def token_of(node):
@@ -47,12 +50,12 @@ def main():
     with open(args.accounts_file, encoding="utf-8") as f:
         accounts = [line.strip() for line in f if line.strip() and not line.startswith("#")]
 
-    client = KazooClient(hosts=args.zk, timeout=args.session_timeout_ms / 1000.0,
-                         handler=SequentialGeventHandler())
+    threading.stack_size(256 * 1024)  # thousands of contender threads
+    client = KazooClient(hosts=args.zk, timeout=args.session_timeout_ms / 1000.0)
     client.start(timeout=30)
     emit("SESSION %d %d" % (time.time_ns(), client._session_timeout))
 
-    stopping = gevent.event.Event()
+    stopping = threading.Event()
 
     def stand(account, election):
         def lead():
@@ -64,20 +67,19 @@ def main():
     for account in accounts:
         election = client.Election(args.root + "/" + account, args.instance_id)
         elections.append(election)
-        gevent.spawn(stand, account, election)
+        threading.Thread(target=stand, args=(account, election), daemon=True).start()
 
-    def stop():
-        stopping.set()
+    def stop(_signum, _frame):
         client.stop()  # closeSession
         os._exit(0)
 
-    gevent.signal_handler(signal.SIGTERM, lambda: gevent.spawn(stop))
+    signal.signal(signal.SIGTERM, stop)
     # READY once every contender has its node: from then on a handover only needs watches to fire.
     while any(e.lock.node is None for e in elections):
-        gevent.sleep(0.005)
+        time.sleep(0.005)
     emit("READY")
-    stopping.wait()
-    gevent.sleep(3600)
+    while True:
+        signal.pause()
 
 
 if __name__ == "__main__":
