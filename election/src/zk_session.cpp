@@ -74,11 +74,9 @@ void deliver(Call<Done>* call, ZkError err, Args&&... args) {
 }
 
 // Reports a call that the C client refused synchronously (bad state, marshalling error).
-template <typename Done, typename... Args>
-void refuse(Executor ex, Done done, Args... args) {
-  asio::post(ex, [done = std::move(done), ... a = std::move(args)]() mutable {
-    done(std::move(a)...);
-  });
+template <typename... Args>
+void refuse(Executor ex, std::function<void(ZkError, Args...)> done, ZkError err) {
+  asio::post(ex, [done = std::move(done), err] { done(err, std::decay_t<Args>{}...); });
 }
 
 int createMode(NodeKind kind) {
@@ -170,18 +168,18 @@ void ZkSession::onWatcherEvent(uint64_t generation, int type, int state, const c
 }
 
 void ZkSession::addWatch(uint64_t generation, bool childWatch, const std::string& path,
-                         const void* owner, Executor ex, Watch watch) {
+                         const void* owner, const Executor& ex, Watch watch) {
   std::lock_guard lock(mu_);
   if (generation != generation_) return;  // the handle that armed it is gone
   auto& entries = (childWatch ? childWatches_ : dataWatches_)[path];
   for (auto& e : entries) {
     if (owner != nullptr && e.owner == owner) {
       e.watch = std::move(watch);
-      e.executor = std::move(ex);
+      e.executor = ex;
       return;
     }
   }
-  entries.push_back({owner, std::move(ex), std::move(watch)});
+  entries.push_back({owner, ex, std::move(watch)});
 }
 
 void ZkSession::fireWatches(uint64_t generation, bool data, bool child, const std::string& path) {
@@ -345,6 +343,22 @@ void ZkSession::closeOnStrand(std::function<void()> done) {
 
 // ---- operations -----------------------------------------------------------------------------
 
+// Every call goes through here: the handle lock is held while the C client queues the request, so
+// a handle is never closed under a call; a request it refuses at once is answered on `ex`.
+template <typename Done, typename Issue>
+void ZkSession::submit(Executor ex, Done done, const void* owner, Watch watch, std::string path,
+                       Issue issue) {
+  std::unique_lock lock(mu_);
+  auto* call = new Call<Done>(this, generation_, std::move(ex), std::move(done), owner,
+                              std::move(watch), std::move(path));
+  const int rc = zh_ == nullptr ? ZINVALIDSTATE : issue(zh_, call);
+  lock.unlock();
+  if (rc != ZOK) {
+    refuse(std::move(call->executor), std::move(call->done), fromRc(rc));
+    delete call;
+  }
+}
+
 void ZkSession::create(std::string path, std::string data, NodeKind kind,
                        std::function<void(ZkError, std::string)> done) {
   createOn(io_.get_executor(), std::move(path), std::move(data), kind, std::move(done));
@@ -352,23 +366,16 @@ void ZkSession::create(std::string path, std::string data, NodeKind kind,
 void ZkSession::set(std::string path, std::string data, int32_t version,
                     std::function<void(ZkError, NodeStat)> done) {
   using Done = std::function<void(ZkError, NodeStat)>;
-  std::unique_lock lock(mu_);  // held while submitting: a handle is never closed under a call
-  zhandle_t* zh = zh_;
-  const uint64_t gen = generation_;
-  auto* call = new Call<Done>(this, gen, io_.get_executor(), std::move(done));
-  int rc = zh == nullptr ? ZINVALIDSTATE
-                         : zoo_aset(zh, path.c_str(), data.data(), static_cast<int>(data.size()),
-                                    version,
-                                    [](int rc2, const Stat* stat, const void* p) {
-                                      auto* c = static_cast<Call<Done>*>(const_cast<void*>(p));
-                                      deliver(c, ZkSession::fromRc(rc2), toNodeStat(stat));
-                                    },
-                                    call);
-  lock.unlock();
-  if (rc != ZOK) {
-    refuse(call->executor, std::move(call->done), fromRc(rc), NodeStat{});
-    delete call;
-  }
+  submit(io_.get_executor(), Done(std::move(done)), nullptr, nullptr, std::move(path),
+         [&](zhandle_t* zh, Call<Done>* call) {
+           return zoo_aset(zh, call->path.c_str(), data.data(), static_cast<int>(data.size()),
+                           version,
+                           [](int rc, const Stat* stat, const void* p) {
+                             deliver(static_cast<Call<Done>*>(const_cast<void*>(p)), fromRc(rc),
+                                     toNodeStat(stat));
+                           },
+                           call);
+         });
 }
 void ZkSession::get(std::string path, Watch watch,
                     std::function<void(ZkError, std::string, NodeStat)> done) {
@@ -392,139 +399,91 @@ void ZkSession::ensurePath(std::string path, std::function<void(ZkError)> done) 
 void ZkSession::createOn(Executor ex, std::string path, std::string data, NodeKind kind,
                          std::function<void(ZkError, std::string)> done) {
   using Done = std::function<void(ZkError, std::string)>;
-  std::unique_lock lock(mu_);  // held while submitting: a handle is never closed under a call
-  zhandle_t* zh = zh_;
-  const uint64_t gen = generation_;
-  auto* call = new Call<Done>(this, gen, ex, std::move(done));
-  int rc = zh == nullptr
-               ? ZINVALIDSTATE
-               : zoo_acreate(zh, path.c_str(), data.data(), static_cast<int>(data.size()),
-                             &ZOO_OPEN_ACL_UNSAFE, createMode(kind),
-                             [](int rc2, const char* value, const void* p) {
-                               auto* c = static_cast<Call<Done>*>(const_cast<void*>(p));
-                               deliver(c, ZkSession::fromRc(rc2),
-                                       std::string(value != nullptr ? value : ""));
-                             },
-                             call);
-  lock.unlock();
-  if (rc != ZOK) {
-    refuse(ex, std::move(call->done), fromRc(rc), std::string());
-    delete call;
-  }
+  submit(std::move(ex), std::move(done), nullptr, nullptr, std::move(path),
+         [&](zhandle_t* zh, Call<Done>* call) {
+           return zoo_acreate(zh, call->path.c_str(), data.data(), static_cast<int>(data.size()),
+                              &ZOO_OPEN_ACL_UNSAFE, createMode(kind),
+                              [](int rc, const char* value, const void* p) {
+                                deliver(static_cast<Call<Done>*>(const_cast<void*>(p)), fromRc(rc),
+                                        std::string(value != nullptr ? value : ""));
+                              },
+                              call);
+         });
 }
 
+// Watches are recorded on the completion thread, before any event for them can be processed.
 void ZkSession::getOn(Executor ex, std::string path, const void* owner, Watch watch,
                       std::function<void(ZkError, std::string, NodeStat)> done) {
   using Done = std::function<void(ZkError, std::string, NodeStat)>;
-  std::unique_lock lock(mu_);  // held while submitting: a handle is never closed under a call
-  zhandle_t* zh = zh_;
-  const uint64_t gen = generation_;
-  const bool watching = static_cast<bool>(watch);
-  auto* call = new Call<Done>(this, gen, ex, std::move(done), owner, std::move(watch), path);
-  int rc = zh == nullptr
-               ? ZINVALIDSTATE
-               : zoo_aget(zh, path.c_str(), watching ? 1 : 0,
-                          [](int rc2, const char* value, int len, const Stat* stat, const void* p) {
-                            auto* c = static_cast<Call<Done>*>(const_cast<void*>(p));
-                            if (rc2 == ZOK && c->watch) {
-                              c->session->addWatch(c->generation, false, c->path, c->owner,
-                                                   c->executor, std::move(c->watch));
-                            }
-                            deliver(c, ZkSession::fromRc(rc2),
-                                    value != nullptr && len > 0 ? std::string(value, len)
-                                                                : std::string(),
-                                    toNodeStat(stat));
-                          },
-                          call);
-  lock.unlock();
-  if (rc != ZOK) {
-    refuse(ex, std::move(call->done), fromRc(rc), std::string(), NodeStat{});
-    delete call;
-  }
+  submit(std::move(ex), std::move(done), owner, std::move(watch), std::move(path),
+         [](zhandle_t* zh, Call<Done>* call) {
+           return zoo_aget(
+               zh, call->path.c_str(), call->watch ? 1 : 0,
+               [](int rc, const char* value, int len, const Stat* stat, const void* p) {
+                 auto* c = static_cast<Call<Done>*>(const_cast<void*>(p));
+                 if (rc == ZOK && c->watch) c->session->addWatch(c->generation, false, c->path, c->owner, c->executor,
+                                                      std::move(c->watch));
+                 deliver(c, fromRc(rc),
+                         value != nullptr && len > 0 ? std::string(value, len) : std::string(),
+                         toNodeStat(stat));
+               },
+               call);
+         });
 }
 
 void ZkSession::existsOn(Executor ex, std::string path, const void* owner, Watch watch,
                          std::function<void(ZkError, std::optional<NodeStat>)> done) {
   using Done = std::function<void(ZkError, std::optional<NodeStat>)>;
-  std::unique_lock lock(mu_);  // held while submitting: a handle is never closed under a call
-  zhandle_t* zh = zh_;
-  const uint64_t gen = generation_;
-  const bool watching = static_cast<bool>(watch);
-  auto* call = new Call<Done>(this, gen, ex, std::move(done), owner, std::move(watch), path);
-  int rc = zh == nullptr
-               ? ZINVALIDSTATE
-               : zoo_aexists(zh, path.c_str(), watching ? 1 : 0,
-                             [](int rc2, const Stat* stat, const void* p) {
-                               auto* c = static_cast<Call<Done>*>(const_cast<void*>(p));
-                               // exists() leaves a watch both when the node is there and when not.
-                               if ((rc2 == ZOK || rc2 == ZNONODE) && c->watch) {
-                                 c->session->addWatch(c->generation, false, c->path, c->owner,
-                                                      c->executor, std::move(c->watch));
-                               }
-                               std::optional<NodeStat> st;
-                               if (rc2 == ZOK) st = toNodeStat(stat);
-                               deliver(c, rc2 == ZNONODE ? ZkError::Ok : ZkSession::fromRc(rc2), st);
-                             },
-                             call);
-  lock.unlock();
-  if (rc != ZOK) {
-    refuse(ex, std::move(call->done), fromRc(rc), std::optional<NodeStat>());
-    delete call;
-  }
+  submit(std::move(ex), std::move(done), owner, std::move(watch), std::move(path),
+         [](zhandle_t* zh, Call<Done>* call) {
+           return zoo_aexists(
+               zh, call->path.c_str(), call->watch ? 1 : 0,
+               [](int rc, const Stat* stat, const void* p) {
+                 auto* c = static_cast<Call<Done>*>(const_cast<void*>(p));
+                 // exists() leaves a watch both when the node is there and when it is not.
+                 if ((rc == ZOK || rc == ZNONODE) && c->watch) c->session->addWatch(c->generation, false, c->path, c->owner, c->executor,
+                                                      std::move(c->watch));
+                 std::optional<NodeStat> st;
+                 if (rc == ZOK) st = toNodeStat(stat);
+                 deliver(c, rc == ZNONODE ? ZkError::Ok : fromRc(rc), st);
+               },
+               call);
+         });
 }
 
 void ZkSession::childrenOn(Executor ex, std::string path, const void* owner, Watch watch,
                            std::function<void(ZkError, std::vector<std::string>)> done) {
   using Done = std::function<void(ZkError, std::vector<std::string>)>;
-  std::unique_lock lock(mu_);  // held while submitting: a handle is never closed under a call
-  zhandle_t* zh = zh_;
-  const uint64_t gen = generation_;
-  const bool watching = static_cast<bool>(watch);
-  auto* call = new Call<Done>(this, gen, ex, std::move(done), owner, std::move(watch), path);
-  int rc = zh == nullptr
-               ? ZINVALIDSTATE
-               : zoo_aget_children(
-                     zh, path.c_str(), watching ? 1 : 0,
-                     [](int rc2, const String_vector* strings, const void* p) {
-                       auto* c = static_cast<Call<Done>*>(const_cast<void*>(p));
-                       if (rc2 == ZOK && c->watch) {
-                         c->session->addWatch(c->generation, true, c->path, c->owner, c->executor,
-                                              std::move(c->watch));
-                       }
-                       std::vector<std::string> names;
-                       if (rc2 == ZOK && strings != nullptr) {
-                         names.reserve(static_cast<size_t>(strings->count));
-                         for (int i = 0; i < strings->count; ++i) names.emplace_back(strings->data[i]);
-                       }
-                       deliver(c, ZkSession::fromRc(rc2), std::move(names));
-                     },
-                     call);
-  lock.unlock();
-  if (rc != ZOK) {
-    refuse(ex, std::move(call->done), fromRc(rc), std::vector<std::string>());
-    delete call;
-  }
+  submit(std::move(ex), std::move(done), owner, std::move(watch), std::move(path),
+         [](zhandle_t* zh, Call<Done>* call) {
+           return zoo_aget_children(
+               zh, call->path.c_str(), call->watch ? 1 : 0,
+               [](int rc, const String_vector* strings, const void* p) {
+                 auto* c = static_cast<Call<Done>*>(const_cast<void*>(p));
+                 if (rc == ZOK && c->watch) c->session->addWatch(c->generation, true, c->path, c->owner, c->executor,
+                                                     std::move(c->watch));
+                 std::vector<std::string> names;
+                 if (rc == ZOK && strings != nullptr) {
+                   names.reserve(static_cast<size_t>(strings->count));
+                   for (int i = 0; i < strings->count; ++i) names.emplace_back(strings->data[i]);
+                 }
+                 deliver(c, fromRc(rc), std::move(names));
+               },
+               call);
+         });
 }
 
 void ZkSession::removeOn(Executor ex, std::string path, int32_t version,
                          std::function<void(ZkError)> done) {
   using Done = std::function<void(ZkError)>;
-  std::unique_lock lock(mu_);  // held while submitting: a handle is never closed under a call
-  zhandle_t* zh = zh_;
-  const uint64_t gen = generation_;
-  auto* call = new Call<Done>(this, gen, ex, std::move(done));
-  int rc = zh == nullptr ? ZINVALIDSTATE
-                         : zoo_adelete(zh, path.c_str(), version,
-                                       [](int rc2, const void* p) {
-                                         auto* c = static_cast<Call<Done>*>(const_cast<void*>(p));
-                                         deliver(c, ZkSession::fromRc(rc2));
-                                       },
-                                       call);
-  lock.unlock();
-  if (rc != ZOK) {
-    refuse(ex, std::move(call->done), fromRc(rc));
-    delete call;
-  }
+  submit(std::move(ex), std::move(done), nullptr, nullptr, std::move(path),
+         [version](zhandle_t* zh, Call<Done>* call) {
+           return zoo_adelete(zh, call->path.c_str(), version,
+                              [](int rc, const void* p) {
+                                deliver(static_cast<Call<Done>*>(const_cast<void*>(p)), fromRc(rc));
+                              },
+                              call);
+         });
 }
 
 // All missing ancestors are created in one pipelined burst: ZooKeeper applies a session's
@@ -593,22 +552,14 @@ void ZkSession::multiOn(Executor ex, std::vector<MultiOp> ops, std::function<voi
 
 void ZkSession::syncOn(Executor ex, std::string path, std::function<void(ZkError)> done) {
   using Done = std::function<void(ZkError)>;
-  std::unique_lock lock(mu_);  // held while submitting: a handle is never closed under a call
-  zhandle_t* zh = zh_;
-  const uint64_t gen = generation_;
-  auto* call = new Call<Done>(this, gen, ex, std::move(done));
-  int rc = zh == nullptr ? ZINVALIDSTATE
-                         : zoo_async(zh, path.c_str(),
-                                     [](int rc2, const char*, const void* p) {
-                                       auto* c = static_cast<Call<Done>*>(const_cast<void*>(p));
-                                       deliver(c, ZkSession::fromRc(rc2));
-                                     },
-                                     call);
-  lock.unlock();
-  if (rc != ZOK) {
-    refuse(ex, std::move(call->done), fromRc(rc));
-    delete call;
-  }
+  submit(std::move(ex), std::move(done), nullptr, nullptr, std::move(path),
+         [](zhandle_t* zh, Call<Done>* call) {
+           return zoo_async(zh, call->path.c_str(),
+                            [](int rc, const char*, const void* p) {
+                              deliver(static_cast<Call<Done>*>(const_cast<void*>(p)), fromRc(rc));
+                            },
+                            call);
+         });
 }
 
 }  // namespace zkagent::election::detail

@@ -85,7 +85,7 @@ class ZkSession : public Session, public std::enable_shared_from_this<ZkSession>
   // Called by the C trampolines (ZooKeeper's threads).
   void onWatcherEvent(uint64_t generation, int type, int state, const char* path);
   void addWatch(uint64_t generation, bool childWatch, const std::string& path, const void* owner,
-                Executor ex, Watch watch);
+                const Executor& ex, Watch watch);
 
   static ZkError fromRc(int rc);
   void noteContact() { lastContactTicks_.store(Clock::now().time_since_epoch().count()); }
@@ -98,6 +98,8 @@ class ZkSession : public Session, public std::enable_shared_from_this<ZkSession>
   };
   using WatchTable = std::unordered_map<std::string, std::vector<WatchEntry>>;
 
+  template <typename Done, typename Issue>
+  void submit(Executor ex, Done done, const void* owner, Watch watch, std::string path, Issue issue);
   void openHandle();  // strand
   void closeOnStrand(std::function<void()> done);
   void handleSessionState(uint64_t generation, int zkState);
