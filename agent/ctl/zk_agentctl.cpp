@@ -32,7 +32,8 @@ int printLeaders(const std::string& body) {
   for (const auto& a : status.value("accounts", nlohmann::json::array())) {
     std::string blocked;
     for (const auto& r : a.value("blocked_reasons", nlohmann::json::array())) {
-      blocked += (blocked.empty() ? "" : ",") + r.get<std::string>();
+      if (!blocked.empty()) blocked += ',';
+      blocked += r.get<std::string>();
     }
     const auto& leader = a["leader"];
     std::printf("%-32s %-9s %-6s %-24s %s\n", a.value("account", "").c_str(), a.value("role", "").c_str(),
