@@ -203,9 +203,12 @@ struct LeaderObserver::Impl : std::enable_shared_from_this<LeaderObserver::Impl>
         if (auto active = parseActive(data)) view = View{View::State::Leader, *active};
       } else if (err == ZkError::NoNode) {
         view.state = View::State::NoLeader;
-        // get() leaves no watch on a missing node: exists() does, and fires on its creation.
+        // get() leaves no watch on a missing node: exists() does, and fires on its creation. If
+        // the node was created between the two calls, no event will come: read it now.
         self->session->existsOn(self->strand, path, self.get(), rearm,
-                                [](ZkError, std::optional<NodeStat>) {});
+                                [rearm](ZkError e2, std::optional<NodeStat> stat) {
+                                  if (e2 == ZkError::Ok && stat) rearm();
+                                });
       }
       self->settle(account, view);
     });
