@@ -163,6 +163,10 @@ GateResult measureGate(const std::string& zk, const std::string& root, size_t ac
     result.strictUsP50 = summary.p50;
     result.strictUsP99 = summary.p99;
     result.strictPipelinedPerSecond = strictThroughput(group, accounts, 64, std::chrono::milliseconds(1000));
+    const auto statusStarted = Clock::now();
+    constexpr int kSnapshots = 20;
+    for (int i = 0; i < kSnapshots; ++i) benchmark::DoNotOptimize(group.status());
+    result.statusMs = std::chrono::duration<double, std::milli>(Clock::now() - statusStarted).count() / kSnapshots;
   } catch (...) {
     finish();
     throw;

@@ -13,6 +13,7 @@ struct GateResult {
   double strictUsMean = 0;          // checkStrict() (sync + read of `active`), one at a time
   double strictUsP50 = 0, strictUsP99 = 0;
   double strictPipelinedPerSecond = 0;  // 64 strict checks kept in flight
+  double statusMs = 0;              // one status() snapshot of every account (zk-elect polls it for READY)
 };
 
 // Starts an ElectionGroup for `accounts` accounts on `zk` under `root`, waits until it leads them
