@@ -131,12 +131,16 @@ Config parseConfigJson(std::string_view text, Config config) {
     fail("config", std::string("not valid JSON: ") + error.what());
   }
   requireKnownKeys(root, "", {"listen", "dataDir", "zookeeper", "token", "accounts", "commitMode",
-                              "handlerThreads", "ioThreads", "log"});
+                              "handlerThreads", "ioThreads", "agentTimeoutMs", "log"});
   if (root.contains("listen")) setListen(config, "listen", stringField(root, "listen", "listen"));
   if (root.contains("dataDir")) config.dataDir = stringField(root, "dataDir", "dataDir");
   if (root.contains("token")) config.bearerToken = stringField(root, "token", "token");
   if (root.contains("commitMode")) {
     setCommitMode(config, "commitMode", stringField(root, "commitMode", "commitMode"));
+  }
+  if (root.contains("agentTimeoutMs")) {
+    config.agentTimeoutMs =
+        static_cast<int>(integerField(root, "agentTimeoutMs", "agentTimeoutMs", 100, 3600000));
   }
   if (root.contains("handlerThreads")) {
     config.handlerThreads =

@@ -76,7 +76,11 @@ Gateway::Gateway(const Config& config, fencing::TokenValidator& validator, Leade
                             .gauge("zkagent_gateway_zookeeper_trusted",
                                    "1 when the ZooKeeper cache of active nodes is trusted, 0 when "
                                    "unreachable or not configured.")
-                            .with({})) {
+                            .with({})),
+      agentsByState_(registry.gauge("zkagent_gateway_agents",
+                                    "Agents heard on /healthz?instance=, by state: alive, or "
+                                    "gone when silent longer than the agent timeout.",
+                                    {"state"})) {
   const auto& recovery = validator.recovery();
   registry
       .gauge("zkagent_gateway_recovered_records",
@@ -134,7 +138,9 @@ http::Router Gateway::router() {
              [this](const http::Request& request) { return resetHighWaterMark(request); });
   router.add(http::Method::Get, "/metrics",
              [this](const http::Request&) { return metricsText(); });
-  router.add(http::Method::Get, "/healthz", [this](const http::Request&) { return health(); });
+  router.add(http::Method::Get, "/healthz",
+             [this](const http::Request& request) { return health(request); });
+  router.add(http::Method::Get, "/v1/agents", [this](const http::Request&) { return agents(); });
   return router;
 }
 
@@ -269,15 +275,62 @@ http::Response Gateway::resetHighWaterMark(const http::Request& request) {
   return jsonResponse(200, {{"account", account}, {"hwm", status.hwm}, {"fenced", status.fenced}});
 }
 
-http::Response Gateway::health() const {
+http::Response Gateway::health(const http::Request& request) {
+  // "instance=ID" marks an agent's heartbeat; anything else in the query is ignored.
+  constexpr std::string_view kInstance = "instance=";
+  if (request.query.starts_with(kInstance)) {
+    std::string instance = request.query.substr(kInstance.size(), request.query.find('&') -
+                                                                       kInstance.size());
+    const bool printable = std::all_of(instance.begin(), instance.end(),
+                                       [](char c) { return c > ' ' && c <= '~'; });
+    if (instance.empty() || instance.size() > 128 || !printable) {
+      return http::Response::error(400, "instance must be 1-128 printable ASCII characters");
+    }
+    std::lock_guard lock(agentsMutex_);
+    auto& beat = agents_[instance];
+    if (beat.gone) spdlog::info("agent {} is back", instance);
+    beat = {std::chrono::steady_clock::now(), false};
+  }
   if (storageFailed_) {
     return http::Response::json(503, R"({"status":"storage_failed"})");
   }
   return jsonResponse(200, {{"status", "ok"}, {"check", toString(mode_.load())}});
 }
 
+void Gateway::sweepAgents() {
+  const auto now = std::chrono::steady_clock::now();
+  const auto timeout = std::chrono::milliseconds(config_.agentTimeoutMs);
+  double alive = 0, gone = 0;
+  std::lock_guard lock(agentsMutex_);
+  for (auto& [instance, beat] : agents_) {
+    if (!beat.gone && now - beat.lastSeen > timeout) {
+      beat.gone = true;
+      spdlog::warn("agent {} gone: no heartbeat for {} ms", instance, config_.agentTimeoutMs);
+    }
+    (beat.gone ? gone : alive) += 1;
+  }
+  agentsByState_.with({"alive"}).set(alive);
+  agentsByState_.with({"gone"}).set(gone);
+}
+
+http::Response Gateway::agents() {
+  sweepAgents();
+  const auto now = std::chrono::steady_clock::now();
+  nlohmann::json list = nlohmann::json::array();
+  std::lock_guard lock(agentsMutex_);
+  for (const auto& [instance, beat] : agents_) {
+    list.push_back(
+        {{"instance", instance},
+         {"last_seen_ms_ago",
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - beat.lastSeen).count()},
+         {"state", beat.gone ? "gone" : "alive"}});
+  }
+  return jsonResponse(200, {{"agents", list}, {"timeout_ms", config_.agentTimeoutMs}});
+}
+
 http::Response Gateway::metricsText() {
   refreshCheckMode();
+  sweepAgents();
   fencedAccounts_.set(static_cast<double>(validator_.fencedAccounts().size()));
   return http::Response::text(200, registry_.expose(), std::string(metrics::kContentType));
 }

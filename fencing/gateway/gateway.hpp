@@ -4,6 +4,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <map>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -34,6 +36,7 @@ struct Config {
   std::vector<std::string> accounts;     // empty: any valid account id
   fencing::CommitMode commitMode = fencing::CommitMode::group;
   size_t handlerThreads = 64;            // concurrent ops waiting on one group commit
+  int agentTimeoutMs = 5000;             // an agent silent this long on /healthz counts as gone
   size_t ioThreads = 2;
   std::string logLevel = "info";
   bool jsonLogs = false;
@@ -82,12 +85,16 @@ class Gateway {
   http::Router router();  // handlers refer to this Gateway: keep it alive while serving
   // The current check mode; logs and updates the metrics when it changed since the last call.
   CheckMode refreshCheckMode();
+  // The gateway's half of the mutual heartbeat (seed 002): agents beat on GET /healthz?instance=ID;
+  // one that stays silent longer than agentTimeoutMs is logged and counted as gone.
+  void sweepAgents();
 
  private:
   http::Response submitOperation(const http::Request& request);
   http::Response accountStatus(const http::Request& request);
   http::Response resetHighWaterMark(const http::Request& request);
-  http::Response health() const;
+  http::Response health(const http::Request& request);
+  http::Response agents();
   http::Response metricsText();
 
   Config config_;
@@ -107,6 +114,14 @@ class Gateway {
   metrics::GaugeFamily& checkMode_;
   metrics::Gauge& fencedAccounts_;
   metrics::Gauge& zookeeperTrusted_;
+  metrics::GaugeFamily& agentsByState_;
+
+  struct AgentBeat {
+    std::chrono::steady_clock::time_point lastSeen;
+    bool gone = false;
+  };
+  std::mutex agentsMutex_;
+  std::map<std::string, AgentBeat, std::less<>> agents_;
 };
 
 }  // namespace zkagent::gateway

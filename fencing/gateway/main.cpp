@@ -53,13 +53,14 @@ void setUpLogging(const gateway::Config& config) {
   spdlog::set_default_logger(logger);
 }
 
-// Re-reads the ZooKeeper trust state every second, so a change is logged and shown in the
-// metrics even when no operation arrives.
+// Re-reads the ZooKeeper trust state and sweeps silent agents every second, so a change is
+// logged and shown in the metrics even when no request arrives.
 void refreshPeriodically(boost::asio::steady_timer& timer, gateway::Gateway& gateway) {
   timer.expires_after(std::chrono::seconds(1));
   timer.async_wait([&timer, &gateway](const boost::system::error_code& error) {
     if (error) return;
     gateway.refreshCheckMode();
+    gateway.sweepAgents();
     refreshPeriodically(timer, gateway);
   });
 }

@@ -2,6 +2,8 @@
 // temporary directory and a fake ZooKeeper view.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -283,4 +285,45 @@ TEST_F(GatewayApi, MetricsPassPromtool) {
   auto file = dir_.path() / "metrics.prom";
   std::ofstream(file) << metrics();
   EXPECT_EQ(std::system(("promtool check metrics < " + file.string()).c_str()), 0) << metrics();
+}
+
+namespace {
+
+http::Request heartbeat(std::string query) {
+  http::Request request;
+  request.method = http::Method::Get;
+  request.path = "/healthz";
+  request.query = std::move(query);
+  request.target = request.path + "?" + request.query;
+  return request;
+}
+
+}  // namespace
+
+TEST_F(GatewayApi, AgentHeartbeatsAreTrackedAndASilentAgentCountsAsGone) {
+  gateway::Config config;
+  config.agentTimeoutMs = 100;
+  start(config);
+  ASSERT_EQ(router_->handle(heartbeat("instance=host-a")).status, 200);
+  auto listed = json::parse(call(http::Method::Get, "/v1/agents").body);
+  ASSERT_EQ(listed["agents"].size(), 1u);
+  EXPECT_EQ(listed["agents"][0]["instance"], "host-a");
+  EXPECT_EQ(listed["agents"][0]["state"], "alive");
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));  // > agentTimeoutMs
+  listed = json::parse(call(http::Method::Get, "/v1/agents").body);
+  EXPECT_EQ(listed["agents"][0]["state"], "gone");
+  EXPECT_NE(metrics().find("zkagent_gateway_agents{state=\"gone\"} 1\n"), std::string::npos);
+  // The next beat brings it back.
+  ASSERT_EQ(router_->handle(heartbeat("instance=host-a")).status, 200);
+  listed = json::parse(call(http::Method::Get, "/v1/agents").body);
+  EXPECT_EQ(listed["agents"][0]["state"], "alive");
+}
+
+TEST_F(GatewayApi, MalformedHeartbeatInstanceIsRejectedAndNotRecorded) {
+  start();
+  EXPECT_EQ(router_->handle(heartbeat("instance=")).status, 400);
+  EXPECT_EQ(router_->handle(heartbeat("instance=" + std::string(200, 'x'))).status, 400);
+  EXPECT_EQ(router_->handle(heartbeat("instance=a%20b c")).status, 400);
+  EXPECT_TRUE(json::parse(call(http::Method::Get, "/v1/agents").body)["agents"].empty());
+  EXPECT_EQ(router_->handle(heartbeat("")).status, 200) << "a plain health check still works";
 }
