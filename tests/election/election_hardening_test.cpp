@@ -3,9 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <map>
 #include <random>
-#include <regex>
 
 #include "contender.hpp"
 #include "zktest/deadline.hpp"
@@ -22,12 +20,6 @@ class HardeningTest : public ::testing::Test {
   std::string hosts() const { return sharedZooKeeper().connectString(); }
   std::string root = uniqueTestRoot();
 };
-
-int countLeaders(Contender& c) {
-  int n = 0;
-  for (auto& s : c.group().status()) n += s.role == el::Role::Leader;
-  return n;
-}
 
 // CURATOR-460 / ZOOKEEPER-4508: while the server is unreachable the C client never hears that
 // the session expired. The client-side deadline (timeout since the last server contact) declares
@@ -149,58 +141,6 @@ TEST_F(HardeningTest, LostReplyOfTheMemberCreateIsAdoptedNotDuplicated) {
   proxy.setMode(TcpProxy::Mode::pass);
   ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 10s));
   EXPECT_EQ(observer.children(root + "/acct/members").size(), 1u) << "no duplicate member node";
-}
-
-// ZOOKEEPER-706: many watches re-set on reconnect. With 10000 accounts, repeated reconnects of
-// the standby keep the server's watch count flat and every watch working.
-TEST_F(HardeningTest, TenThousandAccountsKeepEveryWatchAcrossReconnectsWithoutLeaking) {
-  constexpr int kAccounts = 10000;
-  auto a = std::make_unique<Contender>(hosts(), root, "host-a", 20000ms);
-  TcpProxy proxy(sharedZooKeeper().port());
-  Contender b(proxy.connectString(), root, "host-b", 20000ms);
-  for (int i = 0; i < kAccounts; ++i) a->join("acct-" + std::to_string(i));
-  ASSERT_TRUE(eventually([&] { return countLeaders(*a) == kAccounts; }, 120s)) << countLeaders(*a);
-  for (int i = 0; i < kAccounts; ++i) b.join("acct-" + std::to_string(i));
-  auto standbyReady = [&] {
-    int waiting = 0;
-    for (auto& s : b.group().status()) waiting += s.role == el::Role::Waiting;
-    return waiting == kAccounts;
-  };
-  auto roles = [&] {
-    std::map<std::string, int> count;
-    for (auto& s : b.group().status()) ++count[std::string(el::toString(s.role)) + "/" + s.lastReason];
-    std::string out;
-    for (auto& [k, v] : count) out += k + "=" + std::to_string(v) + " ";
-    return out;
-  };
-  ASSERT_TRUE(eventually(standbyReady, 120s));
-  auto watchCount = [&] {
-    // wchs: "... connections watching N paths\nTotal watches:M"
-    std::smatch m;
-    std::string text = sharedZooKeeper().fourLetter("wchs");
-    return std::regex_search(text, m, std::regex("Total watches:(\\d+)")) ? std::stol(m[1]) : -1L;
-  };
-  const int64_t session = b.group().sessionId();
-  // The leader watches its own member and `active`; the standby also its predecessor.
-  const long expectedWatches = 5L * kAccounts;
-  ASSERT_TRUE(eventually([&] { return watchCount() == expectedWatches; }, 30s)) << watchCount();
-  for (int round = 0; round < 3; ++round) {
-    proxy.setMode(TcpProxy::Mode::close);
-    // Every account has seen the disconnect before the link comes back.
-    ASSERT_TRUE(eventually([&] {
-      for (auto& s : b.group().status()) {
-        if (s.role != el::Role::Suspend) return false;
-      }
-      return true;
-    }, 30s)) << roles();
-    proxy.setMode(TcpProxy::Mode::pass);
-    ASSERT_TRUE(eventually(standbyReady, 60s)) << "round " << round << ": " << roles();
-    ASSERT_TRUE(eventually([&] { return watchCount() == expectedWatches; }, 30s))
-        << "round " << round << ": watches " << watchCount() << ", expected " << expectedWatches;
-  }
-  EXPECT_EQ(b.group().sessionId(), session);
-  a->stop();
-  ASSERT_TRUE(eventually([&] { return countLeaders(b) == kAccounts; }, 60s)) << countLeaders(b);
 }
 
 // CURATOR-644: random short drops for a while never give two leaders nor a livelock, and the
