@@ -24,6 +24,7 @@ namespace {
 // Keeps Google Benchmark's console output and remembers each run's time per iteration.
 class CollectingReporter : public benchmark::ConsoleReporter {
  public:
+  CollectingReporter() : ConsoleReporter(OO_Tabular) {}  // no colour codes in a redirected table
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const auto& run : runs) {
       if (run.error_occurred) throw std::runtime_error(run.benchmark_name() + ": " + run.error_message);
