@@ -150,13 +150,24 @@ void Elector::stop(std::function<void()> done) {
   asio::post(strand_, [self = shared_from_this(), done = std::move(done)]() mutable {
     self->standing_ = false;
     const bool leading = self->role_ == Role::Leader;
-    self->feed(Event::Stop, LossReason::Stopped);
-    if (leading && self->zk_.usable()) {
-      self->releaseLeadership(LossReason::Stopped, false, std::move(done));
-    } else {
-      done();
-    }
+    const int64_t seq = self->seq_;
+    self->feed(Event::Stop, LossReason::Stopped);  // LOST stopped; the gate is closed
+    // No deletes: the session close that follows removes every node of ours in one request.
+    // Only the handover record is written, so the successor knows this was clean and skips its
+    // lock-delay; the close waits for it (the C client may drop a close queued behind requests).
+    if (!leading || !self->zk_.usable()) return done();
+    self->writeHandover(seq, LossReason::Stopped, std::move(done));
   });
+}
+
+void Elector::writeHandover(int64_t seq, LossReason reason, std::function<void()> written) {
+  zk_.set(handover_,
+          nlohmann::json{{"seq", seq}, {"instanceId", ctx_->options.instanceId},
+                         {"reason", std::string(toString(reason))}}
+              .dump(),
+          -1, [written = std::move(written)](ZkError, NodeStat) {
+            if (written) written();
+          });
 }
 
 // ---- the state machine -----------------------------------------------------------------------
@@ -394,12 +405,7 @@ void Elector::evaluate() {
       self->dirty_ = false;
       return self->feed(Event::MemberMissing);
     }
-    // Seed 001 signal one: our own member node must stay; watch it directly.
-    self->zk_.existsOn(self->strand_, self->members_ + "/" + self->memberName_, &self->members_,
-                       [weak = self->weak_from_this()] {
-                         if (auto s = weak.lock()) s->requestEvaluate();
-                       },
-                       [](ZkError, std::optional<NodeStat>) {});
+    self->watchOwnMember();
     if (own == queue.begin()) return self->acquire(epoch);
     // Watch only the predecessor: no herd when the leader goes (seed 001 §3.2).
     const std::string predecessor = self->members_ + "/" + std::prev(own)->second;
@@ -418,6 +424,22 @@ void Elector::evaluate() {
                          self->finishEvaluate();
                        });
   });
+}
+
+// Seed 001 signal one: our own member node must stay; watch it directly. Armed once per member
+// node and link (a drop forgets every watch), not on every evaluation.
+void Elector::watchOwnMember() {
+  const uint64_t link = zk_.linkEpoch();
+  if (ownWatch_ == std::pair(memberName_, link)) return;
+  ownWatch_ = {memberName_, link};
+  zk_.existsOn(strand_, members_ + "/" + memberName_, &members_,
+               [weak = weak_from_this()] {
+                 if (auto s = weak.lock()) {
+                   s->ownWatch_ = {};
+                   s->requestEvaluate();
+                 }
+               },
+               [](ZkError, std::optional<NodeStat>) {});
 }
 
 // Non-leaders watch `active` too: an operator deleting or editing it must trigger re-evaluation,
@@ -448,19 +470,62 @@ void Elector::noteLeader(std::optional<ActiveInfo> leader) {
   status_.leader = std::move(leader);
 }
 
-// We are the smallest member: `active` is ours to hold. Create first and read after: on a
-// failover that is one round trip less than reading first, and NodeExists sends us to the same
-// read that tells our own node (a lost reply, a reconnect) from someone else's.
+// We are the smallest member: `active` is ours to hold. The create and the read of the
+// predecessor's handover record go out together; a node this session just created is ours by
+// construction, so only an exists (arming the watch) follows, and leadership is announced without
+// waiting for it. NodeExists sends us to confirm(), which tells our own node (a lost reply, a
+// reconnect) from someone else's.
 void Elector::acquire(uint64_t epoch) {
+  struct Pending {
+    std::optional<ZkError> created;
+    std::optional<std::string> handover;  // "" when missing
+  };
+  auto pending = std::make_shared<Pending>();
+  const bool aboutToLead = role_ != Role::Leader;
+  const uint64_t linkAtCreate = zk_.linkEpoch();
+  auto settle = [self = shared_from_this(), epoch, pending, aboutToLead, linkAtCreate] {
+    if (!pending->created || (aboutToLead && !pending->handover)) return;
+    if (epoch != self->epoch_) return self->finishEvaluate();
+    const ZkError err = *pending->created;
+    if (err == ZkError::NodeExists) return self->confirm(epoch);
+    if (err != ZkError::Ok) return self->finishEvaluate();  // connection trouble: reconnect re-verifies
+    if (self->role_ == Role::Leader) {
+      // Seed 001 signal two: `active` was gone while we led. Step down, then take it again.
+      self->feed(Event::Drift, LossReason::Drift);
+    }
+    self->activeVersion_ = 0;
+    self->armActiveWatch(epoch);
+    self->prepareAnnouncement(pending->handover ? &*pending->handover : nullptr, linkAtCreate);
+    self->feed(Event::Elected);
+    self->finishEvaluate();
+  };
   zk_.createOn(strand_, active_, toJson(ownRecord()), NodeKind::Ephemeral,
-               [self = shared_from_this(), epoch](ZkError err, std::string) {
-                 if (epoch != self->epoch_) return self->finishEvaluate();
-                 if (err == ZkError::Ok && self->role_ == Role::Leader) {
-                   // Seed 001 signal two: `active` was gone while we led. Step down, then confirm.
-                   self->feed(Event::Drift, LossReason::Drift);
+               [pending, settle](ZkError err, std::string) {
+                 pending->created = err;
+                 settle();
+               });
+  if (aboutToLead) {
+    zk_.getOn(strand_, handover_, nullptr, nullptr,
+              [pending, settle](ZkError err, std::string data, NodeStat) {
+                pending->handover = err == ZkError::Ok ? std::move(data) : std::string();
+                settle();
+              });
+  }
+}
+
+// Watches the `active` node we just created; if anyone touched it before the watch was in place
+// (version moved, owner changed, node gone), evaluate again at once.
+void Elector::armActiveWatch(uint64_t epoch) {
+  zk_.existsOn(strand_, active_, &active_,
+               [weak = weak_from_this()] {
+                 if (auto s = weak.lock()) s->requestEvaluate();
+               },
+               [self = shared_from_this(), epoch](ZkError err, std::optional<NodeStat> stat) {
+                 if (epoch != self->epoch_ || err != ZkError::Ok) return;
+                 if (!stat || stat->version != 0 ||
+                     stat->ephemeralOwner != self->zk_.sessionId()) {
+                   self->requestEvaluate();
                  }
-                 if (err == ZkError::Ok || err == ZkError::NodeExists) return self->confirm(epoch);
-                 self->finishEvaluate();  // connection trouble: reconnect re-verifies
                });
 }
 
@@ -555,11 +620,7 @@ void Elector::releaseLeadership(LossReason reason, bool standAgain, std::functio
   reportLoss(reason);
   const std::string member = members_ + "/" + memberName_;
   const int32_t version = activeVersion_;
-  zk_.set(handover_,
-          nlohmann::json{{"seq", seq_}, {"instanceId", ctx_->options.instanceId},
-                         {"reason", std::string(toString(reason))}}
-              .dump(),
-          -1, [](ZkError, NodeStat) {});
+  writeHandover(seq_, reason);
   ++epoch_;
   memberName_.clear();
   seq_ = -1;

@@ -49,6 +49,9 @@ class Elector : public std::enable_shared_from_this<Elector> {
   void evaluate();
   void finishEvaluate();
   void acquire(uint64_t epoch);
+  void armActiveWatch(uint64_t epoch);
+  void watchOwnMember();
+  void writeHandover(int64_t seq, LossReason reason, std::function<void()> written = {});
   void confirm(uint64_t epoch);
   void prepareAnnouncement(const std::string* handover, uint64_t linkAtRead);
   void watchActive(uint64_t epoch);
@@ -82,7 +85,8 @@ class Elector : public std::enable_shared_from_this<Elector> {
   bool evaluating_ = false, dirty_ = false;
   uint64_t epoch_ = 0;             // bumped on every registration/session change: stale replies drop
   int32_t activeVersion_ = -1;     // version of our own active node
-  std::optional<ActiveInfo> lastLeaderSeen_;  // the last `active` record read or written
+  std::optional<ActiveInfo> lastLeaderSeen_;
+  std::pair<std::string, uint64_t> ownWatch_;  // (member, link epoch) the own-member watch is on  // the last `active` record read or written
   std::vector<std::pair<std::string, int32_t>> pendingRemovals_;  // deletes to retry on reconnect
   // What the next AnnounceLeader reports (set just before the Elected event is fed).
   std::optional<ActiveInfo> pendingPrevious_;

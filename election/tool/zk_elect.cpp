@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
       emit("READY");
       return;
     }
-    readyPoll.expires_after(Millis(5));
+    readyPoll.expires_after(Millis(50));  // status() copies every account: poll gently
     readyPoll.async_wait([&](boost::system::error_code ec) {
       if (!ec) pollReady();
     });
