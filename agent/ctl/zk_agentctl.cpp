@@ -10,7 +10,8 @@
 
 namespace {
 
-constexpr std::string_view kUsage = R"(usage: zk-agentctl [--admin HOST:PORT] [--token TOKEN] COMMAND
+constexpr std::string_view kUsage =
+    R"(usage: zk-agentctl [--admin HOST:PORT] [--token TOKEN] COMMAND
   status            the agent's full status (JSON)
   leaders           one line per account: account, role, token, leader, blocked reasons
   resign ACCOUNT    hand ACCOUNT over now (the agent stands again at the back of the queue)
@@ -36,8 +37,8 @@ int printLeaders(const std::string& body) {
       blocked += r.get<std::string>();
     }
     const auto& leader = a["leader"];
-    std::printf("%-32s %-9s %-6s %-24s %s\n", a.value("account", "").c_str(), a.value("role", "").c_str(),
-                a["token"].is_null() ? "-" : a["token"].dump().c_str(),
+    std::printf("%-32s %-9s %-6s %-24s %s\n", a.value("account", "").c_str(),
+                a.value("role", "").c_str(), a["token"].is_null() ? "-" : a["token"].dump().c_str(),
                 leader.is_object() ? leader.value("instance", "").c_str() : "-", blocked.c_str());
   }
   return 0;
@@ -91,7 +92,8 @@ int main(int argc, char** argv) {
     return 3;
   }
   if (response.status >= 300) {
-    std::cerr << "zk-agentctl: " << verb << " answered " << response.status << ": " << response.body << "\n";
+    std::cerr << "zk-agentctl: " << verb << " answered " << response.status << ": " << response.body
+              << "\n";
     return 1;
   }
   if (verb == "leaders") return printLeaders(response.body);

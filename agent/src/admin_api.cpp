@@ -27,35 +27,47 @@ json leaderJson(const std::optional<election::ActiveInfo>& leader) {
 
 http::Router Agent::Impl::router() {
   http::Router r({.bearerToken = config.admin.token});
-  r.add(http::Method::Get, "/healthz", [this](const http::Request&) {
-    return http::Response::json(200, json{{"status", "ok"}, {"instance", config.instanceId}}.dump());
-  }, http::Access::Public);
-  r.add(http::Method::Get, "/readyz", [this](const http::Request&) {
-    const auto blocks = ownBlocks(Clock::now());
-    Lifecycle lc;
-    {
-      std::lock_guard lock(mu);
-      lc = lifecycle;
-    }
-    const bool ready = blocks.empty() && lc == Lifecycle::Active && !stopping;
-    return http::Response::json(ready ? 200 : 503, json{{"ready", ready},
-                                                         {"lifecycle", toString(lc)},
-                                                         {"blocked_reasons", blocks}}.dump());
-  }, http::Access::Public);
-  r.add(http::Method::Get, "/metrics", [this](const http::Request&) {
-    return http::Response::text(200, metricsText(), std::string(metrics::kContentType));
-  }, http::Access::Public);
-  r.add(http::Method::Get, "/v1/status", [this](const http::Request&) {
-    return http::Response::json(200, statusJson());
-  });
+  r.add(
+      http::Method::Get, "/healthz",
+      [this](const http::Request&) {
+        return http::Response::json(200,
+                                    json{{"status", "ok"}, {"instance", config.instanceId}}.dump());
+      },
+      http::Access::Public);
+  r.add(
+      http::Method::Get, "/readyz",
+      [this](const http::Request&) {
+        const auto blocks = ownBlocks(Clock::now());
+        Lifecycle lc;
+        {
+          std::lock_guard lock(mu);
+          lc = lifecycle;
+        }
+        const bool ready = blocks.empty() && lc == Lifecycle::Active && !stopping;
+        return http::Response::json(
+            ready ? 200 : 503,
+            json{{"ready", ready}, {"lifecycle", toString(lc)}, {"blocked_reasons", blocks}}
+                .dump());
+      },
+      http::Access::Public);
+  r.add(
+      http::Method::Get, "/metrics",
+      [this](const http::Request&) {
+        return http::Response::text(200, metricsText(), std::string(metrics::kContentType));
+      },
+      http::Access::Public);
+  r.add(http::Method::Get, "/v1/status",
+        [this](const http::Request&) { return http::Response::json(200, statusJson()); });
   r.add(http::Method::Post, "/v1/drain", [this](const http::Request&) {
     drain();
     std::lock_guard lock(mu);
     return http::Response::json(lifecycle == Lifecycle::Drained ? 200 : 202,
                                 json{{"lifecycle", toString(lifecycle)}}.dump());
   });
-  r.add(http::Method::Post, "/v1/accounts/{id}/resign", [this](const http::Request& q) { return resign(q); });
-  r.add(http::Method::Post, "/v1/accounts/{id}/ops", [this](const http::Request& q) { return forwardOperation(q); });
+  r.add(http::Method::Post, "/v1/accounts/{id}/resign",
+        [this](const http::Request& q) { return resign(q); });
+  r.add(http::Method::Post, "/v1/accounts/{id}/ops",
+        [this](const http::Request& q) { return forwardOperation(q); });
   return r;
 }
 
@@ -63,27 +75,33 @@ http::Response Agent::Impl::resign(const http::Request& request) {
   const std::string& account = request.params.at("id");
   {
     std::lock_guard lock(mu);
-    if (!accounts.contains(account)) return http::Response::error(404, "unknown account '" + account + "'");
+    if (!accounts.contains(account))
+      return http::Response::error(404, "unknown account '" + account + "'");
   }
   const auto d = group->check(account);
   if (!d.allowed()) {
-    return http::Response::json(409, json{{"error", "not_leader"}, {"leader", leaderJson(d.leader)}}.dump());
+    return http::Response::json(
+        409, json{{"error", "not_leader"}, {"leader", leaderJson(d.leader)}}.dump());
   }
-  spdlog::info("resign requested account={} seq={} instance={}", account, d.token, config.instanceId);
+  spdlog::info("resign requested account={} seq={} instance={}", account, d.token,
+               config.instanceId);
   group->resign(account);
   return http::Response::json(202, json{{"resigned", true}, {"token", d.token}}.dump());
 }
 
 http::Response Agent::Impl::forwardOperation(const http::Request& request) {
   const std::string& account = request.params.at("id");
-  const auto body = request.body.empty() ? json::object() : json::parse(request.body, nullptr, false);
-  if (!body.is_object()) return http::Response::error(400, "body must be a JSON object {\"opId\",\"payload\"}");
+  const auto body =
+      request.body.empty() ? json::object() : json::parse(request.body, nullptr, false);
+  if (!body.is_object())
+    return http::Response::error(400, "body must be a JSON object {\"opId\",\"payload\"}");
   fencing::Operation op;
   if (auto id = body.find("opId"); id != body.end()) {
     if (!id->is_string()) return http::Response::error(400, "opId must be a string");
     op.opId = id->get<std::string>();
   } else {
-    op.opId = config.instanceId + "-" + std::to_string(group->sessionId()) + "-" + std::to_string(++opCounter);
+    op.opId = config.instanceId + "-" + std::to_string(group->sessionId()) + "-" +
+              std::to_string(++opCounter);
   }
   if (auto payload = body.find("payload"); payload != body.end()) op.payload = payload->dump();
 
@@ -101,26 +119,33 @@ http::Response Agent::Impl::forwardOperation(const http::Request& request) {
     m.forwardSeconds.observe(std::chrono::duration<double>(Clock::now() - sentAt).count());
     if (!answer.delivered()) {
       m.forwarded.with({"gateway_error"}).inc();
-      forwarded = http::Response::json(502, json{{"error", "gateway_unreachable"},
-                                                 {"detail", answer.transportError}}.dump());
+      forwarded = http::Response::json(
+          502, json{{"error", "gateway_unreachable"}, {"detail", answer.transportError}}.dump());
       return;
     }
-    m.forwarded.with({answer.status == 200 ? "accepted" : answer.status == 409 ? "rejected"
-                      : answer.status < 500 ? "bad_request" : "gateway_error"}).inc();
+    m.forwarded
+        .with({answer.status == 200   ? "accepted"
+               : answer.status == 409 ? "rejected"
+               : answer.status < 500  ? "bad_request"
+                                      : "gateway_error"})
+        .inc();
     forwarded = http::Response::json(answer.status, answer.body);
   });
   switch (outcome.result) {
-    case Result::Executed: return *forwarded;
+    case Result::Executed:
+      return *forwarded;
     case Result::NotLeader:
     case Result::Drifted:
-      return http::Response::json(409, json{{"error", "not_leader"},
-                                            {"detail", outcome.reason()},
-                                            {"leader", leaderJson(outcome.leader ? outcome.leader
-                                                                                 : readActive(account))}}.dump());
+      return http::Response::json(
+          409, json{{"error", "not_leader"},
+                    {"detail", outcome.reason()},
+                    {"leader", leaderJson(outcome.leader ? outcome.leader : readActive(account))}}
+                   .dump());
     case Result::Suspended:
     case Result::Stopping:
       return http::Response::json(503, json{{"error", outcome.reason()}}.dump());
-    case Result::UnknownAccount: return http::Response::error(404, "unknown account '" + account + "'");
+    case Result::UnknownAccount:
+      return http::Response::error(404, "unknown account '" + account + "'");
   }
   return http::Response::error(500, "unexpected gate result");
 }
@@ -132,10 +157,12 @@ std::optional<election::ActiveInfo> Agent::Impl::readActive(const std::string& a
   auto future = answer->get_future();
   group->session().get(config.zookeeper.root + "/" + account + "/active", nullptr,
                        [answer](election::ZkError err, std::string data, election::NodeStat) {
-                         answer->set_value(err == election::ZkError::Ok ? election::parseActive(data)
-                                                                        : std::nullopt);
+                         answer->set_value(err == election::ZkError::Ok
+                                               ? election::parseActive(data)
+                                               : std::nullopt);
                        });
-  if (future.wait_for(config.gateway.requestTimeout) != std::future_status::ready) return std::nullopt;
+  if (future.wait_for(config.gateway.requestTimeout) != std::future_status::ready)
+    return std::nullopt;
   return future.get();
 }
 
@@ -190,18 +217,20 @@ std::string Agent::Impl::statusJson() {
     const bool isLeader = s.role == Role::Leader;
     leading += isLeader;
     const auto leader = s.leader;
-    list.push_back({{"account", account},
-                    {"role", election::toString(s.role)},
-                    {"seq", s.seq},
-                    {"token", isLeader ? json(s.seq) : json(nullptr)},
-                    {"standing", s.standing},
-                    {"leader", leaderJson(leader)},
-                    {"since", unixMillis(s.since)},
-                    {"last_reason", s.lastReason},
-                    {"blocked_by_health", state.decision.blockedByHealth},
-                    {"health_report_age_ms", state.healthReportAgeMs ? json(*state.healthReportAgeMs) : json(nullptr)},
-                    {"blocked_reasons", state.decision.blockedReasons},
-                    {"lock_delay_remaining_ms", std::max<int64_t>(0, millisOf(state.lockDelayUntil - now))}});
+    list.push_back(
+        {{"account", account},
+         {"role", election::toString(s.role)},
+         {"seq", s.seq},
+         {"token", isLeader ? json(s.seq) : json(nullptr)},
+         {"standing", s.standing},
+         {"leader", leaderJson(leader)},
+         {"since", unixMillis(s.since)},
+         {"last_reason", s.lastReason},
+         {"blocked_by_health", state.decision.blockedByHealth},
+         {"health_report_age_ms",
+          state.healthReportAgeMs ? json(*state.healthReportAgeMs) : json(nullptr)},
+         {"blocked_reasons", state.decision.blockedReasons},
+         {"lock_delay_remaining_ms", std::max<int64_t>(0, millisOf(state.lockDelayUntil - now))}});
   }
   out["leading"] = leading;
   out["accounts"] = std::move(list);
@@ -217,8 +246,10 @@ std::string Agent::Impl::metricsText() {
     std::lock_guard lock(mu);
     const auto now = Clock::now();
     std::map<Freshness, size_t> counts;
-    for (const auto& id : tracker.known()) ++counts[tracker.judge(id, now, config.health.ttl).freshness];
-    for (auto f : {Freshness::Fresh, Freshness::Stale}) m.peers.with({toString(f)}).set(static_cast<double>(counts[f]));
+    for (const auto& id : tracker.known())
+      ++counts[tracker.judge(id, now, config.health.ttl).freshness];
+    for (auto f : {Freshness::Fresh, Freshness::Stale})
+      m.peers.with({toString(f)}).set(static_cast<double>(counts[f]));
   }
   return registry.expose();
 }

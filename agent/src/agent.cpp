@@ -3,8 +3,8 @@
 // and the admin handlers run on any thread and only read state under `mu`.
 #include <spdlog/spdlog.h>
 
-#include <boost/asio/post.hpp>
 #include <algorithm>
+#include <boost/asio/post.hpp>
 #include <future>
 #include <thread>
 
@@ -16,12 +16,18 @@ using detail::hexSession;
 
 std::string_view Gate::Outcome::reason() const {
   switch (result) {
-    case Result::Executed: return "executed";
-    case Result::NotLeader: return "not_leader";
-    case Result::Suspended: return "suspended";
-    case Result::Drifted: return "drifted";
-    case Result::UnknownAccount: return "unknown_account";
-    case Result::Stopping: return "stopping";
+    case Result::Executed:
+      return "executed";
+    case Result::NotLeader:
+      return "not_leader";
+    case Result::Suspended:
+      return "suspended";
+    case Result::Drifted:
+      return "drifted";
+    case Result::UnknownAccount:
+      return "unknown_account";
+    case Result::Stopping:
+      return "stopping";
   }
   return "unknown";
 }
@@ -33,42 +39,51 @@ Metrics::Metrics(metrics::Registry& r)
                             "Leadership acquired or lost, by reason.", {"kind", "reason"})),
       sessionState(r.gauge("zkagent_session_state", "1 for the current ZooKeeper session state.",
                            {"state"})),
-      sessionExpirations(r.counter("zkagent_session_expirations_total",
-                                   "ZooKeeper sessions that expired.").with({})),
+      sessionExpirations(
+          r.counter("zkagent_session_expirations_total", "ZooKeeper sessions that expired.")
+              .with({})),
       sessionDisconnects(r.counter("zkagent_session_disconnects_total",
-                                   "Connection losses of the ZooKeeper session.").with({})),
-      gateDecisions(r.counter("zkagent_gate_decisions_total", "Gate answers by result.", {"result"})),
+                                   "Connection losses of the ZooKeeper session.")
+                             .with({})),
+      gateDecisions(
+          r.counter("zkagent_gate_decisions_total", "Gate answers by result.", {"result"})),
       forwarded(r.counter("zkagent_forwarded_ops_total",
                           "Operations forwarded to the gateway, by result.", {"result"})),
       forwardSeconds(r.histogram("zkagent_forward_duration_seconds",
                                  "Round trip of one forwarded operation.",
-                                 metrics::latencyBuckets()).with({})),
-      failoverSeconds(r.histogram(
-                           "zkagent_failover_duration_seconds",
-                           "Takeovers after a lost session: from the previous leader's last "
-                           "health report change seen here to leading.",
-                           {0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120}).with({})),
+                                 metrics::latencyBuckets())
+                         .with({})),
+      failoverSeconds(r.histogram("zkagent_failover_duration_seconds",
+                                  "Takeovers after a lost session: from the previous leader's last "
+                                  "health report change seen here to leading.",
+                                  {0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120})
+                          .with({})),
       ownReportAge(r.gauge("zkagent_health_report_age_seconds",
-                           "Age of this agent's own health report on its own clock.").with({})),
+                           "Age of this agent's own health report on its own clock.")
+                       .with({})),
       peers(r.gauge("zkagent_peer_agents", "Agents seen in health reports, by freshness.",
                     {"freshness"})),
-      reportWrites(r.counter("zkagent_health_report_writes_total", "Health report writes by result.",
-                             {"result"})),
+      reportWrites(r.counter("zkagent_health_report_writes_total",
+                             "Health report writes by result.", {"result"})),
       lifecycle(r.gauge("zkagent_lifecycle", "1 for the current lifecycle.", {"lifecycle"})),
       runtimeReady(r.gauge("zkagent_runtime_ready",
-                           "1 when ZooKeeper is connected and the gateway link is up.").with({})),
-      schedulable(r.gauge("zkagent_schedulable", "1 when this agent may stand for leadership.").with({})),
-      gatewayUp(r.gauge("zkagent_gateway_link_up", "1 while the gateway answers heartbeats.").with({})),
+                           "1 when ZooKeeper is connected and the gateway link is up.")
+                       .with({})),
+      schedulable(
+          r.gauge("zkagent_schedulable", "1 when this agent may stand for leadership.").with({})),
+      gatewayUp(
+          r.gauge("zkagent_gateway_link_up", "1 while the gateway answers heartbeats.").with({})),
       gatewayMissed(r.counter("zkagent_gateway_heartbeat_failures_total",
-                              "Gateway heartbeats that failed or timed out.").with({})),
+                              "Gateway heartbeats that failed or timed out.")
+                        .with({})),
       blocked(r.gauge("zkagent_blocked_accounts",
                       "Accounts whose wanted handover or candidacy is blocked, by cause.",
                       {"cause"})) {}
 }  // namespace detail
 
 namespace {
-constexpr Role kRoles[] = {Role::Init, Role::Candidate, Role::Waiting, Role::Leader, Role::Suspend,
-                           Role::Stopped};
+constexpr Role kRoles[] = {Role::Init,   Role::Candidate, Role::Waiting,
+                           Role::Leader, Role::Suspend,   Role::Stopped};
 constexpr Lifecycle kLifecycles[] = {Lifecycle::Joining, Lifecycle::Active, Lifecycle::Leaving,
                                      Lifecycle::Drained};
 constexpr election::SessionState kSessionStates[] = {
@@ -144,9 +159,13 @@ HealthReport Agent::Impl::currentReport() {
   r.instanceId = config.instanceId;
   const bool connected = group->sessionState() == election::SessionState::Connected;
   r.runtimeReady = runtimeReady() && !stopping;
-  r.status = stopping ? HealthStatus::Down : r.runtimeReady ? HealthStatus::Alive : HealthStatus::Suspect;
-  r.errorCode = stopping ? "stopping" : !connected ? "zookeeper_disconnected"
-                                      : !link->up() ? "gateway_unreachable" : "";
+  r.status = stopping         ? HealthStatus::Down
+             : r.runtimeReady ? HealthStatus::Alive
+                              : HealthStatus::Suspect;
+  r.errorCode = stopping      ? "stopping"
+                : !connected  ? "zookeeper_disconnected"
+                : !link->up() ? "gateway_unreachable"
+                              : "";
   r.intervalMs = config.health.interval.count();
   r.ttlMs = config.health.ttl.count();
   r.endpoint = endpoint;
@@ -169,23 +188,27 @@ void Agent::Impl::publishHealth() {
   auto report = currentReport();
   auto data = toJson(report);
   auto self = shared_from_this();
-  group->session().set(healthPath, data, -1, [self, report, data](election::ZkError err, election::NodeStat) {
-    if (err == election::ZkError::Ok) return asio::post(self->control, [self, report] { self->wroteReport(report); });
-    if (err != election::ZkError::NoNode) {
-      self->m.reportWrites.with({"error"}).inc();
-      return;
-    }
-    self->group->session().ensurePath(self->config.zookeeper.agentsPath, [self, report, data](election::ZkError) {
-      self->group->session().create(self->healthPath, data, election::NodeKind::Ephemeral,
-                                    [self, report](election::ZkError e, std::string) {
-                                      if (e != election::ZkError::Ok) {
-                                        self->m.reportWrites.with({"error"}).inc();
-                                        return;
-                                      }
-                                      asio::post(self->control, [self, report] { self->wroteReport(report); });
-                                    });
-    });
-  });
+  group->session().set(
+      healthPath, data, -1, [self, report, data](election::ZkError err, election::NodeStat) {
+        if (err == election::ZkError::Ok)
+          return asio::post(self->control, [self, report] { self->wroteReport(report); });
+        if (err != election::ZkError::NoNode) {
+          self->m.reportWrites.with({"error"}).inc();
+          return;
+        }
+        self->group->session().ensurePath(
+            self->config.zookeeper.agentsPath, [self, report, data](election::ZkError) {
+              self->group->session().create(
+                  self->healthPath, data, election::NodeKind::Ephemeral,
+                  [self, report](election::ZkError e, std::string) {
+                    if (e != election::ZkError::Ok) {
+                      self->m.reportWrites.with({"error"}).inc();
+                      return;
+                    }
+                    asio::post(self->control, [self, report] { self->wroteReport(report); });
+                  });
+            });
+      });
 }
 
 // Control strand. A report that reached ZooKeeper is as good as reading it back.
@@ -204,32 +227,35 @@ void Agent::Impl::wroteReport(const HealthReport& report) {
 void Agent::Impl::pollPeers() {
   if (group->sessionState() != election::SessionState::Connected) return;
   auto self = shared_from_this();
-  group->session().children(config.zookeeper.agentsPath, nullptr,
-                            [self](election::ZkError err, std::vector<std::string> names) {
-    if (err != election::ZkError::Ok && err != election::ZkError::NoNode) return;
-    asio::post(self->control, [self, names = std::move(names)] {
-      std::vector<std::string> gone;
-      {
-        std::lock_guard lock(self->mu);
-        for (const auto& id : self->tracker.known()) {
-          if (std::find(names.begin(), names.end(), id) == names.end()) gone.push_back(id);
-        }
-        for (const auto& id : gone) self->tracker.observe(id, std::nullopt, Clock::now());
-      }
-      for (const auto& name : names) {
-        self->group->session().get(self->config.zookeeper.agentsPath + "/" + name, nullptr,
-                                   [self, name](election::ZkError e, std::string data, election::NodeStat) {
-          if (e != election::ZkError::Ok && e != election::ZkError::NoNode) return;
-          asio::post(self->control, [self, name, report = e == election::ZkError::Ok
-                                                               ? parseHealthReport(data)
-                                                               : std::nullopt] {
+  group->session().children(
+      config.zookeeper.agentsPath, nullptr,
+      [self](election::ZkError err, std::vector<std::string> names) {
+        if (err != election::ZkError::Ok && err != election::ZkError::NoNode) return;
+        asio::post(self->control, [self, names = std::move(names)] {
+          std::vector<std::string> gone;
+          {
             std::lock_guard lock(self->mu);
-            self->tracker.observe(name, report, Clock::now());
-          });
+            for (const auto& id : self->tracker.known()) {
+              if (std::find(names.begin(), names.end(), id) == names.end()) gone.push_back(id);
+            }
+            for (const auto& id : gone) self->tracker.observe(id, std::nullopt, Clock::now());
+          }
+          for (const auto& name : names) {
+            self->group->session().get(
+                self->config.zookeeper.agentsPath + "/" + name, nullptr,
+                [self, name](election::ZkError e, std::string data, election::NodeStat) {
+                  if (e != election::ZkError::Ok && e != election::ZkError::NoNode) return;
+                  asio::post(self->control,
+                             [self, name,
+                              report = e == election::ZkError::Ok ? parseHealthReport(data)
+                                                                  : std::nullopt] {
+                               std::lock_guard lock(self->mu);
+                               self->tracker.observe(name, report, Clock::now());
+                             });
+                });
+          }
         });
-      }
-    });
-  });
+      });
 }
 
 // Our own blocks as a peer would judge them, plus the live readiness (the report can lag it by
@@ -242,7 +268,8 @@ std::vector<std::string> Agent::Impl::ownBlocks(Clock::time_point now) {
       if (!b.starts_with("lifecycle_")) blocks.push_back(std::move(b));
     }
   }
-  if (!runtimeReady() && std::find(blocks.begin(), blocks.end(), "runtime_not_ready") == blocks.end()) {
+  if (!runtimeReady() &&
+      std::find(blocks.begin(), blocks.end(), "runtime_not_ready") == blocks.end()) {
     blocks.emplace_back("runtime_not_ready");
   }
   return blocks;
@@ -256,7 +283,8 @@ void Agent::Impl::reconcileSoon() {
   asio::post(control, [self = shared_from_this()] { self->reconcile(); });
 }
 
-std::optional<Successor> Agent::Impl::successorOf(const AccountState& state, Clock::time_point now) {
+std::optional<Successor> Agent::Impl::successorOf(const AccountState& state,
+                                                  Clock::time_point now) {
   if (!state.successor) return std::nullopt;
   auto seen = tracker.judge(*state.successor, now, config.health.ttl);
   return Successor{*state.successor, schedulingBlocks(seen), seen.age};
@@ -297,22 +325,32 @@ void Agent::Impl::reconcile() {
       if (state.successorKnown && now - state.successorReadAt > config.health.interval) {
         state.successorKnown = false;  // the queue may have changed: look again
       }
-      PlacementInput in{current, blocks, isLeader, isStanding, state.successorKnown,
+      PlacementInput in{current,
+                        blocks,
+                        isLeader,
+                        isStanding,
+                        state.successorKnown,
                         state.successorKnown ? successorOf(state, now) : std::nullopt};
       state.decision = decide(in);
-      state.healthReportAgeMs = in.successor ? std::optional<int64_t>(in.successor->reportAge.count())
+      state.healthReportAgeMs = in.successor
+                                    ? std::optional<int64_t>(in.successor->reportAge.count())
                                 : ownAge.report ? std::optional<int64_t>(ownAge.age.count())
                                                 : std::nullopt;
       switch (state.decision.action) {
-        case PlacementAction::Join: joins.push_back(account); break;
-        case PlacementAction::Withdraw: withdrawals.push_back(account); break;
+        case PlacementAction::Join:
+          joins.push_back(account);
+          break;
+        case PlacementAction::Withdraw:
+          withdrawals.push_back(account);
+          break;
         case PlacementAction::LookUpSuccessor:
           if (!state.lookupInFlight) {
             state.lookupInFlight = true;
             lookups.push_back(account);
           }
           break;
-        case PlacementAction::None: break;
+        case PlacementAction::None:
+          break;
       }
       if (!state.decision.blockedReasons.empty()) {
         ++blockedByCause[state.decision.blockedByHealth ? "health" : "other"];
@@ -321,16 +359,19 @@ void Agent::Impl::reconcile() {
       if (isStanding) ++standing;
     }
   }
-  for (auto role : kRoles) m.accounts.with({election::toString(role)}).set(static_cast<double>(roles[role]));
-  for (const char* cause : {"health", "other"}) m.blocked.with({cause}).set(static_cast<double>(blockedByCause[cause]));
+  for (auto role : kRoles)
+    m.accounts.with({election::toString(role)}).set(static_cast<double>(roles[role]));
+  for (const char* cause : {"health", "other"})
+    m.blocked.with({cause}).set(static_cast<double>(blockedByCause[cause]));
   m.runtimeReady.set(runtimeReady() ? 1 : 0);
   m.schedulable.set(blocks.empty() && current == Lifecycle::Active ? 1 : 0);
 
   for (const auto& a : joins) group->join(a);
   for (const auto& a : withdrawals) {
     if (status.count(a) && status[a].role == Role::Leader) {
-      spdlog::info("handing over account={} instance={} lifecycle={} reasons={}", a, config.instanceId,
-                   toString(current), blocks.empty() ? "lifecycle" : blocks.front());
+      spdlog::info("handing over account={} instance={} lifecycle={} reasons={}", a,
+                   config.instanceId, toString(current),
+                   blocks.empty() ? "lifecycle" : blocks.front());
     }
     group->withdraw(a);
   }
@@ -347,26 +388,27 @@ void Agent::Impl::reconcile() {
 // The member that takes over when we leave: the smallest one that is not us.
 void Agent::Impl::lookUpSuccessor(const std::string& account) {
   auto self = shared_from_this();
-  group->members(account, [self, account](election::ZkError err, std::vector<election::MemberInfo> members) {
-    asio::post(self->control, [self, account, err, members = std::move(members)] {
-      {
-        std::lock_guard lock(self->mu);
-        auto& state = self->accounts[account];
-        state.lookupInFlight = false;
-        if (err != election::ZkError::Ok) return;
-        state.successor.reset();
-        for (const auto& member : members) {
-          if (member.instanceId != self->config.instanceId) {
-            state.successor = member.instanceId;
-            break;
-          }
-        }
-        state.successorKnown = true;
-        state.successorReadAt = Clock::now();
-      }
-      self->reconcileSoon();
-    });
-  });
+  group->members(account,
+                 [self, account](election::ZkError err, std::vector<election::MemberInfo> members) {
+                   asio::post(self->control, [self, account, err, members = std::move(members)] {
+                     {
+                       std::lock_guard lock(self->mu);
+                       auto& state = self->accounts[account];
+                       state.lookupInFlight = false;
+                       if (err != election::ZkError::Ok) return;
+                       state.successor.reset();
+                       for (const auto& member : members) {
+                         if (member.instanceId != self->config.instanceId) {
+                           state.successor = member.instanceId;
+                           break;
+                         }
+                       }
+                       state.successorKnown = true;
+                       state.successorReadAt = Clock::now();
+                     }
+                     self->reconcileSoon();
+                   });
+                 });
 }
 
 // One place changes the lifecycle. With `onlyFrom`, changes only from those states (a drain that
@@ -376,7 +418,8 @@ bool Agent::Impl::setLifecycle(Lifecycle next, std::initializer_list<Lifecycle> 
   {
     std::lock_guard lock(mu);
     before = lifecycle;
-    if (onlyFrom.size() && std::find(onlyFrom.begin(), onlyFrom.end(), before) == onlyFrom.end()) return false;
+    if (onlyFrom.size() && std::find(onlyFrom.begin(), onlyFrom.end(), before) == onlyFrom.end())
+      return false;
     lifecycle = next;
   }
   for (auto lc : kLifecycles) m.lifecycle.with({toString(lc)}).set(lc == next ? 1 : 0);
@@ -401,8 +444,8 @@ GateDecision Agent::Impl::decideGate(std::string_view account) {
   return future.get();
 }
 
-Gate::Outcome Agent::Impl::execute(std::string_view account,
-                                   const std::function<void(const fencing::FencingToken&)>& operation) {
+Gate::Outcome Agent::Impl::execute(
+    std::string_view account, const std::function<void(const fencing::FencingToken&)>& operation) {
   Outcome outcome;
   auto finish = [this, &outcome]() -> Outcome {
     m.gateDecisions.with({std::string(outcome.reason())}).inc();
@@ -428,11 +471,21 @@ Gate::Outcome Agent::Impl::execute(std::string_view account,
   const GateDecision d = decideGate(account);
   outcome.leader = d.leader;
   switch (d.verdict) {
-    case GateDecision::Verdict::Allowed: outcome.result = Result::Executed; break;
-    case GateDecision::Verdict::NotLeader: outcome.result = Result::NotLeader; break;
-    case GateDecision::Verdict::Suspended: outcome.result = Result::Suspended; break;
-    case GateDecision::Verdict::Drifted: outcome.result = Result::Drifted; break;
-    case GateDecision::Verdict::UnknownAccount: outcome.result = Result::UnknownAccount; break;
+    case GateDecision::Verdict::Allowed:
+      outcome.result = Result::Executed;
+      break;
+    case GateDecision::Verdict::NotLeader:
+      outcome.result = Result::NotLeader;
+      break;
+    case GateDecision::Verdict::Suspended:
+      outcome.result = Result::Suspended;
+      break;
+    case GateDecision::Verdict::Drifted:
+      outcome.result = Result::Drifted;
+      break;
+    case GateDecision::Verdict::UnknownAccount:
+      outcome.result = Result::UnknownAccount;
+      break;
   }
   if (stopping) outcome.result = Result::Stopping;
   if (outcome.executed()) {
@@ -446,14 +499,17 @@ void Agent::Impl::onLeadership(const election::LeadershipEvent& e) {
   using Kind = election::LeadershipEvent::Kind;
   const auto now = Clock::now();
   if (e.kind == Kind::Acquired) {
-    const std::string reason = e.previousExpired ? "session_expired" : e.previous ? "handover" : "elected";
+    const std::string reason = e.previousExpired ? "session_expired"
+                               : e.previous      ? "handover"
+                                                 : "elected";
     m.transitions.with({"acquired", reason}).inc();
     std::lock_guard lock(mu);
     auto& state = accounts[e.account];
     state.successorKnown = false;
     if (e.previousExpired && config.lockDelay.count() > 0) {
       state.lockDelayUntil = now + config.lockDelay;
-      spdlog::info("lock delay account={} seq={} ms={}", e.account, e.token, config.lockDelay.count());
+      spdlog::info("lock delay account={} seq={} ms={}", e.account, e.token,
+                   config.lockDelay.count());
     }
     if (e.previousExpired && e.previous) {
       if (auto last = tracker.lastChange(e.previous->instanceId)) {
@@ -469,7 +525,8 @@ void Agent::Impl::onLeadership(const election::LeadershipEvent& e) {
 }
 
 void Agent::Impl::onSession(const election::SessionEvent& e) {
-  for (auto s : kSessionStates) m.sessionState.with({election::toString(s)}).set(s == e.state ? 1 : 0);
+  for (auto s : kSessionStates)
+    m.sessionState.with({election::toString(s)}).set(s == e.state ? 1 : 0);
   if (e.state == election::SessionState::Expired) m.sessionExpirations.inc();
   if (e.state == election::SessionState::Suspended) m.sessionDisconnects.inc();
   spdlog::info("session {} instance={} session={} timeout_ms={}", election::toString(e.state),
@@ -486,7 +543,8 @@ void Agent::Impl::onSession(const election::SessionEvent& e) {
 // ---------------------------------------------------------------------------------------------
 // Timers, drain, shutdown
 
-void Agent::Impl::every(asio::steady_timer& timer, milliseconds period, std::function<void(Impl&)> fn) {
+void Agent::Impl::every(asio::steady_timer& timer, milliseconds period,
+                        std::function<void(Impl&)> fn) {
   timer.expires_after(period);
   timer.async_wait([&timer, period, weak = weak_from_this(), fn](boost::system::error_code ec) {
     auto self = weak.lock();
@@ -497,7 +555,8 @@ void Agent::Impl::every(asio::steady_timer& timer, milliseconds period, std::fun
 }
 
 void Agent::Impl::drain() {
-  if (stopping || !setLifecycle(Lifecycle::Leaving, {Lifecycle::Joining, Lifecycle::Active})) return;
+  if (stopping || !setLifecycle(Lifecycle::Leaving, {Lifecycle::Joining, Lifecycle::Active}))
+    return;
   spdlog::info("drain requested instance={}", config.instanceId);
   asio::post(control, [self = shared_from_this()] { self->publishHealth(); });
   reconcileSoon();
@@ -505,7 +564,8 @@ void Agent::Impl::drain() {
 
 void Agent::Impl::shutdown(std::function<void()> done) {
   if (stopping.exchange(true)) return;
-  spdlog::info("stopping instance={}: refusing operations, resigning every account", config.instanceId);
+  spdlog::info("stopping instance={}: refusing operations, resigning every account",
+               config.instanceId);
   setLifecycle(Lifecycle::Leaving);
   healthTimer.cancel();
   reconcileTimer.cancel();
@@ -526,7 +586,8 @@ void Agent::Impl::closeNow() {
 
 // ---------------------------------------------------------------------------------------------
 
-Agent::Agent(asio::io_context& io, Config config) : impl_(std::make_shared<Impl>(io, std::move(config))) {}
+Agent::Agent(asio::io_context& io, Config config)
+    : impl_(std::make_shared<Impl>(io, std::move(config))) {}
 
 Agent::~Agent() { impl_->closeNow(); }
 

@@ -2,13 +2,13 @@
 // (the admin HTTP API). Private to the agent library.
 #pragma once
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
-#include <atomic>
 #include <chrono>
-#include <initializer_list>
 #include <cstdio>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -23,9 +23,9 @@ namespace zkagent::agent {
 namespace asio = boost::asio;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
-using std::chrono::milliseconds;
 using election::GateDecision;
 using election::Role;
+using std::chrono::milliseconds;
 
 namespace detail {
 

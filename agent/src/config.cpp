@@ -19,7 +19,8 @@ constexpr int64_t kMaxMillis = 24LL * 3600 * 1000;
 // Reads the fields of one JSON object; `prefix` names the object ("health.").
 class FieldReader {
  public:
-  FieldReader(const json& object, std::string prefix) : object_(object), prefix_(std::move(prefix)) {}
+  FieldReader(const json& object, std::string prefix)
+      : object_(object), prefix_(std::move(prefix)) {}
 
   std::string name(std::string_view field) const { return prefix_ + std::string(field); }
   [[noreturn]] void fail(std::string_view field, const std::string& problem) const {
@@ -48,7 +49,8 @@ class FieldReader {
     if (!value) return fallback;
     if (!value->is_number_integer()) fail(field, "must be an integer number of milliseconds");
     const auto ms = value->get<int64_t>();
-    if (ms < 0 || ms > kMaxMillis) fail(field, "must be between 0 and " + std::to_string(kMaxMillis));
+    if (ms < 0 || ms > kMaxMillis)
+      fail(field, "must be between 0 and " + std::to_string(kMaxMillis));
     return Millis(ms);
   }
 
@@ -134,7 +136,8 @@ void readAccounts(Config& config, FieldReader& top, const std::filesystem::path&
                  line.substr(begin, end - begin + 1));
     }
   }
-  if (config.accounts.empty()) top.fail("accounts", "no accounts configured (set accounts or accounts_file)");
+  if (config.accounts.empty())
+    top.fail("accounts", "no accounts configured (set accounts or accounts_file)");
 }
 
 }  // namespace
@@ -157,8 +160,10 @@ Config parseConfig(std::string_view text, const std::filesystem::path& baseDir) 
     std::stringstream hosts(config.zookeeper.hosts);
     for (std::string host; std::getline(hosts, host, ',');) parseHostPort(zk, "hosts", host, false);
     if (config.zookeeper.hosts.empty()) zk.fail("hosts", "is empty");
-    config.zookeeper.sessionTimeout = zk.millis("session_timeout_ms", config.zookeeper.sessionTimeout);
-    if (config.zookeeper.sessionTimeout < Millis(400)) zk.fail("session_timeout_ms", "must be at least 400");
+    config.zookeeper.sessionTimeout =
+        zk.millis("session_timeout_ms", config.zookeeper.sessionTimeout);
+    if (config.zookeeper.sessionTimeout < Millis(400))
+      zk.fail("session_timeout_ms", "must be at least 400");
     config.zookeeper.root = zk.string("root", config.zookeeper.root);
     requirePath(zk, "root", config.zookeeper.root);
     config.zookeeper.agentsPath = zk.string("agents_path", config.zookeeper.agentsPath);
@@ -174,18 +179,23 @@ Config parseConfig(std::string_view text, const std::filesystem::path& baseDir) 
     if (!url.starts_with("http://")) gw.fail("url", "'" + url + "' must start with http://");
     std::string_view rest = std::string_view(url).substr(7);
     if (rest.ends_with("/")) rest.remove_suffix(1);
-    if (rest.find('/') != std::string_view::npos) gw.fail("url", "'" + url + "' must not have a path");
+    if (rest.find('/') != std::string_view::npos)
+      gw.fail("url", "'" + url + "' must not have a path");
     config.gateway.address = parseHostPort(gw, "url", rest, false);
     config.gateway.token = gw.string("token", "");
-    config.gateway.heartbeatInterval = gw.millis("heartbeat_interval_ms", config.gateway.heartbeatInterval);
-    config.gateway.heartbeatTimeout = gw.millis("heartbeat_timeout_ms", config.gateway.heartbeatTimeout);
+    config.gateway.heartbeatInterval =
+        gw.millis("heartbeat_interval_ms", config.gateway.heartbeatInterval);
+    config.gateway.heartbeatTimeout =
+        gw.millis("heartbeat_timeout_ms", config.gateway.heartbeatTimeout);
     if (config.gateway.heartbeatInterval > Millis(0) &&
         config.gateway.heartbeatTimeout <= 2 * config.gateway.heartbeatInterval) {
       gw.fail("heartbeat_timeout_ms", "must be more than twice heartbeat_interval_ms (" +
-                                          std::to_string(config.gateway.heartbeatInterval.count()) + ")");
+                                          std::to_string(config.gateway.heartbeatInterval.count()) +
+                                          ")");
     }
     config.gateway.requestTimeout = gw.millis("request_timeout_ms", config.gateway.requestTimeout);
-    if (config.gateway.requestTimeout == Millis(0)) gw.fail("request_timeout_ms", "must be positive");
+    if (config.gateway.requestTimeout == Millis(0))
+      gw.fail("request_timeout_ms", "must be positive");
     gw.rejectUnknown();
   }
 
@@ -226,7 +236,7 @@ Config parseConfig(std::string_view text, const std::filesystem::path& baseDir) 
     if (format != "text" && format != "json") log.fail("format", "must be \"text\" or \"json\"");
     config.log.format = format == "json" ? LogFormat::Json : LogFormat::Text;
     config.log.level = log.string("level", "info");
-    static const std::set<std::string, std::less<>> levels{"trace", "debug", "info", "warn",
+    static const std::set<std::string, std::less<>> levels{"trace", "debug",    "info", "warn",
                                                            "error", "critical", "off"};
     if (!levels.contains(config.log.level)) {
       log.fail("level", "must be one of trace, debug, info, warn, error, critical, off");
@@ -270,7 +280,8 @@ std::string describe(const Config& c) {
       {"lock_delay_ms", c.lockDelay.count()},
       {"gate", c.gate == GateMode::Strict ? "strict" : "fast"},
       {"shutdown_timeout_ms", c.shutdownTimeout.count()},
-      {"log", {{"format", c.log.format == LogFormat::Json ? "json" : "text"}, {"level", c.log.level}}}};
+      {"log",
+       {{"format", c.log.format == LogFormat::Json ? "json" : "text"}, {"level", c.log.level}}}};
   return out.dump(2);
 }
 

@@ -22,7 +22,8 @@ http::ClientOptions clientOptions(const Config::Gateway& config, std::chrono::mi
 }
 }  // namespace
 
-GatewayLink::GatewayLink(asio::io_context& io, const Config::Gateway& config, std::string instanceId)
+GatewayLink::GatewayLink(asio::io_context& io, const Config::Gateway& config,
+                         std::string instanceId)
     : config_(config),
       heartbeatTarget_("/healthz?instance=" + instanceId),
       timer_(asio::make_strand(io)),  // tick and answered never run at once
@@ -65,7 +66,8 @@ void GatewayLink::tick() {
     heartbeats_.asyncRequest(http::Method::Get, heartbeatTarget_, "",
                              [self = shared_from_this()](http::ClientResponse response) {
                                const bool ok = response.delivered() && response.status == 200;
-                               asio::post(self->timer_.get_executor(), [self, ok] { self->answered(ok); });
+                               asio::post(self->timer_.get_executor(),
+                                          [self, ok] { self->answered(ok); });
                              });
   }
   timer_.expires_after(config_.heartbeatInterval);

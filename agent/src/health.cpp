@@ -8,10 +8,12 @@ namespace zkagent::agent {
 
 namespace {
 // Wire names, indexed by each enum's value (declaration order).
-constexpr std::array<std::string_view, 4> kLifecycleNames{"joining", "active", "leaving", "drained"};
+constexpr std::array<std::string_view, 4> kLifecycleNames{"joining", "active", "leaving",
+                                                          "drained"};
 constexpr std::array<std::string_view, 3> kStatusNames{"alive", "suspect", "down"};
 constexpr std::array<std::string_view, 3> kFreshnessNames{"fresh", "stale", "missing"};
-constexpr std::array<std::string_view, 4> kActionNames{"none", "join", "withdraw", "look_up_successor"};
+constexpr std::array<std::string_view, 4> kActionNames{"none", "join", "withdraw",
+                                                       "look_up_successor"};
 
 template <typename Enum, size_t N>
 std::optional<Enum> enumFrom(std::string_view text, const std::array<std::string_view, N>& names) {
@@ -28,16 +30,17 @@ std::string_view toString(Freshness v) { return kFreshnessNames.at(static_cast<s
 std::string_view toString(PlacementAction v) { return kActionNames.at(static_cast<size_t>(v)); }
 
 std::string toJson(const HealthReport& r) {
-  return nlohmann::json{{"instance_id", r.instanceId},
-                        {"status", toString(r.status)},
-                        {"runtime_ready", r.runtimeReady},
-                        {"lifecycle", toString(r.lifecycle)},
-                        {"report_seq", r.reportSeq},
-                        {"interval_ms", r.intervalMs},
-                        {"ttl_ms", r.ttlMs},
-                        {"counts", {{"accounts", r.accounts}, {"leading", r.leading}, {"standing", r.standing}}},
-                        {"error_code", r.errorCode.substr(0, kMaxErrorCode)},
-                        {"endpoint", r.endpoint}}
+  return nlohmann::json{
+      {"instance_id", r.instanceId},
+      {"status", toString(r.status)},
+      {"runtime_ready", r.runtimeReady},
+      {"lifecycle", toString(r.lifecycle)},
+      {"report_seq", r.reportSeq},
+      {"interval_ms", r.intervalMs},
+      {"ttl_ms", r.ttlMs},
+      {"counts", {{"accounts", r.accounts}, {"leading", r.leading}, {"standing", r.standing}}},
+      {"error_code", r.errorCode.substr(0, kMaxErrorCode)},
+      {"endpoint", r.endpoint}}
       .dump();
 }
 
@@ -79,7 +82,8 @@ void HealthTracker::observe(const std::string& instanceId, std::optional<HealthR
   }
   Entry& entry = it->second;
   // Only a new report_seq restarts the clock: re-reading an unchanged node proves nothing.
-  if (inserted || !entry.report || entry.report->reportSeq != report->reportSeq) entry.changedAt = now;
+  if (inserted || !entry.report || entry.report->reportSeq != report->reportSeq)
+    entry.changedAt = now;
   entry.report = std::move(report);
 }
 

@@ -12,12 +12,15 @@ namespace {
 // `%j`: the message as a quoted JSON string, so any message yields a valid JSON line.
 class QuotedMessage final : public spdlog::custom_flag_formatter {
  public:
-  void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& out) override {
+  void format(const spdlog::details::log_msg& msg, const std::tm&,
+              spdlog::memory_buf_t& out) override {
     const std::string quoted = nlohmann::json(std::string(msg.payload.data(), msg.payload.size()))
                                    .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     out.append(quoted.data(), quoted.data() + quoted.size());
   }
-  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<QuotedMessage>(); }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<QuotedMessage>();
+  }
 };
 
 }  // namespace

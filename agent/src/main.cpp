@@ -1,10 +1,11 @@
 // zk-agent --config agent.json: runs the agent until SIGTERM/SIGINT (docs/operator-guide.md).
+#include <spdlog/spdlog.h>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cstdio>
 #include <iostream>
-#include <spdlog/spdlog.h>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -39,7 +40,8 @@ int run(const zkagent::agent::Config& config) {
   std::printf("LISTENING %s:%u\n", config.admin.listen.host.c_str(), agent.adminPort());
   std::fflush(stdout);
   spdlog::info("zk-agent {} started instance={} accounts={} admin={}:{}", ZKAGENT_VERSION,
-               config.instanceId, config.accounts.size(), config.admin.listen.host, agent.adminPort());
+               config.instanceId, config.accounts.size(), config.admin.listen.host,
+               agent.adminPort());
 
   boost::asio::signal_set signals(io, SIGTERM, SIGINT);
   boost::asio::steady_timer deadline(io);

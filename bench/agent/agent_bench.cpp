@@ -33,8 +33,8 @@ namespace {
 using namespace std::chrono_literals;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
-using zktest::ChildProcess;
 using zkagent_test::accountNames;
+using zktest::ChildProcess;
 
 struct Options {
   size_t failoverAccounts = 1000;
@@ -44,7 +44,8 @@ struct Options {
   int sessionTimeoutMs = 2000;
 };
 
-std::unique_ptr<zkagent::http::Client> clientFor(uint16_t port, std::chrono::milliseconds timeout = 10000ms) {
+std::unique_ptr<zkagent::http::Client> clientFor(uint16_t port,
+                                                 std::chrono::milliseconds timeout = 10000ms) {
   zkagent::http::ClientOptions o;
   o.port = port;
   o.requestTimeout = timeout;
@@ -72,8 +73,9 @@ class Bench {
     std::filesystem::create_directories(dir_ / "gateway");
     gateway_ = std::make_unique<ChildProcess>(
         zktest::binaryPath("fencing-gateway").string(),
-        std::vector<std::string>{"--listen", "127.0.0.1:0", "--data-dir", (dir_ / "gateway").string(),
-                                 "--zk", zk_.connectString(), "--root", "/bench/accounts"},
+        std::vector<std::string>{"--listen", "127.0.0.1:0", "--data-dir",
+                                 (dir_ / "gateway").string(), "--zk", zk_.connectString(), "--root",
+                                 "/bench/accounts"},
         dir_ / "gateway.log");
     auto port = zkagent_test::awaitListeningPort(dir_ / "gateway.log", 30s);
     if (!port) throw std::runtime_error("fencing-gateway did not start");
@@ -120,9 +122,9 @@ class Bench {
                 {"log", {{"level", "warn"}}}};
     const auto path = dir_ / (id + ".json");
     std::ofstream(path) << config.dump();
-    auto process = std::make_unique<ChildProcess>(zktest::binaryPath("zk-agent").string(),
-                                                  std::vector<std::string>{"--config", path.string()},
-                                                  dir_ / (id + ".log"));
+    auto process = std::make_unique<ChildProcess>(
+        zktest::binaryPath("zk-agent").string(),
+        std::vector<std::string>{"--config", path.string()}, dir_ / (id + ".log"));
     auto port = zkagent_test::awaitListeningPort(dir_ / (id + ".log"), 30s);
     if (!port) throw std::runtime_error("zk-agent " + id + " did not start");
     agents_.push_back(std::make_unique<Agent>(Agent{std::move(process), *port, clientFor(*port)}));
@@ -171,7 +173,8 @@ class Bench {
       awaitLeading(agent, accounts.size(), Clock::now());
       long refusedViaAgent = 0, refusedDirect = 0;
       const double viaAgent = opsPerSecond(
-          agent.port, [&](int c, long) { return "/v1/accounts/" + accounts[static_cast<size_t>(c)] + "/ops"; },
+          agent.port,
+          [&](int c, long) { return "/v1/accounts/" + accounts[static_cast<size_t>(c)] + "/ops"; },
           [](int c, long i) {
             return json{{"opId", opId('a', c, i)}, {"payload", "x"}}.dump();
           },
@@ -185,9 +188,10 @@ class Bench {
           gatewayPort_, [](int, long) { return std::string("/v1/ops"); },
           [&](int c, long i) {
             const auto& a = tokens[accounts[static_cast<size_t>(c)]];
-            return json{{"account", a["account"]}, {"token", a["token"]}, {"instanceId", "ops-agent"},
-                        {"sessionId", std::stoll(sessionId, nullptr, 16)},
-                        {"opId", opId('d', c, i)}, {"payload", "x"}}
+            return json{
+                {"account", a["account"]},   {"token", a["token"]},
+                {"instanceId", "ops-agent"}, {"sessionId", std::stoll(sessionId, nullptr, 16)},
+                {"opId", opId('d', c, i)},   {"payload", "x"}}
                 .dump();
           },
           &refusedDirect);
@@ -263,12 +267,17 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   for (size_t i = 0; i + 1 < args.size(); i += 2) {
     const long value = std::stol(args[i + 1]);
-    if (args[i] == "--accounts-failover") options.failoverAccounts = static_cast<size_t>(value);
-    else if (args[i] == "--accounts-memory") options.memoryAccounts = static_cast<size_t>(value);
-    else if (args[i] == "--seconds") options.seconds = static_cast<int>(value);
-    else if (args[i] == "--clients") options.clients = static_cast<int>(value);
+    if (args[i] == "--accounts-failover")
+      options.failoverAccounts = static_cast<size_t>(value);
+    else if (args[i] == "--accounts-memory")
+      options.memoryAccounts = static_cast<size_t>(value);
+    else if (args[i] == "--seconds")
+      options.seconds = static_cast<int>(value);
+    else if (args[i] == "--clients")
+      options.clients = static_cast<int>(value);
     else {
-      std::cerr << "usage: agent_bench [--accounts-failover N] [--accounts-memory M] [--seconds S] [--clients C]\n";
+      std::cerr << "usage: agent_bench [--accounts-failover N] [--accounts-memory M] [--seconds S] "
+                   "[--clients C]\n";
       return 2;
     }
   }

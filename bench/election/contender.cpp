@@ -14,8 +14,8 @@ namespace {
 // names the exception), not megabytes of repeated traces.
 std::string shortened(const std::string& text, size_t head = 300, size_t tail = 900) {
   if (text.size() <= head + tail) return text;
-  return text.substr(0, head) + "\n[... " + std::to_string(text.size() - head - tail) + " bytes ...]\n" +
-         text.substr(text.size() - tail);
+  return text.substr(0, head) + "\n[... " + std::to_string(text.size() - head - tail) +
+         " bytes ...]\n" + text.substr(text.size() - tail);
 }
 
 }  // namespace
@@ -27,7 +27,9 @@ int64_t unixNanos() {
 }
 
 Implementation zkagentImplementation(const std::filesystem::path& zkElect) {
-  return {"zkagent", zkElect.empty() ? zktest::binaryPath("zk-elect").string() : zkElect.string(), {},
+  return {"zkagent",
+          zkElect.empty() ? zktest::binaryPath("zk-elect").string() : zkElect.string(),
+          {},
           "/members"};
 }
 
@@ -51,12 +53,13 @@ Implementation curatorImplementation(const std::filesystem::path& peersDir,
   return {"curator", "java", {"-cp", classesDir.string() + ":" + jars, "CuratorPeer"}, ""};
 }
 
-Contender::Contender(const Implementation& impl, const ContenderOptions& options, std::string instanceId)
+Contender::Contender(const Implementation& impl, const ContenderOptions& options,
+                     std::string instanceId)
     : implName_(impl.name), accounts_(options.accounts) {
   auto args = impl.leadingArgs;
-  for (std::string arg : {"--zk", options.zk.c_str(), "--root", options.root.c_str(), "--instance-id",
-                          instanceId.c_str(), "--accounts-file", options.accountsFile.c_str(),
-                          "--session-timeout-ms"}) {
+  for (std::string arg : {"--zk", options.zk.c_str(), "--root", options.root.c_str(),
+                          "--instance-id", instanceId.c_str(), "--accounts-file",
+                          options.accountsFile.c_str(), "--session-timeout-ms"}) {
     args.push_back(std::move(arg));
   }
   args.push_back(std::to_string(options.sessionTimeout.count()));
@@ -94,9 +97,9 @@ void Contender::pump(Done done, milliseconds timeout, const char* what) {
     auto line = process_->tryReadLine(deadline.remaining());
     if (!line) {
       throw std::runtime_error(implName_ + ": " + what + " not reached within " +
-                               std::to_string(timeout.count()) + " ms (" + std::to_string(leading_.size()) +
-                               "/" + std::to_string(accounts_) + " accounts led)\n" +
-                               shortened(process_->stderrText()));
+                               std::to_string(timeout.count()) + " ms (" +
+                               std::to_string(leading_.size()) + "/" + std::to_string(accounts_) +
+                               " accounts led)\n" + shortened(process_->stderrText()));
     }
     consume(*line);
   }

@@ -1,7 +1,8 @@
 #pragma once
 // One election process under benchmark: zk-elect, or a peer driver (kazoo, Curator) speaking the
 // same line protocol on stdout:
-//   SESSION <unix_ns> <negotiated_timeout_ms> | READY | LEADER <account> <token> <unix_ns> | LOST ...
+//   SESSION <unix_ns> <negotiated_timeout_ms> | READY | LEADER <account> <token> <unix_ns> | LOST
+//   ...
 // Every process stands for the same accounts (one per line of an accounts file) under one root.
 #include <cstdint>
 #include <filesystem>
@@ -18,10 +19,10 @@ using std::chrono::milliseconds;
 
 // How to start one implementation, and where its candidate nodes of an account live.
 struct Implementation {
-  std::string name;                       // "zkagent", "kazoo", "curator"
+  std::string name;  // "zkagent", "kazoo", "curator"
   std::string program;
-  std::vector<std::string> leadingArgs;   // before the common --zk ... arguments
-  std::string queueSuffix;                // the candidates' parent: {root}/{account}{queueSuffix}
+  std::vector<std::string> leadingArgs;  // before the common --zk ... arguments
+  std::string queueSuffix;               // the candidates' parent: {root}/{account}{queueSuffix}
 
   std::string queuePath(const std::string& root, const std::string& account) const {
     return root + "/" + account + queueSuffix;
@@ -40,10 +41,10 @@ Implementation curatorImplementation(const std::filesystem::path& peersDir,
 int64_t unixNanos();
 
 struct ContenderOptions {
-  std::string zk;                      // connect string
-  std::string root;                    // election root of this series
+  std::string zk;    // connect string
+  std::string root;  // election root of this series
   std::filesystem::path accountsFile;
-  size_t accounts = 0;                 // lines in accountsFile
+  size_t accounts = 0;  // lines in accountsFile
   milliseconds sessionTimeout{2000};
 };
 

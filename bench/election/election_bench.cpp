@@ -120,10 +120,11 @@ struct Series {
   std::string impl;
   size_t accounts = 0;
   int roundsPlanned = 0;
-  std::vector<double> latencyMs;   // handover/crash: stop -> standby leads all; cold: SESSION -> all led
-  std::vector<double> overheadMs;  // crash: latency minus the negotiated session timeout
-  std::vector<double> reactionMs;  // crash: old session's node deleted -> standby leads all
-  std::vector<double> fromSpawnMs; // cold: process start -> all led
+  std::vector<double>
+      latencyMs;  // handover/crash: stop -> standby leads all; cold: SESSION -> all led
+  std::vector<double> overheadMs;   // crash: latency minus the negotiated session timeout
+  std::vector<double> reactionMs;   // crash: old session's node deleted -> standby leads all
+  std::vector<double> fromSpawnMs;  // cold: process start -> all led
   std::vector<std::string> failures;
 };
 
@@ -134,9 +135,9 @@ struct Reference {
   double p50, max;  // max < 0: only one figure was given
 };
 const std::vector<Reference> kReferences = {
-    {"handover", "kazoo", 1, 3.9, 7.4},        {"handover", "curator", 1000, 99, 136},
-    {"handover", "curator", 10000, 425, 711},  {"reaction", "curator", 1000, 60, 130},
-    {"reaction", "curator", 10000, 280, 568},  {"cold", "curator", 10000, 2400, -1},
+    {"handover", "kazoo", 1, 3.9, 7.4},       {"handover", "curator", 1000, 99, 136},
+    {"handover", "curator", 10000, 425, 711}, {"reaction", "curator", 1000, 60, 130},
+    {"reaction", "curator", 10000, 280, 568}, {"cold", "curator", 10000, 2400, -1},
 };
 
 const auto kStarted = std::chrono::steady_clock::now();
@@ -187,10 +188,12 @@ class Bench {
     workDir_ = fs::temp_directory_path() / ("election-bench-" + std::to_string(::getpid()));
     fs::create_directories(workDir_);
     implementations_.push_back(zkagentImplementation(settings_.zkElect));
-    if (settings_.peers.contains("kazoo")) implementations_.push_back(kazooImplementation(ZKAGENT_BENCH_PEERS_DIR));
+    if (settings_.peers.contains("kazoo"))
+      implementations_.push_back(kazooImplementation(ZKAGENT_BENCH_PEERS_DIR));
     if (settings_.peers.contains("curator")) {
       progress("compiling the Curator peer with javac");
-      implementations_.push_back(curatorImplementation(ZKAGENT_BENCH_PEERS_DIR, ZKAGENT_BENCH_CLASSES_DIR));
+      implementations_.push_back(
+          curatorImplementation(ZKAGENT_BENCH_PEERS_DIR, ZKAGENT_BENCH_CLASSES_DIR));
     }
   }
   ~Bench() { fs::remove_all(workDir_); }
@@ -200,20 +203,25 @@ class Bench {
     using Plan = std::vector<std::pair<size_t, int>>;
     const Plan handover = settings_.quick ? Plan{{1, 5}, {100, 3}, {1000, 2}}
                                           : Plan{{1, 10}, {100, 6}, {1000, 5}, {10000, 3}};
-    const Plan crash = settings_.quick ? Plan{{1, 2}, {1000, 1}} : Plan{{1, 3}, {100, 3}, {1000, 3}, {10000, 2}};
+    const Plan crash =
+        settings_.quick ? Plan{{1, 2}, {1000, 1}} : Plan{{1, 3}, {100, 3}, {1000, 3}, {10000, 2}};
     const Plan cold = settings_.quick ? Plan{{1000, 1}} : Plan{{1000, 2}, {10000, 2}};
-    for (const auto& [scenario, plan] : {std::pair{"handover", handover}, {"crash", crash}, {"cold", cold}}) {
+    for (const auto& [scenario, plan] :
+         {std::pair{"handover", handover}, {"crash", crash}, {"cold", cold}}) {
       if (!settings_.scenarios.contains(scenario)) continue;
       for (auto [accounts, rounds] : plan) {
         if (accounts > settings_.maxAccounts) continue;
         for (const auto& impl : implementations_) {
           // kazoo needs ~40 s per process to stand for 10000 accounts (one thread per contender on
-          // 2 cores): its failover rounds there would take minutes; its cold start is measured once.
-          if (impl.name == "kazoo" && accounts >= 10000 && std::string(scenario) != "cold") continue;
+          // 2 cores): its failover rounds there would take minutes; its cold start is measured
+          // once.
+          if (impl.name == "kazoo" && accounts >= 10000 && std::string(scenario) != "cold")
+            continue;
           const int implRounds = impl.name == "kazoo" && accounts >= 10000 ? 1 : rounds;
-          series_.push_back(std::string(scenario) == "cold"
-                                ? runCold(impl, accounts, implRounds)
-                                : runFailover(impl, accounts, implRounds, std::string(scenario) == "crash"));
+          series_.push_back(
+              std::string(scenario) == "cold"
+                  ? runCold(impl, accounts, implRounds)
+                  : runFailover(impl, accounts, implRounds, std::string(scenario) == "crash"));
         }
       }
     }
@@ -242,8 +250,10 @@ class Bench {
     return path;
   }
 
-  ContenderOptions optionsFor(const zktest::ZooKeeperServer& zk, size_t accounts, std::string root) {
-    return ContenderOptions{zk.connectString(), std::move(root), accountsFile(accounts), accounts, kSessionTimeout};
+  ContenderOptions optionsFor(const zktest::ZooKeeperServer& zk, size_t accounts,
+                              std::string root) {
+    return ContenderOptions{zk.connectString(), std::move(root), accountsFile(accounts), accounts,
+                            kSessionTimeout};
   }
 
   static std::string label(const Series& s) {
@@ -264,27 +274,31 @@ class Bench {
     for (int round = 1; round <= rounds; ++round) {
       try {
         if (!leader) {
-          leader = std::make_unique<Contender>(impl, options, impl.name + "-" + std::to_string(++instance));
+          leader = std::make_unique<Contender>(impl, options,
+                                               impl.name + "-" + std::to_string(++instance));
           leader->awaitSession(60s);
           leader->awaitLeadingAll(leadTimeout(accounts));
         }
-        auto standby = std::make_unique<Contender>(impl, options, impl.name + "-" + std::to_string(++instance));
+        auto standby = std::make_unique<Contender>(impl, options,
+                                                   impl.name + "-" + std::to_string(++instance));
         standby->awaitSession(60s);
         standby->awaitReady(leadTimeout(accounts));
         awaitWatchesSettled(zk);
-        if (standby->leading() != 0) throw std::runtime_error("the standby leads before the leader left");
+        if (standby->leading() != 0)
+          throw std::runtime_error("the standby leads before the leader left");
         if (observer) observer->watch(impl.queuePath(options.root, "acc-00000"));
         const milliseconds sessionTimeout = leader->negotiatedTimeout();
         const int64_t stoppedAt = crash ? leader->crash() : leader->terminate();
         standby->awaitLeadingAll(leadTimeout(accounts) + (crash ? sessionTimeout * 3 : 0ms));
         const double latency = static_cast<double>(standby->lastLeaderAtNs() - stoppedAt) / 1e6;
         s.latencyMs.push_back(latency);
-        std::string line = label(s) + " round " + std::to_string(round) + "/" + std::to_string(rounds) +
-                           ": " + fmt(latency) + " ms";
+        std::string line = label(s) + " round " + std::to_string(round) + "/" +
+                           std::to_string(rounds) + ": " + fmt(latency) + " ms";
         if (crash) {
           s.overheadMs.push_back(latency - static_cast<double>(sessionTimeout.count()));
           if (int64_t expiredAt = observer->firedAtNs(); expiredAt != 0) {
-            s.reactionMs.push_back(static_cast<double>(standby->lastLeaderAtNs() - expiredAt) / 1e6);
+            s.reactionMs.push_back(static_cast<double>(standby->lastLeaderAtNs() - expiredAt) /
+                                   1e6);
             line += " (reaction after expiry " + fmt(s.reactionMs.back()) + " ms)";
           }
         } else {
@@ -295,7 +309,8 @@ class Bench {
       } catch (const std::exception& e) {
         s.failures.push_back("round " + std::to_string(round) + ": " + e.what());
         progress(label(s) + " round " + std::to_string(round) + " FAILED: " + e.what());
-        // Start over on a fresh root: nodes of the failed round may linger until their sessions expire.
+        // Start over on a fresh root: nodes of the failed round may linger until their sessions
+        // expire.
         leader.reset();
         options.root = "/bench-" + std::to_string(++generation);
       }
@@ -314,13 +329,14 @@ class Bench {
     zktest::ZooKeeperServer zk;
     for (int round = 1; round <= rounds; ++round) {
       try {
-        Contender c(impl, optionsFor(zk, accounts, "/cold-" + std::to_string(round)), impl.name + "-cold");
+        Contender c(impl, optionsFor(zk, accounts, "/cold-" + std::to_string(round)),
+                    impl.name + "-cold");
         c.awaitSession(60s);
         c.awaitLeadingAll(leadTimeout(accounts));
         s.latencyMs.push_back(static_cast<double>(c.lastLeaderAtNs() - c.sessionAtNs()) / 1e6);
         s.fromSpawnMs.push_back(static_cast<double>(c.lastLeaderAtNs() - c.spawnedAtNs()) / 1e6);
-        progress(label(s) + " round " + std::to_string(round) + "/" + std::to_string(rounds) + ": " +
-                 fmt(s.latencyMs.back()) + " ms from session (" + fmt(s.fromSpawnMs.back()) +
+        progress(label(s) + " round " + std::to_string(round) + "/" + std::to_string(rounds) +
+                 ": " + fmt(s.latencyMs.back()) + " ms from session (" + fmt(s.fromSpawnMs.back()) +
                  " ms from process start)");
         c.terminate();
         c.reap(20s);
@@ -347,7 +363,9 @@ class Bench {
     if (ours == nullptr || (ours->*pick).empty()) return std::nullopt;
     std::optional<double> bestP50, bestMax;
     for (const auto& s : series_) {
-      if (s.scenario != scenario || s.accounts != accounts || s.impl == "zkagent" || (s.*pick).empty()) continue;
+      if (s.scenario != scenario || s.accounts != accounts || s.impl == "zkagent" ||
+          (s.*pick).empty())
+        continue;
       auto sum = summarize(s.*pick);
       bestP50 = std::min(bestP50.value_or(sum.p50), sum.p50);
       bestMax = std::min(bestMax.value_or(sum.max), sum.max);
@@ -399,17 +417,20 @@ void Bench::printTable() const {
        "handover", &Series::latencyMs},
       {"crash failover: kill -9 of the leader -> the standby leads every account", "crash", "",
        &Series::latencyMs},
-      {"crash failover overhead: the above minus the negotiated session timeout (2000 ms)", "crash", "",
-       &Series::overheadMs},
-      {"reaction after the old session expired: its node deleted -> the standby leads every account",
+      {"crash failover overhead: the above minus the negotiated session timeout (2000 ms)", "crash",
+       "", &Series::overheadMs},
+      {"reaction after the old session expired: its node deleted -> the standby leads every "
+       "account",
        "crash", "reaction", &Series::reactionMs},
       {"cold acquisition: SESSION of a fresh process -> it leads every account", "cold", "cold",
        &Series::latencyMs},
-      {"cold acquisition including process start (JVM, interpreter)", "cold", "", &Series::fromSpawnMs},
+      {"cold acquisition including process start (JVM, interpreter)", "cold", "",
+       &Series::fromSpawnMs},
   };
-  std::printf("\nelection-bench: ms, p50 / max over rounds; ZooKeeper 3.8 standalone, tickTime 200 ms, "
-              "session 2000 ms, %u cores, load average %s at start, %s at end\n",
-              std::thread::hardware_concurrency(), loadAtStart_.c_str(), loadAverage().c_str());
+  std::printf(
+      "\nelection-bench: ms, p50 / max over rounds; ZooKeeper 3.8 standalone, tickTime 200 ms, "
+      "session 2000 ms, %u cores, load average %s at start, %s at end\n",
+      std::thread::hardware_concurrency(), loadAtStart_.c_str(), loadAverage().c_str());
   for (const auto& m : metrics) {
     std::set<size_t> sizes;
     for (const auto& s : series_) {
@@ -433,7 +454,8 @@ void Bench::printTable() const {
         std::printf(" %-22s", r ? (fmt(r->first) + ", " + fmt(r->second)).c_str() : "-");
       }
       for (const auto& n : names) {
-        if (auto ref = m.reference.empty() ? "" : referenceCell(m.reference, n, accounts); !ref.empty()) {
+        if (auto ref = m.reference.empty() ? "" : referenceCell(m.reference, n, accounts);
+            !ref.empty()) {
           std::printf(" %s %s", n.c_str(), ref.c_str());
         }
       }
@@ -442,20 +464,25 @@ void Bench::printTable() const {
   }
   if (gate_) {
     std::printf("\ngate with %zu led accounts (in process)\n", gate_->accounts);
-    std::printf("  check() fast:          %s ns per check (1 thread), %s ns (2 threads, per thread)\n",
-                fmt(gate_->fastNs).c_str(), fmt(gate_->fastNs2Threads).c_str());
+    std::printf(
+        "  check() fast:          %s ns per check (1 thread), %s ns (2 threads, per thread)\n",
+        fmt(gate_->fastNs).c_str(), fmt(gate_->fastNs2Threads).c_str());
     std::printf("  checkStrict() one at a time: mean %s us, p50 %s us, p99 %s us\n",
                 fmt(gate_->strictUsMean).c_str(), fmt(gate_->strictUsP50).c_str(),
                 fmt(gate_->strictUsP99).c_str());
-    std::printf("  checkStrict() 64 in flight: %s checks/s\n", fmt(gate_->strictPipelinedPerSecond).c_str());
+    std::printf("  checkStrict() 64 in flight: %s checks/s\n",
+                fmt(gate_->strictPipelinedPerSecond).c_str());
     std::printf("  in-process acquisition of all %zu accounts: %s ms\n", gate_->accounts,
                 fmt(gate_->acquireMs).c_str());
-    std::printf("  status() snapshot of all %zu accounts: %s ms\n", gate_->accounts, fmt(gate_->statusMs).c_str());
+    std::printf("  status() snapshot of all %zu accounts: %s ms\n", gate_->accounts,
+                fmt(gate_->statusMs).c_str());
   }
-  std::printf("\ntarget (issue 3): ours/best peer <= 0.5 at every size, every account led in every run\n");
+  std::printf(
+      "\ntarget (issue 3): ours/best peer <= 0.5 at every size, every account led in every run\n");
   for (const auto& s : series_) {
     for (const auto& f : s.failures) {
-      std::printf("FAILED %s n=%zu %s\n", s.impl.c_str(), s.accounts, f.substr(0, f.find('\n')).c_str());
+      std::printf("FAILED %s n=%zu %s\n", s.impl.c_str(), s.accounts,
+                  f.substr(0, f.find('\n')).c_str());
     }
   }
 }
@@ -468,8 +495,11 @@ json summaryJson(const std::vector<double>& sample) {
 json Bench::toJson() const {
   json series = json::array();
   for (const auto& s : series_) {
-    json j = {{"scenario", s.scenario}, {"impl", s.impl}, {"accounts", s.accounts},
-              {"rounds_planned", s.roundsPlanned}, {"latency_ms", summaryJson(s.latencyMs)},
+    json j = {{"scenario", s.scenario},
+              {"impl", s.impl},
+              {"accounts", s.accounts},
+              {"rounds_planned", s.roundsPlanned},
+              {"latency_ms", summaryJson(s.latencyMs)},
               {"failures", s.failures}};
     if (s.scenario == "crash") {
       j["overhead_ms"] = summaryJson(s.overheadMs);
@@ -484,8 +514,12 @@ json Bench::toJson() const {
     if (!seen.insert({s.scenario, s.accounts}).second) continue;
     auto add = [&](const std::string& metric, std::vector<double> Series::*pick) {
       if (auto r = ratio(s.scenario, s.accounts, pick)) {
-        ratios.push_back({{"scenario", s.scenario}, {"metric", metric}, {"accounts", s.accounts},
-                          {"p50_ratio", r->first}, {"max_ratio", r->second}, {"target", 0.5}});
+        ratios.push_back({{"scenario", s.scenario},
+                          {"metric", metric},
+                          {"accounts", s.accounts},
+                          {"p50_ratio", r->first},
+                          {"max_ratio", r->second},
+                          {"target", 0.5}});
       }
     };
     add("latency_ms", &Series::latencyMs);
@@ -493,21 +527,33 @@ json Bench::toJson() const {
   }
   json references = json::array();
   for (const auto& r : kReferences) {
-    references.push_back({{"metric", r.scenario}, {"impl", r.impl}, {"accounts", r.accounts}, {"p50_ms", r.p50},
+    references.push_back({{"metric", r.scenario},
+                          {"impl", r.impl},
+                          {"accounts", r.accounts},
+                          {"p50_ms", r.p50},
                           {"max_ms", r.max < 0 ? json(nullptr) : json(r.max)}});
   }
-  json out = {{"setup", {{"zookeeper", "3.8.0 standalone (Debian)"}, {"tick_time_ms", 200},
-                         {"session_timeout_ms", kSessionTimeout.count()},
-                         {"cores", std::thread::hardware_concurrency()}, {"quick", settings_.quick},
-                         {"loadavg_at_start", loadAtStart_}, {"loadavg_at_end", loadAverage()}}},
-              {"series", series}, {"ratios", ratios}, {"issue_reference", references}};
+  json out = {{"setup",
+               {{"zookeeper", "3.8.0 standalone (Debian)"},
+                {"tick_time_ms", 200},
+                {"session_timeout_ms", kSessionTimeout.count()},
+                {"cores", std::thread::hardware_concurrency()},
+                {"quick", settings_.quick},
+                {"loadavg_at_start", loadAtStart_},
+                {"loadavg_at_end", loadAverage()}}},
+              {"series", series},
+              {"ratios", ratios},
+              {"issue_reference", references}};
   if (gate_) {
-    out["gate"] = {{"accounts", gate_->accounts}, {"fast_ns_per_check", gate_->fastNs},
+    out["gate"] = {{"accounts", gate_->accounts},
+                   {"fast_ns_per_check", gate_->fastNs},
                    {"fast_ns_per_check_2_threads", gate_->fastNs2Threads},
-                   {"strict_us_mean", gate_->strictUsMean}, {"strict_us_p50", gate_->strictUsP50},
+                   {"strict_us_mean", gate_->strictUsMean},
+                   {"strict_us_p50", gate_->strictUsP50},
                    {"strict_us_p99", gate_->strictUsP99},
                    {"strict_pipelined_per_second", gate_->strictPipelinedPerSecond},
-                   {"in_process_acquisition_ms", gate_->acquireMs}, {"status_snapshot_ms", gate_->statusMs}};
+                   {"in_process_acquisition_ms", gate_->acquireMs},
+                   {"status_snapshot_ms", gate_->statusMs}};
   }
   return out;
 }

@@ -48,7 +48,8 @@ void ExpiryObserver::watch(const std::string& queuePath) {
     throw std::runtime_error("expiry observer: no answer to the children watch on " + queuePath);
   }
   if (auto err = answer.get(); err != ZkError::Ok) {
-    throw std::runtime_error("expiry observer: cannot watch " + queuePath + ": " + std::string(toString(err)));
+    throw std::runtime_error("expiry observer: cannot watch " + queuePath + ": " +
+                             std::string(toString(err)));
   }
 }
 

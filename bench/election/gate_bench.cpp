@@ -27,7 +27,8 @@ class CollectingReporter : public benchmark::ConsoleReporter {
   CollectingReporter() : ConsoleReporter(OO_Tabular) {}  // no colour codes in a redirected table
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const auto& run : runs) {
-      if (run.error_occurred) throw std::runtime_error(run.benchmark_name() + ": " + run.error_message);
+      if (run.error_occurred)
+        throw std::runtime_error(run.benchmark_name() + ": " + run.error_message);
       timePerIteration[run.run_name.function_name + "/threads:" + std::to_string(run.threads)] =
           run.GetAdjustedRealTime();
     }
@@ -45,13 +46,14 @@ void checkStrictOnce(ElectionGroup& group, const std::string& account) {
     throw std::runtime_error("strict check of " + account + " did not answer within 10 s");
   }
   if (auto d = future.get(); !d.allowed()) {
-    throw std::runtime_error("strict check of " + account + " refused: " + std::string(toString(d.verdict)));
+    throw std::runtime_error("strict check of " + account +
+                             " refused: " + std::string(toString(d.verdict)));
   }
 }
 
 // Strict checks per second with `inFlight` of them outstanding at any time, for `duration`.
-double strictThroughput(ElectionGroup& group, const std::vector<std::string>& accounts, size_t inFlight,
-                        std::chrono::milliseconds duration) {
+double strictThroughput(ElectionGroup& group, const std::vector<std::string>& accounts,
+                        size_t inFlight, std::chrono::milliseconds duration) {
   struct Pipeline {
     std::mutex mu;
     std::condition_variable drained;
@@ -82,11 +84,13 @@ double strictThroughput(ElectionGroup& group, const std::vector<std::string>& ac
   pipeline->stopping = true;
   const size_t completedAtStop = pipeline->completed;
   const auto elapsed = Clock::now() - started;
-  if (!pipeline->drained.wait_for(lock, std::chrono::seconds(10), [&] { return pipeline->outstanding == 0; })) {
+  if (!pipeline->drained.wait_for(lock, std::chrono::seconds(10),
+                                  [&] { return pipeline->outstanding == 0; })) {
     throw std::runtime_error("pipelined strict checks did not drain within 10 s");
   }
   if (pipeline->refused > 0) {
-    throw std::runtime_error(std::to_string(pipeline->refused) + " pipelined strict checks were refused");
+    throw std::runtime_error(std::to_string(pipeline->refused) +
+                             " pipelined strict checks were refused");
   }
   return static_cast<double>(completedAtStop) / std::chrono::duration<double>(elapsed).count();
 }
@@ -134,18 +138,31 @@ GateResult measureGate(const std::string& zk, const std::string& root, size_t ac
 
     const std::string fastName = "gate_check_fast/accounts:" + std::to_string(accountCount);
     const std::string strictName = "gate_check_strict/accounts:" + std::to_string(accountCount);
-    benchmark::RegisterBenchmark(fastName.c_str(), [&](benchmark::State& state) {
-      size_t i = static_cast<size_t>(state.thread_index()) * 7919;  // threads spread over accounts
-      for (auto _ : state) {
-        auto decision = group.check(accounts[i++ % accounts.size()]);
-        if (!decision.allowed()) state.SkipWithError("fast check refused");
-        benchmark::DoNotOptimize(decision);
-      }
-    })->Threads(1)->Threads(2)->MinTime(0.5)->UseRealTime()->Unit(benchmark::kNanosecond);
-    benchmark::RegisterBenchmark(strictName.c_str(), [&](benchmark::State& state) {
-      size_t i = 0;
-      for (auto _ : state) checkStrictOnce(group, accounts[i++ % accounts.size()]);
-    })->MinTime(1.0)->UseRealTime()->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark(fastName.c_str(),
+                                 [&](benchmark::State& state) {
+                                   size_t i = static_cast<size_t>(state.thread_index()) *
+                                              7919;  // threads spread over accounts
+                                   for (auto _ : state) {
+                                     auto decision = group.check(accounts[i++ % accounts.size()]);
+                                     if (!decision.allowed())
+                                       state.SkipWithError("fast check refused");
+                                     benchmark::DoNotOptimize(decision);
+                                   }
+                                 })
+        ->Threads(1)
+        ->Threads(2)
+        ->MinTime(0.5)
+        ->UseRealTime()
+        ->Unit(benchmark::kNanosecond);
+    benchmark::RegisterBenchmark(strictName.c_str(),
+                                 [&](benchmark::State& state) {
+                                   size_t i = 0;
+                                   for (auto _ : state)
+                                     checkStrictOnce(group, accounts[i++ % accounts.size()]);
+                                 })
+        ->MinTime(1.0)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
     CollectingReporter reporter;
     benchmark::RunSpecifiedBenchmarks(&reporter);
     benchmark::ClearRegisteredBenchmarks();
@@ -163,11 +180,14 @@ GateResult measureGate(const std::string& zk, const std::string& root, size_t ac
     auto summary = summarize(strictUs);
     result.strictUsP50 = summary.p50;
     result.strictUsP99 = summary.p99;
-    result.strictPipelinedPerSecond = strictThroughput(group, accounts, 64, std::chrono::milliseconds(1000));
+    result.strictPipelinedPerSecond =
+        strictThroughput(group, accounts, 64, std::chrono::milliseconds(1000));
     const auto statusStarted = Clock::now();
     constexpr int kSnapshots = 20;
     for (int i = 0; i < kSnapshots; ++i) benchmark::DoNotOptimize(group.status());
-    result.statusMs = std::chrono::duration<double, std::milli>(Clock::now() - statusStarted).count() / kSnapshots;
+    result.statusMs =
+        std::chrono::duration<double, std::milli>(Clock::now() - statusStarted).count() /
+        kSnapshots;
   } catch (...) {
     finish();
     throw;

@@ -25,12 +25,14 @@ using namespace zkagent::fencing;
 
 // Distinct opIds, more than the validator remembers, so that cycling through them never
 // replays an earlier answer.
-std::vector<Operation> distinctOperations(std::uint64_t token, std::size_t count, const std::string& prefix) {
+std::vector<Operation> distinctOperations(std::uint64_t token, std::size_t count,
+                                          const std::string& prefix) {
   std::vector<Operation> operations;
   operations.reserve(count);
   for (std::size_t i = 0; i < count; ++i) {
     operations.push_back(Operation{{"wx_account_1", token, "host-a-001", 72057594037927937LL},
-                                   prefix + std::to_string(i), R"({"to":"u1","text":"hello"})"});
+                                   prefix + std::to_string(i),
+                                   R"({"to":"u1","text":"hello"})"});
   }
   return operations;
 }
@@ -90,7 +92,8 @@ std::uint64_t percentile(std::vector<std::uint64_t>& sorted, double fraction) {
 void DurableCommit(benchmark::State& state) {
   const auto mode = static_cast<CommitMode>(state.range(0));
   if (state.thread_index() == 0) {
-    std::string pattern = (std::filesystem::temp_directory_path() / "fencing-bench-XXXXXX").string();
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "fencing-bench-XXXXXX").string();
     if (::mkdtemp(pattern.data()) == nullptr) {
       state.SkipWithError("mkdtemp failed");
       return;
@@ -109,20 +112,22 @@ void DurableCommit(benchmark::State& state) {
   for (auto _ : state) {
     const auto start = std::chrono::steady_clock::now();
     benchmark::DoNotOptimize(sharedValidator->submit(operations[next]));
-    latenciesNs.push_back(static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count()));
+    latenciesNs.push_back(
+        static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                       std::chrono::steady_clock::now() - start)
+                                       .count()));
     next = (next + 1) % operations.size();
   }
   std::sort(latenciesNs.begin(), latenciesNs.end());
-  state.counters["p50_us"] = benchmark::Counter(static_cast<double>(percentile(latenciesNs, 0.50)) / 1000,
-                                                benchmark::Counter::kAvgThreads);
-  state.counters["p99_us"] = benchmark::Counter(static_cast<double>(percentile(latenciesNs, 0.99)) / 1000,
-                                                benchmark::Counter::kAvgThreads);
+  state.counters["p50_us"] = benchmark::Counter(
+      static_cast<double>(percentile(latenciesNs, 0.50)) / 1000, benchmark::Counter::kAvgThreads);
+  state.counters["p99_us"] = benchmark::Counter(
+      static_cast<double>(percentile(latenciesNs, 0.99)) / 1000, benchmark::Counter::kAvgThreads);
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
   if (state.thread_index() == 0) {
     const CommitStats stats = sharedValidator->commitStats();
-    state.counters["ops_per_sync"] =
-        static_cast<double>(stats.recordsWritten) / static_cast<double>(std::max<std::uint64_t>(stats.syncs, 1));
+    state.counters["ops_per_sync"] = static_cast<double>(stats.recordsWritten) /
+                                     static_cast<double>(std::max<std::uint64_t>(stats.syncs, 1));
     sharedValidator.reset();
     std::filesystem::remove_all(sharedDir);
   }

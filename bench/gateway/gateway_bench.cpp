@@ -67,7 +67,8 @@ Result measure(const std::filesystem::path& dataRoot, const std::string& commitM
           ++failures[c];
           continue;
         }
-        latencies[c].push_back(std::chrono::duration<double, std::milli>(Clock::now() - started).count());
+        latencies[c].push_back(
+            std::chrono::duration<double, std::milli>(Clock::now() - started).count());
       }
     });
   }
@@ -104,8 +105,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::printf("%-14s %8s %12s %9s %9s %9s\n", "commit", "clients", "accepted/s", "p50_ms",
-              "p99_ms", "failures");
+  std::printf("%-14s %8s %12s %9s %9s %9s\n", "commit", "clients", "accepted/s", "p50_ms", "p99_ms",
+              "failures");
   for (int clients : {1, 64}) {
     Result group, perOperation;
     for (const char* mode : {"group", "per_operation"}) {

@@ -4,7 +4,8 @@
 // batches, the store sweeps. Items = clock events run (heartbeats, checks, renewals, sweeps) plus
 // lease entries renewed, per second of real time.
 // ConnectCloseChurn: on top of N quiet connections, one device connects and closes per iteration,
-// through connection table, lease store, view (debounce) and publication. Items = connects + closes.
+// through connection table, lease store, view (debounce) and publication. Items = connects +
+// closes.
 #include <benchmark/benchmark.h>
 
 #include <memory>

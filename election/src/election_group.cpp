@@ -60,12 +60,15 @@ ElectionGroup::ElectionGroup(asio::io_context& io, ElectionOptions options)
                                 "' must start with '/' and not end with '/'");
   }
   impl_->session = std::make_shared<ZkSession>(io, options.session);
-  impl_->ctx = std::make_shared<ElectorContext>(ElectorContext{impl_->session, std::move(options), {}});
+  impl_->ctx =
+      std::make_shared<ElectorContext>(ElectorContext{impl_->session, std::move(options), {}});
 }
 
 ElectionGroup::~ElectionGroup() = default;
 
-void ElectionGroup::onLeadership(LeadershipHandler handler) { impl_->ctx->onLeadership = std::move(handler); }
+void ElectionGroup::onLeadership(LeadershipHandler handler) {
+  impl_->ctx->onLeadership = std::move(handler);
+}
 void ElectionGroup::onSession(SessionHandler handler) { impl_->onSession = std::move(handler); }
 
 void ElectionGroup::start() {
@@ -102,10 +105,10 @@ void ElectionGroup::stop(std::function<void()> done) {
     asio::steady_timer deadline;
   };
   auto impl = impl_;
-  auto countdown = std::make_shared<Countdown>(Countdown{
-      electors.size() + 1, false,
-      [impl, done = std::move(done)]() mutable { impl->session->close(std::move(done)); },
-      asio::steady_timer(impl_->io)});
+  auto countdown = std::make_shared<Countdown>(
+      Countdown{electors.size() + 1, false,
+                [impl, done = std::move(done)]() mutable { impl->session->close(std::move(done)); },
+                asio::steady_timer(impl_->io)});
   // Handover records are a courtesy; closing the session is what frees the nodes. Do not wait
   // for an unreachable ZooKeeper longer than this.
   auto finish = [countdown] {
@@ -193,25 +196,26 @@ struct LeaderObserver::Impl : std::enable_shared_from_this<LeaderObserver::Impl>
     }
     const std::string path = root + "/" + account + "/active";
     auto rearm = [weak = weak_from_this(), account] {
-      if (auto self = weak.lock()) asio::post(self->strand, [self, account] { self->read(account); });
+      if (auto self = weak.lock())
+        asio::post(self->strand, [self, account] { self->read(account); });
     };
-    session->getOn(strand, path, this, rearm,
-                   [self = shared_from_this(), account, path, rearm](ZkError err, std::string data,
-                                                                     NodeStat) {
-      View view;
-      if (err == ZkError::Ok) {
-        if (auto active = parseActive(data)) view = View{View::State::Leader, *active};
-      } else if (err == ZkError::NoNode) {
-        view.state = View::State::NoLeader;
-        // get() leaves no watch on a missing node: exists() does, and fires on its creation. If
-        // the node was created between the two calls, no event will come: read it now.
-        self->session->existsOn(self->strand, path, self.get(), rearm,
-                                [rearm](ZkError e2, std::optional<NodeStat> stat) {
-                                  if (e2 == ZkError::Ok && stat) rearm();
-                                });
-      }
-      self->settle(account, view);
-    });
+    session->getOn(
+        strand, path, this, rearm,
+        [self = shared_from_this(), account, path, rearm](ZkError err, std::string data, NodeStat) {
+          View view;
+          if (err == ZkError::Ok) {
+            if (auto active = parseActive(data)) view = View{View::State::Leader, *active};
+          } else if (err == ZkError::NoNode) {
+            view.state = View::State::NoLeader;
+            // get() leaves no watch on a missing node: exists() does, and fires on its creation. If
+            // the node was created between the two calls, no event will come: read it now.
+            self->session->existsOn(self->strand, path, self.get(), rearm,
+                                    [rearm](ZkError e2, std::optional<NodeStat> stat) {
+                                      if (e2 == ZkError::Ok && stat) rearm();
+                                    });
+          }
+          self->settle(account, view);
+        });
   }
 
   void settle(const std::string& account, View view) {

@@ -33,19 +33,32 @@ int64_t seqOf(std::string_view name) {
 // The `last transition reason` operators see in the status.
 std::string_view eventName(Event event) {
   switch (event) {
-    case Event::Registered: return "registered";
-    case Event::Elected: return "elected";
-    case Event::MustWait: return "waiting";
-    case Event::QueueChanged: return "queue_changed";
-    case Event::Drift: return "drift";
-    case Event::MemberMissing: return "member_missing";
-    case Event::Disconnected: return "suspended";
-    case Event::ReconnectedSame: return "reconnected";
-    case Event::Expired: return "session_expired";
-    case Event::NewSession: return "new_session";
-    case Event::Resign: return "resigned";
-    case Event::Withdraw: return "withdrawn";
-    case Event::Stop: return "stopped";
+    case Event::Registered:
+      return "registered";
+    case Event::Elected:
+      return "elected";
+    case Event::MustWait:
+      return "waiting";
+    case Event::QueueChanged:
+      return "queue_changed";
+    case Event::Drift:
+      return "drift";
+    case Event::MemberMissing:
+      return "member_missing";
+    case Event::Disconnected:
+      return "suspended";
+    case Event::ReconnectedSame:
+      return "reconnected";
+    case Event::Expired:
+      return "session_expired";
+    case Event::NewSession:
+      return "new_session";
+    case Event::Resign:
+      return "resigned";
+    case Event::Withdraw:
+      return "withdrawn";
+    case Event::Stop:
+      return "stopped";
   }
   return "unknown";
 }
@@ -69,7 +82,8 @@ struct Gather {
 
 }  // namespace
 
-Elector::Elector(asio::io_context& io, std::shared_ptr<const ElectorContext> ctx, std::string account)
+Elector::Elector(asio::io_context& io, std::shared_ptr<const ElectorContext> ctx,
+                 std::string account)
     : strand_(asio::make_strand(io)),
       retryTimer_(strand_),
       ctx_(std::move(ctx)),
@@ -108,7 +122,8 @@ void Elector::withdraw() {
 }
 
 void Elector::resign() {
-  asio::post(strand_, [self = shared_from_this()] { self->feed(Event::Resign, LossReason::Resigned); });
+  asio::post(strand_,
+             [self = shared_from_this()] { self->feed(Event::Resign, LossReason::Resigned); });
 }
 
 void Elector::sessionChanged(const SessionEvent& event) {
@@ -136,12 +151,15 @@ void Elector::sessionChanged(const SessionEvent& event) {
           }
         }
         break;
-      case SessionState::Suspended: self->feed(Event::Disconnected, LossReason::Suspended); break;
+      case SessionState::Suspended:
+        self->feed(Event::Disconnected, LossReason::Suspended);
+        break;
       case SessionState::Expired:
         self->feed(Event::Expired, LossReason::SessionExpired);
         break;
       case SessionState::Connecting:
-      case SessionState::Closed: break;
+      case SessionState::Closed:
+        break;
     }
   });
 }
@@ -162,7 +180,8 @@ void Elector::stop(std::function<void()> done) {
 
 void Elector::writeHandover(int64_t seq, LossReason reason, std::function<void()> written) {
   zk_.set(handover_,
-          nlohmann::json{{"seq", seq}, {"instanceId", ctx_->options.instanceId},
+          nlohmann::json{{"seq", seq},
+                         {"instanceId", ctx_->options.instanceId},
                          {"reason", std::string(toString(reason))}}
               .dump(),
           -1, [written = std::move(written)](ZkError, NodeStat) {
@@ -183,15 +202,22 @@ void Elector::feed(Event event, LossReason reason) {
 
 void Elector::perform(Action action, Role before, LossReason reason) {
   switch (action) {
-    case Action::None: break;
+    case Action::None:
+      break;
     case Action::Register:
       memberName_.clear();  // gone from ZooKeeper (or from an old session): stand afresh
       seq_ = -1;
       registerMember();
       break;
-    case Action::Evaluate: requestEvaluate(); break;
-    case Action::VerifyMember: verifyMember(); break;
-    case Action::AnnounceLeader: announce(); break;
+    case Action::Evaluate:
+      requestEvaluate();
+      break;
+    case Action::VerifyMember:
+      verifyMember();
+      break;
+    case Action::AnnounceLeader:
+      announce();
+      break;
     case Action::StepDown:
       reportLoss(reason);
       requestEvaluate();
@@ -204,8 +230,12 @@ void Elector::perform(Action action, Role before, LossReason reason) {
       seq_ = -1;
       registerMember();
       break;
-    case Action::ResignAndRegister: releaseLeadership(LossReason::Resigned, true, [] {}); break;
-    case Action::ResignAndLeave: releaseLeadership(LossReason::Resigned, false, [] {}); break;
+    case Action::ResignAndRegister:
+      releaseLeadership(LossReason::Resigned, true, [] {});
+      break;
+    case Action::ResignAndLeave:
+      releaseLeadership(LossReason::Resigned, false, [] {});
+      break;
     case Action::Leave:
       ++epoch_;
       if (!memberName_.empty()) removeUntilGone(members_ + "/" + memberName_, -1);
@@ -281,7 +311,8 @@ void Elector::onCreated(uint64_t epoch, int64_t session, ZkError err, std::strin
       // adopt it by ephemeralOwner instead of creating a second one.
       replyLost_ = true;
       break;
-    default: break;  // expired or closing: the next session registers again
+    default:
+      break;  // expired or closing: the next session registers again
   }
 }
 
@@ -289,54 +320,55 @@ void Elector::onCreated(uint64_t epoch, int64_t session, ZkError err, std::strin
 // any other, or registers afresh when there is none.
 void Elector::adoptOrRegister() {
   const uint64_t epoch = epoch_;
-  zk_.childrenOn(strand_, members_, nullptr, nullptr,
-                 [self = shared_from_this(), epoch](ZkError err, std::vector<std::string> names) {
-    if (epoch != self->epoch_ || err != ZkError::Ok) {
-      if (err == ZkError::NoNode) {
-        self->replyLost_ = false;
-        self->registerMember();
-      }
-      return;
-    }
-    using Owned = std::pair<int64_t, std::string>;
-    auto gather = std::make_shared<Gather<Owned>>();
-    gather->pending = names.size() + 1;
-    gather->done = [self, epoch](std::vector<Owned> owned) {
-      if (epoch != self->epoch_) return;
-      self->replyLost_ = false;
-      std::sort(owned.begin(), owned.end());
-      for (size_t i = 1; i < owned.size(); ++i) {
-        self->removeUntilGone(self->members_ + "/" + owned[i].second, -1);
-      }
-      if (owned.empty()) {
-        self->registerMember();
-        return;
-      }
-      self->memberName_ = owned.front().second;
-      self->seq_ = owned.front().first;
-      {
-        std::lock_guard lock(self->gateMu_);
-        self->status_.seq = self->seq_;
-      }
-      if (self->role_ == Role::Init) {
-        self->feed(Event::Registered);
-      } else {
-        self->requestEvaluate();
-      }
-    };
-    const int64_t session = self->zk_.sessionId();
-    for (auto& name : names) {
-      self->zk_.existsOn(self->strand_, self->members_ + "/" + name, nullptr, nullptr,
-                         [gather, name, session](ZkError, std::optional<NodeStat> stat) {
-                           if (stat && stat->ephemeralOwner == session && seqOf(name) >= 0) {
-                             gather->add(Owned{seqOf(name), name});
-                           } else {
-                             gather->add(std::nullopt);
-                           }
-                         });
-    }
-    gather->add(std::nullopt);  // the +1 above: completes even when there are no children
-  });
+  zk_.childrenOn(
+      strand_, members_, nullptr, nullptr,
+      [self = shared_from_this(), epoch](ZkError err, std::vector<std::string> names) {
+        if (epoch != self->epoch_ || err != ZkError::Ok) {
+          if (err == ZkError::NoNode) {
+            self->replyLost_ = false;
+            self->registerMember();
+          }
+          return;
+        }
+        using Owned = std::pair<int64_t, std::string>;
+        auto gather = std::make_shared<Gather<Owned>>();
+        gather->pending = names.size() + 1;
+        gather->done = [self, epoch](std::vector<Owned> owned) {
+          if (epoch != self->epoch_) return;
+          self->replyLost_ = false;
+          std::sort(owned.begin(), owned.end());
+          for (size_t i = 1; i < owned.size(); ++i) {
+            self->removeUntilGone(self->members_ + "/" + owned[i].second, -1);
+          }
+          if (owned.empty()) {
+            self->registerMember();
+            return;
+          }
+          self->memberName_ = owned.front().second;
+          self->seq_ = owned.front().first;
+          {
+            std::lock_guard lock(self->gateMu_);
+            self->status_.seq = self->seq_;
+          }
+          if (self->role_ == Role::Init) {
+            self->feed(Event::Registered);
+          } else {
+            self->requestEvaluate();
+          }
+        };
+        const int64_t session = self->zk_.sessionId();
+        for (auto& name : names) {
+          self->zk_.existsOn(self->strand_, self->members_ + "/" + name, nullptr, nullptr,
+                             [gather, name, session](ZkError, std::optional<NodeStat> stat) {
+                               if (stat && stat->ephemeralOwner == session && seqOf(name) >= 0) {
+                                 gather->add(Owned{seqOf(name), name});
+                               } else {
+                                 gather->add(std::nullopt);
+                               }
+                             });
+        }
+        gather->add(std::nullopt);  // the +1 above: completes even when there are no children
+      });
 }
 
 void Elector::verifyMember() {
@@ -386,30 +418,32 @@ void Elector::evaluate() {
   const uint64_t epoch = epoch_;
   zk_.childrenOn(strand_, members_, nullptr, nullptr,
                  [self = shared_from_this(), epoch](ZkError err, std::vector<std::string> names) {
-    if (epoch != self->epoch_) return self->finishEvaluate();
-    if (err == ZkError::NoNode) {  // the members node itself was deleted
-      self->evaluating_ = false;
-      self->dirty_ = false;
-      return self->feed(Event::MemberMissing);
-    }
-    if (err != ZkError::Ok) return self->finishEvaluate();  // reconnect re-verifies
-    std::vector<std::pair<int64_t, std::string>> queue;
-    for (auto& n : names) {
-      if (int64_t s = seqOf(n); s >= 0) queue.emplace_back(s, n);
-    }
-    std::sort(queue.begin(), queue.end());
-    auto own = std::find_if(queue.begin(), queue.end(),
-                            [&](const auto& q) { return q.second == self->memberName_; });
-    if (own == queue.end()) {
-      self->evaluating_ = false;
-      self->dirty_ = false;
-      return self->feed(Event::MemberMissing);
-    }
-    self->watchOwnMember();
-    if (own == queue.begin()) return self->acquire(epoch);
-    // Watch only the predecessor: no herd when the leader goes (seed 001 §3.2).
-    const std::string predecessor = self->members_ + "/" + std::prev(own)->second;
-    self->zk_.existsOn(self->strand_, predecessor, self.get(),
+                   if (epoch != self->epoch_) return self->finishEvaluate();
+                   if (err == ZkError::NoNode) {  // the members node itself was deleted
+                     self->evaluating_ = false;
+                     self->dirty_ = false;
+                     return self->feed(Event::MemberMissing);
+                   }
+                   if (err != ZkError::Ok) return self->finishEvaluate();  // reconnect re-verifies
+                   std::vector<std::pair<int64_t, std::string>> queue;
+                   for (auto& n : names) {
+                     if (int64_t s = seqOf(n); s >= 0) queue.emplace_back(s, n);
+                   }
+                   std::sort(queue.begin(), queue.end());
+                   auto own = std::find_if(queue.begin(), queue.end(), [&](const auto& q) {
+                     return q.second == self->memberName_;
+                   });
+                   if (own == queue.end()) {
+                     self->evaluating_ = false;
+                     self->dirty_ = false;
+                     return self->feed(Event::MemberMissing);
+                   }
+                   self->watchOwnMember();
+                   if (own == queue.begin()) return self->acquire(epoch);
+                   // Watch only the predecessor: no herd when the leader goes (seed 001 §3.2).
+                   const std::string predecessor = self->members_ + "/" + std::prev(own)->second;
+                   self->zk_.existsOn(
+                       self->strand_, predecessor, self.get(),
                        [weak = self->weak_from_this()] {
                          if (auto s = weak.lock()) s->requestEvaluate();
                        },
@@ -423,7 +457,7 @@ void Elector::evaluate() {
                          }
                          self->finishEvaluate();
                        });
-  });
+                 });
 }
 
 // Seed 001 signal one: our own member node must stay; watch it directly. Armed once per member
@@ -432,36 +466,39 @@ void Elector::watchOwnMember() {
   const uint64_t link = zk_.linkEpoch();
   if (ownWatch_ == std::pair(memberName_, link)) return;
   ownWatch_ = {memberName_, link};
-  zk_.existsOn(strand_, members_ + "/" + memberName_, &members_,
-               [weak = weak_from_this()] {
-                 if (auto s = weak.lock()) {
-                   s->ownWatch_ = {};
-                   s->requestEvaluate();
-                 }
-               },
-               [](ZkError, std::optional<NodeStat>) {});
+  zk_.existsOn(
+      strand_, members_ + "/" + memberName_, &members_,
+      [weak = weak_from_this()] {
+        if (auto s = weak.lock()) {
+          s->ownWatch_ = {};
+          s->requestEvaluate();
+        }
+      },
+      [](ZkError, std::optional<NodeStat>) {});
 }
 
 // Non-leaders watch `active` too: an operator deleting or editing it must trigger re-evaluation,
 // and refusals name the current leader.
 void Elector::watchActive(uint64_t epoch) {
-  zk_.getOn(strand_, active_, &active_,
-            [weak = weak_from_this()] {
-              if (auto s = weak.lock()) s->requestEvaluate();
-            },
-            [self = shared_from_this(), epoch](ZkError err, std::string data, NodeStat) {
-              if (epoch != self->epoch_) return;
-              if (err == ZkError::Ok) {
-                self->noteLeader(parseActive(data));
-              } else if (err == ZkError::NoNode) {
-                self->noteLeader(std::nullopt);
-                self->zk_.existsOn(self->strand_, self->active_, &self->active_,
-                                   [weak = self->weak_from_this()] {
-                                     if (auto s = weak.lock()) s->requestEvaluate();
-                                   },
-                                   [](ZkError, std::optional<NodeStat>) {});
-              }
-            });
+  zk_.getOn(
+      strand_, active_, &active_,
+      [weak = weak_from_this()] {
+        if (auto s = weak.lock()) s->requestEvaluate();
+      },
+      [self = shared_from_this(), epoch](ZkError err, std::string data, NodeStat) {
+        if (epoch != self->epoch_) return;
+        if (err == ZkError::Ok) {
+          self->noteLeader(parseActive(data));
+        } else if (err == ZkError::NoNode) {
+          self->noteLeader(std::nullopt);
+          self->zk_.existsOn(
+              self->strand_, self->active_, &self->active_,
+              [weak = self->weak_from_this()] {
+                if (auto s = weak.lock()) s->requestEvaluate();
+              },
+              [](ZkError, std::optional<NodeStat>) {});
+        }
+      });
 }
 
 void Elector::noteLeader(std::optional<ActiveInfo> leader) {
@@ -488,7 +525,8 @@ void Elector::acquire(uint64_t epoch) {
     if (epoch != self->epoch_) return self->finishEvaluate();
     const ZkError err = *pending->created;
     if (err == ZkError::NodeExists) return self->confirm(epoch);
-    if (err != ZkError::Ok) return self->finishEvaluate();  // connection trouble: reconnect re-verifies
+    if (err != ZkError::Ok)
+      return self->finishEvaluate();  // connection trouble: reconnect re-verifies
     if (self->role_ == Role::Leader) {
       // Seed 001 signal two: `active` was gone while we led. Step down, then take it again.
       self->feed(Event::Drift, LossReason::Drift);
@@ -516,17 +554,17 @@ void Elector::acquire(uint64_t epoch) {
 // Watches the `active` node we just created; if anyone touched it before the watch was in place
 // (version moved, owner changed, node gone), evaluate again at once.
 void Elector::armActiveWatch(uint64_t epoch) {
-  zk_.existsOn(strand_, active_, &active_,
-               [weak = weak_from_this()] {
-                 if (auto s = weak.lock()) s->requestEvaluate();
-               },
-               [self = shared_from_this(), epoch](ZkError err, std::optional<NodeStat> stat) {
-                 if (epoch != self->epoch_ || err != ZkError::Ok) return;
-                 if (!stat || stat->version != 0 ||
-                     stat->ephemeralOwner != self->zk_.sessionId()) {
-                   self->requestEvaluate();
-                 }
-               });
+  zk_.existsOn(
+      strand_, active_, &active_,
+      [weak = weak_from_this()] {
+        if (auto s = weak.lock()) s->requestEvaluate();
+      },
+      [self = shared_from_this(), epoch](ZkError err, std::optional<NodeStat> stat) {
+        if (epoch != self->epoch_ || err != ZkError::Ok) return;
+        if (!stat || stat->version != 0 || stat->ephemeralOwner != self->zk_.sessionId()) {
+          self->requestEvaluate();
+        }
+      });
 }
 
 // Reads `active` back (arming its watch) and, when about to lead, the predecessor's handover
@@ -565,16 +603,17 @@ void Elector::confirm(uint64_t epoch) {
     self->feed(self->role_ == Role::Leader ? Event::Drift : Event::MustWait, LossReason::Drift);
     self->finishEvaluate();
   };
-  zk_.getOn(strand_, active_, &active_,
-            [weak = weak_from_this()] {
-              if (auto s = weak.lock()) s->requestEvaluate();
-            },
-            [reads, settle](ZkError err, std::string data, NodeStat stat) {
-              reads->activeErr = err;
-              reads->active = std::move(data);
-              reads->activeStat = stat;
-              settle();
-            });
+  zk_.getOn(
+      strand_, active_, &active_,
+      [weak = weak_from_this()] {
+        if (auto s = weak.lock()) s->requestEvaluate();
+      },
+      [reads, settle](ZkError err, std::string data, NodeStat stat) {
+        reads->activeErr = err;
+        reads->active = std::move(data);
+        reads->activeStat = stat;
+        settle();
+      });
   if (aboutToLead) {
     zk_.getOn(strand_, handover_, nullptr, nullptr,
               [reads, settle](ZkError err, std::string data, NodeStat) {
@@ -594,7 +633,8 @@ void Elector::prepareAnnouncement(const std::string* handover, uint64_t linkAtRe
   auto j = handover ? nlohmann::json::parse(*handover, nullptr, false) : nlohmann::json();
   std::optional<ActiveInfo> handedOver;
   if (j.is_object() && j.value("seq", int64_t{-1}) >= 0) {
-    handedOver = ActiveInfo{j.value("seq", int64_t{-1}), j.value("instanceId", std::string()), 0, 0, ""};
+    handedOver =
+        ActiveInfo{j.value("seq", int64_t{-1}), j.value("instanceId", std::string()), 0, 0, ""};
   }
   if (prev && prev->seq == seq_ && prev->instanceId == ctx_->options.instanceId) {
     pendingHandoverReason_ = "drift";  // we lost it ourselves and took it back
@@ -671,11 +711,16 @@ void Elector::announce() {
   }
   lastLeaderSeen_ = mine;
   const auto& prev = pendingPrevious_;
-  spdlog::info("leader changed account={} oldSeq={} oldInstance={} newSeq={} newInstance={} reason={}",
-               account_, prev ? prev->seq : -1, prev ? prev->instanceId : "none", seq_,
-               ctx_->options.instanceId, pendingHandoverReason_);
+  spdlog::info(
+      "leader changed account={} oldSeq={} oldInstance={} newSeq={} newInstance={} reason={}",
+      account_, prev ? prev->seq : -1, prev ? prev->instanceId : "none", seq_,
+      ctx_->options.instanceId, pendingHandoverReason_);
   if (ctx_->onLeadership) {
-    LeadershipEvent ev{LeadershipEvent::Kind::Acquired, account_, seq_, {}, prev,
+    LeadershipEvent ev{LeadershipEvent::Kind::Acquired,
+                       account_,
+                       seq_,
+                       {},
+                       prev,
                        prev.has_value() && pendingHandoverReason_ == "session_expired",
                        std::chrono::system_clock::now()};
     ctx_->onLeadership(ev);
@@ -698,8 +743,9 @@ void Elector::reportLoss(LossReason reason) {
   spdlog::warn("leadership lost account={} seq={} instance={} reason={}", account_, token,
                ctx_->options.instanceId, toString(reason));
   if (ctx_->onLeadership) {
-    LeadershipEvent ev{LeadershipEvent::Kind::Lost, account_, token, reason, std::nullopt, false,
-                       std::chrono::system_clock::now()};
+    LeadershipEvent ev{
+        LeadershipEvent::Kind::Lost,     account_, token, reason, std::nullopt, false,
+        std::chrono::system_clock::now()};
     ctx_->onLeadership(ev);
   }
 }
@@ -720,7 +766,8 @@ ActiveInfo Elector::ownRecord() const {
 }
 
 bool Elector::isOwnRecord(const ActiveInfo& a) const {
-  return a.seq == seq_ && a.instanceId == ctx_->options.instanceId && a.sessionId == zk_.sessionId();
+  return a.seq == seq_ && a.instanceId == ctx_->options.instanceId &&
+         a.sessionId == zk_.sessionId();
 }
 
 // ---- gate and queries ------------------------------------------------------------------------
@@ -747,55 +794,58 @@ void Elector::checkStrict(std::function<void(GateDecision)> done) {
     const uint64_t epoch = self->epoch_;
     self->zk_.syncOn(self->strand_, self->active_,
                      [self, epoch, fast, done = std::move(done)](ZkError err) mutable {
-      if (err != ZkError::Ok) {
-        fast.verdict = GateDecision::Verdict::Suspended;
-        return done(fast);
-      }
-      self->zk_.getOn(self->strand_, self->active_, nullptr, nullptr,
-                      [self, epoch, fast, done = std::move(done)](ZkError e2, std::string data,
-                                                                  NodeStat stat) mutable {
-        auto active = e2 == ZkError::Ok ? parseActive(data) : std::nullopt;
-        const bool mine = active && self->isOwnRecord(*active) &&
-                          stat.ephemeralOwner == self->zk_.sessionId() && active->seq == fast.token;
-        if (mine) return done(self->check());
-        if (e2 == ZkError::Ok || e2 == ZkError::NoNode) {
-          fast.verdict = GateDecision::Verdict::Drifted;
-          fast.token = -1;
-          fast.leader = active;
-          if (epoch == self->epoch_ && self->role_ == Role::Leader) {
-            self->feed(Event::Drift, LossReason::Drift);
-          }
-        } else {
-          fast.verdict = GateDecision::Verdict::Suspended;
-          fast.token = -1;
-        }
-        done(fast);
-      });
-    });
+                       if (err != ZkError::Ok) {
+                         fast.verdict = GateDecision::Verdict::Suspended;
+                         return done(fast);
+                       }
+                       self->zk_.getOn(
+                           self->strand_, self->active_, nullptr, nullptr,
+                           [self, epoch, fast, done = std::move(done)](ZkError e2, std::string data,
+                                                                       NodeStat stat) mutable {
+                             auto active = e2 == ZkError::Ok ? parseActive(data) : std::nullopt;
+                             const bool mine = active && self->isOwnRecord(*active) &&
+                                               stat.ephemeralOwner == self->zk_.sessionId() &&
+                                               active->seq == fast.token;
+                             if (mine) return done(self->check());
+                             if (e2 == ZkError::Ok || e2 == ZkError::NoNode) {
+                               fast.verdict = GateDecision::Verdict::Drifted;
+                               fast.token = -1;
+                               fast.leader = active;
+                               if (epoch == self->epoch_ && self->role_ == Role::Leader) {
+                                 self->feed(Event::Drift, LossReason::Drift);
+                               }
+                             } else {
+                               fast.verdict = GateDecision::Verdict::Suspended;
+                               fast.token = -1;
+                             }
+                             done(fast);
+                           });
+                     });
   });
 }
 
 void Elector::members(std::function<void(ZkError, std::vector<MemberInfo>)> done) {
-  zk_.childrenOn(strand_, members_, nullptr, nullptr,
-                 [self = shared_from_this(), done = std::move(done)](
-                     ZkError err, std::vector<std::string> names) mutable {
-    if (err != ZkError::Ok) return done(err, {});
-    auto gather = std::make_shared<Gather<MemberInfo>>();
-    gather->pending = names.size() + 1;
-    gather->done = [done = std::move(done)](std::vector<MemberInfo> all) {
-      std::sort(all.begin(), all.end(), [](auto& a, auto& b) { return a.seq < b.seq; });
-      done(ZkError::Ok, std::move(all));
-    };
-    for (auto& name : names) {
-      self->zk_.getOn(self->strand_, self->members_ + "/" + name, nullptr, nullptr,
-                      [gather, name](ZkError e2, std::string data, NodeStat) {
-                        auto m = e2 == ZkError::Ok ? parseMember(data) : std::nullopt;
-                        if (m) m->seq = seqOf(name);
-                        gather->add(m && m->seq >= 0 ? m : std::nullopt);
-                      });
-    }
-    gather->add(std::nullopt);
-  });
+  zk_.childrenOn(
+      strand_, members_, nullptr, nullptr,
+      [self = shared_from_this(), done = std::move(done)](ZkError err,
+                                                          std::vector<std::string> names) mutable {
+        if (err != ZkError::Ok) return done(err, {});
+        auto gather = std::make_shared<Gather<MemberInfo>>();
+        gather->pending = names.size() + 1;
+        gather->done = [done = std::move(done)](std::vector<MemberInfo> all) {
+          std::sort(all.begin(), all.end(), [](auto& a, auto& b) { return a.seq < b.seq; });
+          done(ZkError::Ok, std::move(all));
+        };
+        for (auto& name : names) {
+          self->zk_.getOn(self->strand_, self->members_ + "/" + name, nullptr, nullptr,
+                          [gather, name](ZkError e2, std::string data, NodeStat) {
+                            auto m = e2 == ZkError::Ok ? parseMember(data) : std::nullopt;
+                            if (m) m->seq = seqOf(name);
+                            gather->add(m && m->seq >= 0 ? m : std::nullopt);
+                          });
+        }
+        gather->add(std::nullopt);
+      });
 }
 
 AccountStatus Elector::status() const {

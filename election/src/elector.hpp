@@ -22,7 +22,8 @@ class Elector : public std::enable_shared_from_this<Elector> {
  public:
   using Strand = boost::asio::strand<boost::asio::io_context::executor_type>;
 
-  Elector(boost::asio::io_context& io, std::shared_ptr<const ElectorContext> ctx, std::string account);
+  Elector(boost::asio::io_context& io, std::shared_ptr<const ElectorContext> ctx,
+          std::string account);
 
   // Each posts onto the strand.
   void join();
@@ -76,17 +77,18 @@ class Elector : public std::enable_shared_from_this<Elector> {
   // Strand-only state.
   Role role_ = Role::Init;
   bool standing_ = false;
-  std::string memberName_;         // "m-0000000007", empty when not registered
+  std::string memberName_;  // "m-0000000007", empty when not registered
   int64_t seq_ = -1;
-  int64_t memberSession_ = 0;      // session that owns memberName_
-  bool createInFlight_ = false;    // a member create is on its way (meaningful in createEpoch_)
+  int64_t memberSession_ = 0;    // session that owns memberName_
+  bool createInFlight_ = false;  // a member create is on its way (meaningful in createEpoch_)
   uint64_t createEpoch_ = 0;
-  bool replyLost_ = false;         // ...and its reply was lost: adopt by ephemeralOwner
+  bool replyLost_ = false;  // ...and its reply was lost: adopt by ephemeralOwner
   bool evaluating_ = false, dirty_ = false;
-  uint64_t epoch_ = 0;             // bumped on every registration/session change: stale replies drop
-  int32_t activeVersion_ = -1;     // version of our own active node
+  uint64_t epoch_ = 0;          // bumped on every registration/session change: stale replies drop
+  int32_t activeVersion_ = -1;  // version of our own active node
   std::optional<ActiveInfo> lastLeaderSeen_;
-  std::pair<std::string, uint64_t> ownWatch_;  // (member, link epoch) the own-member watch is on  // the last `active` record read or written
+  std::pair<std::string, uint64_t> ownWatch_;  // (member, link epoch) the own-member watch is on //
+                                               // the last `active` record read or written
   std::vector<std::pair<std::string, int32_t>> pendingRemovals_;  // deletes to retry on reconnect
   // What the next AnnounceLeader reports (set just before the Elected event is fed).
   std::optional<ActiveInfo> pendingPrevious_;

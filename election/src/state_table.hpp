@@ -10,35 +10,35 @@
 namespace zkagent::election::detail {
 
 enum class Event {
-  Registered,          // own member node created (or reused after a lost reply)
-  Elected,             // we are the smallest member and `active` holds our record
-  MustWait,            // a predecessor exists, or `active` holds someone else's record
-  QueueChanged,        // predecessor or `active` deleted: look again
-  Drift,               // own member gone, `active` gone or not ours while leading
-  MemberMissing,       // own member node is gone (session moved on, or deleted by hand)
-  Disconnected,        // link to ZooKeeper lost, session may still live
-  ReconnectedSame,     // link back on the same session
-  Expired,             // session gone (server said so, or our local deadline passed)
-  NewSession,          // connected on a fresh session
-  Resign,              // operator: hand over and stand again at the back of the queue
-  Withdraw,            // stop standing (drain, not schedulable)
-  Stop,                // process stops
+  Registered,       // own member node created (or reused after a lost reply)
+  Elected,          // we are the smallest member and `active` holds our record
+  MustWait,         // a predecessor exists, or `active` holds someone else's record
+  QueueChanged,     // predecessor or `active` deleted: look again
+  Drift,            // own member gone, `active` gone or not ours while leading
+  MemberMissing,    // own member node is gone (session moved on, or deleted by hand)
+  Disconnected,     // link to ZooKeeper lost, session may still live
+  ReconnectedSame,  // link back on the same session
+  Expired,          // session gone (server said so, or our local deadline passed)
+  NewSession,       // connected on a fresh session
+  Resign,           // operator: hand over and stand again at the back of the queue
+  Withdraw,         // stop standing (drain, not schedulable)
+  Stop,             // process stops
 };
 
 enum class Action {
   None,
-  Register,            // create the ephemeral-sequential member node
-  Evaluate,            // list members, watch predecessor / take `active`
-  VerifyMember,        // same session again: check own member node still exists, then Evaluate
-  AnnounceLeader,      // report Acquired
-  StepDown,            // report Lost(reason), then Evaluate
-  StepDownRegister,    // report Lost(reason), then Register
-  ResignAndRegister,   // close gate, delete active+member in one multi, register again
-  ResignAndLeave,      // close gate, delete active+member in one multi
-  Leave,               // delete own member node (not leading)
-  Suspend,             // report Lost(suspended) if leading; gate closed by the session flag
-  Forget,              // report Lost(session_expired) if leading; member node is gone with the session
-  Halt,                // report Lost(stopped) if leading
+  Register,           // create the ephemeral-sequential member node
+  Evaluate,           // list members, watch predecessor / take `active`
+  VerifyMember,       // same session again: check own member node still exists, then Evaluate
+  AnnounceLeader,     // report Acquired
+  StepDown,           // report Lost(reason), then Evaluate
+  StepDownRegister,   // report Lost(reason), then Register
+  ResignAndRegister,  // close gate, delete active+member in one multi, register again
+  ResignAndLeave,     // close gate, delete active+member in one multi
+  Leave,              // delete own member node (not leading)
+  Suspend,            // report Lost(suspended) if leading; gate closed by the session flag
+  Forget,  // report Lost(session_expired) if leading; member node is gone with the session
+  Halt,    // report Lost(stopped) if leading
 };
 
 struct Transition {

@@ -42,8 +42,13 @@ template <typename Done>
 struct Call {
   Call(ZkSession* s, uint64_t gen, Executor ex, Done d, const void* o = nullptr,
        Session::Watch w = {}, std::string p = {})
-      : session(s), generation(gen), executor(std::move(ex)), done(std::move(d)), owner(o),
-        watch(std::move(w)), path(std::move(p)) {}
+      : session(s),
+        generation(gen),
+        executor(std::move(ex)),
+        done(std::move(d)),
+        owner(o),
+        watch(std::move(w)),
+        path(std::move(p)) {}
   ZkSession* session;
   uint64_t generation;
   Executor executor;
@@ -66,10 +71,10 @@ void deliver(Call<Done>* call, ZkError err, Args&&... args) {
   if (err != ZkError::ConnectionLoss && err != ZkError::SessionExpired && err != ZkError::Closing) {
     call->session->noteContact();  // any answer proves the server still knows our session
   }
-  asio::post(call->executor, [done = std::move(call->done), err,
-                              ... a = std::forward<Args>(args)]() mutable {
-    done(err, std::move(a)...);
-  });
+  asio::post(call->executor,
+             [done = std::move(call->done), err, ... a = std::forward<Args>(args)]() mutable {
+               done(err, std::move(a)...);
+             });
   delete call;
 }
 
@@ -81,9 +86,12 @@ void refuse(Executor ex, std::function<void(ZkError, Args...)> done, ZkError err
 
 int createMode(NodeKind kind) {
   switch (kind) {
-    case NodeKind::Persistent: return ZOO_PERSISTENT;
-    case NodeKind::Ephemeral: return ZOO_EPHEMERAL;
-    case NodeKind::EphemeralSequential: return ZOO_EPHEMERAL_SEQUENTIAL;
+    case NodeKind::Persistent:
+      return ZOO_PERSISTENT;
+    case NodeKind::Ephemeral:
+      return ZOO_EPHEMERAL;
+    case NodeKind::EphemeralSequential:
+      return ZOO_EPHEMERAL_SEQUENTIAL;
   }
   return ZOO_PERSISTENT;
 }
@@ -111,18 +119,27 @@ ZkSession::~ZkSession() {
 
 ZkError ZkSession::fromRc(int rc) {
   switch (rc) {
-    case ZOK: return ZkError::Ok;
-    case ZNONODE: return ZkError::NoNode;
-    case ZNODEEXISTS: return ZkError::NodeExists;
-    case ZNOTEMPTY: return ZkError::NotEmpty;
-    case ZBADVERSION: return ZkError::BadVersion;
+    case ZOK:
+      return ZkError::Ok;
+    case ZNONODE:
+      return ZkError::NoNode;
+    case ZNODEEXISTS:
+      return ZkError::NodeExists;
+    case ZNOTEMPTY:
+      return ZkError::NotEmpty;
+    case ZBADVERSION:
+      return ZkError::BadVersion;
     case ZCONNECTIONLOSS:
-    case ZOPERATIONTIMEOUT: return ZkError::ConnectionLoss;
+    case ZOPERATIONTIMEOUT:
+      return ZkError::ConnectionLoss;
     case ZSESSIONEXPIRED:
     case ZSESSIONMOVED:
-    case ZINVALIDSTATE: return ZkError::SessionExpired;
-    case ZCLOSING: return ZkError::Closing;
-    default: return ZkError::Other;
+    case ZINVALIDSTATE:
+      return ZkError::SessionExpired;
+    case ZCLOSING:
+      return ZkError::Closing;
+    default:
+      return ZkError::Other;
   }
 }
 
@@ -142,8 +159,8 @@ void ZkSession::openHandle() {
   if (zh_ == nullptr) {
     delete ctx;
     // Bad host string or out of resources: retry later rather than give up silently.
-    spdlog::error("cannot open a ZooKeeper handle for '{}' ({}); retrying in 1 s",
-                  options_.hosts, std::strerror(errno));
+    spdlog::error("cannot open a ZooKeeper handle for '{}' ({}); retrying in 1 s", options_.hosts,
+                  std::strerror(errno));
     auto timer = std::make_shared<asio::steady_timer>(strand_, std::chrono::seconds(1));
     timer->async_wait([self = shared_from_this(), timer](auto) { self->openHandle(); });
   }
@@ -162,7 +179,8 @@ void ZkSession::onWatcherEvent(uint64_t generation, int type, int state, const c
     return;
   }
   const std::string nodePath = path != nullptr ? path : "";
-  const bool data = type == ZOO_CREATED_EVENT || type == ZOO_DELETED_EVENT || type == ZOO_CHANGED_EVENT;
+  const bool data =
+      type == ZOO_CREATED_EVENT || type == ZOO_DELETED_EVENT || type == ZOO_CHANGED_EVENT;
   const bool child = type == ZOO_CHILD_EVENT || type == ZOO_DELETED_EVENT;
   fireWatches(generation, data, child, nodePath);
 }
@@ -368,13 +386,13 @@ void ZkSession::set(std::string path, std::string data, int32_t version,
   using Done = std::function<void(ZkError, NodeStat)>;
   submit(io_.get_executor(), Done(std::move(done)), nullptr, nullptr, std::move(path),
          [&](zhandle_t* zh, Call<Done>* call) {
-           return zoo_aset(zh, call->path.c_str(), data.data(), static_cast<int>(data.size()),
-                           version,
-                           [](int rc, const Stat* stat, const void* p) {
-                             deliver(static_cast<Call<Done>*>(const_cast<void*>(p)), fromRc(rc),
-                                     toNodeStat(stat));
-                           },
-                           call);
+           return zoo_aset(
+               zh, call->path.c_str(), data.data(), static_cast<int>(data.size()), version,
+               [](int rc, const Stat* stat, const void* p) {
+                 deliver(static_cast<Call<Done>*>(const_cast<void*>(p)), fromRc(rc),
+                         toNodeStat(stat));
+               },
+               call);
          });
 }
 void ZkSession::get(std::string path, Watch watch,
@@ -401,13 +419,14 @@ void ZkSession::createOn(Executor ex, std::string path, std::string data, NodeKi
   using Done = std::function<void(ZkError, std::string)>;
   submit(std::move(ex), std::move(done), nullptr, nullptr, std::move(path),
          [&](zhandle_t* zh, Call<Done>* call) {
-           return zoo_acreate(zh, call->path.c_str(), data.data(), static_cast<int>(data.size()),
-                              &ZOO_OPEN_ACL_UNSAFE, createMode(kind),
-                              [](int rc, const char* value, const void* p) {
-                                deliver(static_cast<Call<Done>*>(const_cast<void*>(p)), fromRc(rc),
-                                        std::string(value != nullptr ? value : ""));
-                              },
-                              call);
+           return zoo_acreate(
+               zh, call->path.c_str(), data.data(), static_cast<int>(data.size()),
+               &ZOO_OPEN_ACL_UNSAFE, createMode(kind),
+               [](int rc, const char* value, const void* p) {
+                 deliver(static_cast<Call<Done>*>(const_cast<void*>(p)), fromRc(rc),
+                         std::string(value != nullptr ? value : ""));
+               },
+               call);
          });
 }
 
@@ -421,8 +440,9 @@ void ZkSession::getOn(Executor ex, std::string path, const void* owner, Watch wa
                zh, call->path.c_str(), call->watch ? 1 : 0,
                [](int rc, const char* value, int len, const Stat* stat, const void* p) {
                  auto* c = static_cast<Call<Done>*>(const_cast<void*>(p));
-                 if (rc == ZOK && c->watch) c->session->addWatch(c->generation, false, c->path, c->owner, c->executor,
-                                                      std::move(c->watch));
+                 if (rc == ZOK && c->watch)
+                   c->session->addWatch(c->generation, false, c->path, c->owner, c->executor,
+                                        std::move(c->watch));
                  deliver(c, fromRc(rc),
                          value != nullptr && len > 0 ? std::string(value, len) : std::string(),
                          toNodeStat(stat));
@@ -441,8 +461,9 @@ void ZkSession::existsOn(Executor ex, std::string path, const void* owner, Watch
                [](int rc, const Stat* stat, const void* p) {
                  auto* c = static_cast<Call<Done>*>(const_cast<void*>(p));
                  // exists() leaves a watch both when the node is there and when it is not.
-                 if ((rc == ZOK || rc == ZNONODE) && c->watch) c->session->addWatch(c->generation, false, c->path, c->owner, c->executor,
-                                                      std::move(c->watch));
+                 if ((rc == ZOK || rc == ZNONODE) && c->watch)
+                   c->session->addWatch(c->generation, false, c->path, c->owner, c->executor,
+                                        std::move(c->watch));
                  std::optional<NodeStat> st;
                  if (rc == ZOK) st = toNodeStat(stat);
                  deliver(c, rc == ZNONODE ? ZkError::Ok : fromRc(rc), st);
@@ -460,8 +481,9 @@ void ZkSession::childrenOn(Executor ex, std::string path, const void* owner, Wat
                zh, call->path.c_str(), call->watch ? 1 : 0,
                [](int rc, const String_vector* strings, const void* p) {
                  auto* c = static_cast<Call<Done>*>(const_cast<void*>(p));
-                 if (rc == ZOK && c->watch) c->session->addWatch(c->generation, true, c->path, c->owner, c->executor,
-                                                     std::move(c->watch));
+                 if (rc == ZOK && c->watch)
+                   c->session->addWatch(c->generation, true, c->path, c->owner, c->executor,
+                                        std::move(c->watch));
                  std::vector<std::string> names;
                  if (rc == ZOK && strings != nullptr) {
                    names.reserve(static_cast<size_t>(strings->count));
@@ -478,11 +500,12 @@ void ZkSession::removeOn(Executor ex, std::string path, int32_t version,
   using Done = std::function<void(ZkError)>;
   submit(std::move(ex), std::move(done), nullptr, nullptr, std::move(path),
          [version](zhandle_t* zh, Call<Done>* call) {
-           return zoo_adelete(zh, call->path.c_str(), version,
-                              [](int rc, const void* p) {
-                                deliver(static_cast<Call<Done>*>(const_cast<void*>(p)), fromRc(rc));
-                              },
-                              call);
+           return zoo_adelete(
+               zh, call->path.c_str(), version,
+               [](int rc, const void* p) {
+                 deliver(static_cast<Call<Done>*>(const_cast<void*>(p)), fromRc(rc));
+               },
+               call);
          });
 }
 
@@ -520,7 +543,7 @@ void ZkSession::multiOn(Executor ex, std::vector<MultiOp> ops, std::function<voi
   };
   std::unique_lock lock(mu_);  // held while submitting: a handle is never closed under a call
   zhandle_t* zh = zh_;
-    auto* call = new MultiCall{std::move(ops), {}, {}, ex, std::move(done)};
+  auto* call = new MultiCall{std::move(ops), {}, {}, ex, std::move(done)};
   call->zops.resize(call->ops.size());
   call->results.resize(call->ops.size());
   for (size_t i = 0; i < call->ops.size(); ++i) {
@@ -532,17 +555,18 @@ void ZkSession::multiOn(Executor ex, std::vector<MultiOp> ops, std::function<voi
                       static_cast<int>(op.data.size()), op.version, nullptr);
     }
   }
-  int rc = zh == nullptr ? ZINVALIDSTATE
-                         : zoo_amulti(zh, static_cast<int>(call->zops.size()), call->zops.data(),
-                                      call->results.data(),
-                                      [](int rc2, const void* p) {
-                                        auto* c = static_cast<MultiCall*>(const_cast<void*>(p));
-                                        asio::post(c->executor, [done = std::move(c->done), rc2] {
-                                          done(ZkSession::fromRc(rc2));
-                                        });
-                                        delete c;
-                                      },
-                                      call);
+  int rc =
+      zh == nullptr
+          ? ZINVALIDSTATE
+          : zoo_amulti(
+                zh, static_cast<int>(call->zops.size()), call->zops.data(), call->results.data(),
+                [](int rc2, const void* p) {
+                  auto* c = static_cast<MultiCall*>(const_cast<void*>(p));
+                  asio::post(c->executor,
+                             [done = std::move(c->done), rc2] { done(ZkSession::fromRc(rc2)); });
+                  delete c;
+                },
+                call);
   lock.unlock();
   if (rc != ZOK) {
     refuse(ex, std::move(call->done), fromRc(rc));
@@ -554,11 +578,12 @@ void ZkSession::syncOn(Executor ex, std::string path, std::function<void(ZkError
   using Done = std::function<void(ZkError)>;
   submit(std::move(ex), std::move(done), nullptr, nullptr, std::move(path),
          [](zhandle_t* zh, Call<Done>* call) {
-           return zoo_async(zh, call->path.c_str(),
-                            [](int rc, const char*, const void* p) {
-                              deliver(static_cast<Call<Done>*>(const_cast<void*>(p)), fromRc(rc));
-                            },
-                            call);
+           return zoo_async(
+               zh, call->path.c_str(),
+               [](int rc, const char*, const void* p) {
+                 deliver(static_cast<Call<Done>*>(const_cast<void*>(p)), fromRc(rc));
+               },
+               call);
          });
 }
 

@@ -27,7 +27,7 @@ using Clock = std::chrono::steady_clock;
 struct MultiOp {
   enum class Kind { Remove, Set } kind;
   std::string path;
-  std::string data;     // Set
+  std::string data;  // Set
   int32_t version = -1;
 };
 
@@ -99,7 +99,8 @@ class ZkSession : public Session, public std::enable_shared_from_this<ZkSession>
   using WatchTable = std::unordered_map<std::string, std::vector<WatchEntry>>;
 
   template <typename Done, typename Issue>
-  void submit(Executor ex, Done done, const void* owner, Watch watch, std::string path, Issue issue);
+  void submit(Executor ex, Done done, const void* owner, Watch watch, std::string path,
+              Issue issue);
   void openHandle();  // strand
   void closeOnStrand(std::function<void()> done);
   void handleSessionState(uint64_t generation, int zkState);

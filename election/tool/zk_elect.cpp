@@ -53,8 +53,9 @@ void emit(const std::string& line) {
 }
 
 void printGate(const std::string& account, const GateDecision& d) {
-  emit("GATE " + account + (d.allowed() ? " allowed " + std::to_string(d.token)
-                                        : " refused " + std::string(toString(d.verdict))));
+  emit("GATE " + account +
+       (d.allowed() ? " allowed " + std::to_string(d.token)
+                    : " refused " + std::string(toString(d.verdict))));
 }
 
 struct Args {
@@ -122,7 +123,8 @@ Args parseArgs(int argc, char** argv) {
   }
   if (args.election.session.hosts.empty()) usageError("--zk is required");
   if (args.election.instanceId.empty()) usageError("--instance-id is required");
-  if (!haveAccounts || args.accounts.empty()) usageError("--accounts or --accounts-file is required");
+  if (!haveAccounts || args.accounts.empty())
+    usageError("--accounts or --accounts-file is required");
   if (args.election.root.empty() || args.election.root.front() != '/' ||
       args.election.root.back() == '/') {
     usageError("--root must start with '/' and not end with '/'");
@@ -167,7 +169,8 @@ int main(int argc, char** argv) {
   });
   group.onLeadership([](const LeadershipEvent& ev) {
     if (ev.kind == LeadershipEvent::Kind::Acquired) {
-      emit("LEADER " + ev.account + " " + std::to_string(ev.token) + " " + std::to_string(unixNanos()));
+      emit("LEADER " + ev.account + " " + std::to_string(ev.token) + " " +
+           std::to_string(unixNanos()));
     } else {
       emit("LOST " + ev.account + " " + std::string(toString(ev.reason)) + " " +
            std::to_string(unixNanos()));

@@ -130,8 +130,9 @@ Config parseConfigJson(std::string_view text, Config config) {
   } catch (const nlohmann::json::parse_error& error) {
     fail("config", std::string("not valid JSON: ") + error.what());
   }
-  requireKnownKeys(root, "", {"listen", "dataDir", "zookeeper", "token", "accounts", "commitMode",
-                              "handlerThreads", "ioThreads", "agentTimeoutMs", "log"});
+  requireKnownKeys(root, "",
+                   {"listen", "dataDir", "zookeeper", "token", "accounts", "commitMode",
+                    "handlerThreads", "ioThreads", "agentTimeoutMs", "log"});
   if (root.contains("listen")) setListen(config, "listen", stringField(root, "listen", "listen"));
   if (root.contains("dataDir")) config.dataDir = stringField(root, "dataDir", "dataDir");
   if (root.contains("token")) config.bearerToken = stringField(root, "token", "token");
@@ -165,7 +166,8 @@ Config parseConfigJson(std::string_view text, Config config) {
     const auto& zk = root["zookeeper"];
     requireKnownKeys(zk, "zookeeper", {"hosts", "root", "sessionTimeoutMs", "untrusted"});
     if (zk.contains("hosts")) config.zkHosts = stringField(zk, "hosts", "zookeeper.hosts");
-    if (zk.contains("root")) setRoot(config, "zookeeper.root", stringField(zk, "root", "zookeeper.root"));
+    if (zk.contains("root"))
+      setRoot(config, "zookeeper.root", stringField(zk, "root", "zookeeper.root"));
     if (zk.contains("sessionTimeoutMs")) {
       config.zkSessionTimeoutMs = static_cast<int>(
           integerField(zk, "sessionTimeoutMs", "zookeeper.sessionTimeoutMs", 400, 600000));
@@ -178,7 +180,8 @@ Config parseConfigJson(std::string_view text, Config config) {
   if (root.contains("log")) {
     const auto& log = root["log"];
     requireKnownKeys(log, "log", {"level", "format"});
-    if (log.contains("level")) setLogLevel(config, "log.level", stringField(log, "level", "log.level"));
+    if (log.contains("level"))
+      setLogLevel(config, "log.level", stringField(log, "level", "log.level"));
     if (log.contains("format")) {
       setLogFormat(config, "log.format", stringField(log, "format", "log.format"));
     }
@@ -208,7 +211,8 @@ CommandLine parseCommandLine(const std::vector<std::string>& args,
     }
     for (size_t i = 0; i < args.size(); i += 2) {
       const std::string& flag = args[i];
-      if (i + 1 >= args.size()) fail(flag, flag.starts_with("--") ? "needs a value" : "unexpected argument");
+      if (i + 1 >= args.size())
+        fail(flag, flag.starts_with("--") ? "needs a value" : "unexpected argument");
       const std::string& value = args[i + 1];
       if (flag == "--config") {
         continue;

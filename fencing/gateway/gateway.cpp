@@ -21,9 +21,12 @@ http::Response jsonResponse(int status, const json& body) {
 
 std::string_view toString(CheckMode mode) {
   switch (mode) {
-    case CheckMode::ZooKeeper: return "zookeeper";
-    case CheckMode::HwmOnly: return "hwm_only";
-    case CheckMode::Refusing: return "refusing";
+    case CheckMode::ZooKeeper:
+      return "zookeeper";
+    case CheckMode::HwmOnly:
+      return "hwm_only";
+    case CheckMode::Refusing:
+      return "refusing";
   }
   return "unknown";
 }
@@ -49,10 +52,10 @@ Gateway::Gateway(const Config& config, fencing::TokenValidator& validator, Leade
                                 "Operations refused with 400 (malformed, missing fields, bad "
                                 "account or token); nothing was changed.")
                        .with({})),
-      hwmResets_(registry
-                     .counter("zkagent_gateway_hwm_resets_total",
-                              "High-water marks reset by an operator.")
-                     .with({})),
+      hwmResets_(
+          registry
+              .counter("zkagent_gateway_hwm_resets_total", "High-water marks reset by an operator.")
+              .with({})),
       storageErrors_(registry
                          .counter("zkagent_gateway_storage_errors_total",
                                   "Failed writes to the durable log; the gateway then refuses "
@@ -82,9 +85,7 @@ Gateway::Gateway(const Config& config, fencing::TokenValidator& validator, Leade
                                     "gone when silent longer than the agent timeout.",
                                     {"state"})) {
   const auto& recovery = validator.recovery();
-  registry
-      .gauge("zkagent_gateway_recovered_records",
-             "Log records replayed at start-up.")
+  registry.gauge("zkagent_gateway_recovered_records", "Log records replayed at start-up.")
       .with({})
       .set(static_cast<double>(recovery.replayedRecords));
   registry
@@ -136,8 +137,7 @@ http::Router Gateway::router() {
              [this](const http::Request& request) { return accountStatus(request); });
   router.add(http::Method::Post, "/v1/accounts/{id}/reset-hwm",
              [this](const http::Request& request) { return resetHighWaterMark(request); });
-  router.add(http::Method::Get, "/metrics",
-             [this](const http::Request&) { return metricsText(); });
+  router.add(http::Method::Get, "/metrics", [this](const http::Request&) { return metricsText(); });
   router.add(http::Method::Get, "/healthz",
              [this](const http::Request& request) { return health(request); });
   router.add(http::Method::Get, "/v1/agents", [this](const http::Request&) { return agents(); });
@@ -153,8 +153,8 @@ http::Response Gateway::submitOperation(const http::Request& request) {
   try {
     operation = fencing::parseOperation(request.body);
     if (!config_.accounts.empty() &&
-        std::find(config_.accounts.begin(), config_.accounts.end(),
-                  operation.fencing.account) == config_.accounts.end()) {
+        std::find(config_.accounts.begin(), config_.accounts.end(), operation.fencing.account) ==
+            config_.accounts.end()) {
       throw fencing::BadRequest("unknown account '" + operation.fencing.account +
                                 "': not in the gateway's accounts list");
     }
@@ -170,8 +170,8 @@ http::Response Gateway::submitOperation(const http::Request& request) {
     active = leaders_->active(account);
     if (active.state == fencing::ActiveView::State::unknown) {
       // The cache could not answer for this account in time: the untrusted policy decides.
-      mode = config_.untrusted == UntrustedPolicy::Refuse ? CheckMode::Refusing
-                                                          : CheckMode::HwmOnly;
+      mode =
+          config_.untrusted == UntrustedPolicy::Refuse ? CheckMode::Refusing : CheckMode::HwmOnly;
     }
   }
   if (mode == CheckMode::Refusing) {
@@ -180,8 +180,9 @@ http::Response Gateway::submitOperation(const http::Request& request) {
     return jsonResponse(503, {{"accepted", false},
                               {"reason", "zookeeper_unavailable"},
                               {"hwm", hwm},
-                              {"detail", "ZooKeeper is unreachable and the gateway is "
-                                         "configured to refuse operations meanwhile"}});
+                              {"detail",
+                               "ZooKeeper is unreachable and the gateway is "
+                               "configured to refuse operations meanwhile"}});
   }
 
   fencing::Decision decision;
@@ -234,9 +235,9 @@ http::Response Gateway::accountStatus(const http::Request& request) {
 
 http::Response Gateway::resetHighWaterMark(const http::Request& request) {
   if (config_.bearerToken.empty()) {
-    return http::Response::error(
-        403, "HWM reset is disabled: start the gateway with a bearer token "
-             "(ZKAGENT_GATEWAY_TOKEN or \"token\" in the config)");
+    return http::Response::error(403,
+                                 "HWM reset is disabled: start the gateway with a bearer token "
+                                 "(ZKAGENT_GATEWAY_TOKEN or \"token\" in the config)");
   }
   const auto& account = request.params.at("id");
   if (!fencing::isValidAccountId(account)) {
@@ -279,10 +280,10 @@ http::Response Gateway::health(const http::Request& request) {
   // "instance=ID" marks an agent's heartbeat; anything else in the query is ignored.
   constexpr std::string_view kInstance = "instance=";
   if (request.query.starts_with(kInstance)) {
-    std::string instance = request.query.substr(kInstance.size(), request.query.find('&') -
-                                                                       kInstance.size());
-    const bool printable = std::all_of(instance.begin(), instance.end(),
-                                       [](char c) { return c > ' ' && c <= '~'; });
+    std::string instance =
+        request.query.substr(kInstance.size(), request.query.find('&') - kInstance.size());
+    const bool printable =
+        std::all_of(instance.begin(), instance.end(), [](char c) { return c > ' ' && c <= '~'; });
     if (instance.empty() || instance.size() > 128 || !printable) {
       return http::Response::error(400, "instance must be 1-128 printable ASCII characters");
     }

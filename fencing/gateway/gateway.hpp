@@ -5,9 +5,9 @@
 
 #include <atomic>
 #include <chrono>
-#include <map>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -32,11 +32,11 @@ struct Config {
   std::string zkRoot = "/wx-accounts";
   int zkSessionTimeoutMs = 10000;
   UntrustedPolicy untrusted = UntrustedPolicy::HwmOnly;
-  std::string bearerToken;               // empty: no authentication (and no HWM reset)
-  std::vector<std::string> accounts;     // empty: any valid account id
+  std::string bearerToken;            // empty: no authentication (and no HWM reset)
+  std::vector<std::string> accounts;  // empty: any valid account id
   fencing::CommitMode commitMode = fencing::CommitMode::group;
-  size_t handlerThreads = 64;            // concurrent ops waiting on one group commit
-  int agentTimeoutMs = 5000;             // an agent silent this long on /healthz counts as gone
+  size_t handlerThreads = 64;  // concurrent ops waiting on one group commit
+  int agentTimeoutMs = 5000;   // an agent silent this long on /healthz counts as gone
   size_t ioThreads = 2;
   std::string logLevel = "info";
   bool jsonLogs = false;
@@ -105,7 +105,7 @@ class Gateway {
   std::atomic<CheckMode> mode_;
   std::atomic<bool> storageFailed_{false};
 
-  metrics::CounterFamily& ops_;          // by result and check
+  metrics::CounterFamily& ops_;  // by result and check
   metrics::Counter& replayed_;
   metrics::Counter& badRequests_;
   metrics::Counter& hwmResets_;

@@ -21,8 +21,10 @@ fencing::ActiveView toActiveView(const election::LeaderObserver::View& view) {
     case State::Leader:
       if (view.active.seq < 0) return fencing::ActiveView::unknown();
       return fencing::ActiveView::present(static_cast<uint64_t>(view.active.seq));
-    case State::NoLeader: return fencing::ActiveView::absent();
-    case State::Unknown: break;
+    case State::NoLeader:
+      return fencing::ActiveView::absent();
+    case State::Unknown:
+      break;
   }
   return fencing::ActiveView::unknown();
 }

@@ -7,12 +7,12 @@
 #include <algorithm>
 #include <boost/crc.hpp>
 #include <cerrno>
+#include <concepts>
 #include <cstring>
 #include <fstream>
-#include <concepts>
 #include <optional>
-#include <tuple>
 #include <sstream>
+#include <tuple>
 
 namespace zkagent::fencing::detail {
 namespace fs = std::filesystem;
@@ -55,12 +55,18 @@ auto fieldsOf(RecordOf<AccountSnapshot> auto& r) {
 }
 
 // Tags are the first body byte. Never renumber: they are on disk.
-template <class R> constexpr std::uint8_t kTag = 0;
-template <> constexpr std::uint8_t kTag<AcceptedOp> = 1;
-template <> constexpr std::uint8_t kTag<AccountFenced> = 2;
-template <> constexpr std::uint8_t kTag<HwmReset> = 3;
-template <> constexpr std::uint8_t kTag<SnapshotHeader> = 16;
-template <> constexpr std::uint8_t kTag<AccountSnapshot> = 17;
+template <class R>
+constexpr std::uint8_t kTag = 0;
+template <>
+constexpr std::uint8_t kTag<AcceptedOp> = 1;
+template <>
+constexpr std::uint8_t kTag<AccountFenced> = 2;
+template <>
+constexpr std::uint8_t kTag<HwmReset> = 3;
+template <>
+constexpr std::uint8_t kTag<SnapshotHeader> = 16;
+template <>
+constexpr std::uint8_t kTag<AccountSnapshot> = 17;
 
 std::uint32_t crc32(std::string_view bytes) {
   boost::crc_32_type crc;
@@ -170,12 +176,23 @@ std::optional<Record> decodeBody(std::string_view body) {
     in.get(tag);
     Record record;
     switch (tag) {
-      case kTag<AcceptedOp>: record = decodeAs<AcceptedOp>(in); break;
-      case kTag<AccountFenced>: record = decodeAs<AccountFenced>(in); break;
-      case kTag<HwmReset>: record = decodeAs<HwmReset>(in); break;
-      case kTag<SnapshotHeader>: record = decodeAs<SnapshotHeader>(in); break;
-      case kTag<AccountSnapshot>: record = decodeAs<AccountSnapshot>(in); break;
-      default: return std::nullopt;
+      case kTag<AcceptedOp>:
+        record = decodeAs<AcceptedOp>(in);
+        break;
+      case kTag<AccountFenced>:
+        record = decodeAs<AccountFenced>(in);
+        break;
+      case kTag<HwmReset>:
+        record = decodeAs<HwmReset>(in);
+        break;
+      case kTag<SnapshotHeader>:
+        record = decodeAs<SnapshotHeader>(in);
+        break;
+      case kTag<AccountSnapshot>:
+        record = decodeAs<AccountSnapshot>(in);
+        break;
+      default:
+        return std::nullopt;
     }
     const auto* header = std::get_if<SnapshotHeader>(&record);
     if (!in.done() || (header != nullptr && header->magic != kSnapshotMagic)) return std::nullopt;
@@ -298,8 +315,10 @@ std::uint64_t loadSnapshot(const fs::path& dir,
   bool wellFormed = true;
   const Scan scan = scanRecords(bytes, [&](Record&& record) {
     if (!header) {
-      if (auto* first = std::get_if<SnapshotHeader>(&record)) header = *first;
-      else wellFormed = false;
+      if (auto* first = std::get_if<SnapshotHeader>(&record))
+        header = *first;
+      else
+        wellFormed = false;
     } else if (auto* account = std::get_if<AccountSnapshot>(&record)) {
       ++accounts;
       restore(std::move(*account));
@@ -327,7 +346,8 @@ Journal::Journal(const fs::path& dataDir, const std::function<void(AccountSnapsh
     : dir_(dataDir) {
   std::error_code error;
   fs::create_directories(dir_, error);
-  if (error) throw StorageError("cannot create data directory " + dir_.string() + ": " + error.message());
+  if (error)
+    throw StorageError("cannot create data directory " + dir_.string() + ": " + error.message());
   const fs::path lockPath = dir_ / kLockName;
   lockFd_ = ::open(lockPath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (lockFd_ < 0) throwErrno("open " + lockPath.string());
@@ -407,7 +427,8 @@ void Journal::appendDurably(std::string_view records) {
 void Journal::rotate(const std::vector<AccountSnapshot>& state) {
   const std::uint64_t next = generation_ + 1;
   const fs::path nextLog = logPath(dir_, next);
-  const int nextFd = ::open(nextLog.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
+  const int nextFd =
+      ::open(nextLog.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
   if (nextFd < 0) throwErrno("create " + nextLog.string());
   try {
     syncDirectory(dir_);

@@ -45,7 +45,8 @@ TokenValidator::Impl::Impl(ValidatorOptions validatorOptions)
     : options(std::move(validatorOptions)), rules(options.rememberedOpsPerAccount) {
   if (options.dataDir.empty()) return;
   journal = std::make_unique<detail::Journal>(
-      options.dataDir, [this](detail::AccountSnapshot&& account) { rules.restore(std::move(account)); },
+      options.dataDir,
+      [this](detail::AccountSnapshot&& account) { rules.restore(std::move(account)); },
       [this](detail::Event&& event) { rules.apply(event); }, report);
   if (report.truncatedBytes > 0) {
     spdlog::warn("fencing log recovery cut a torn tail dir={} bytes={} reason={}",
@@ -157,8 +158,7 @@ Decision TokenValidator::submit(const Operation& operation, const ActiveView& ac
 }
 
 AccountStatus TokenValidator::resetHighWaterMark(std::string_view account, std::uint64_t hwm,
-                                                 std::string_view actor,
-                                                 std::string_view reason) {
+                                                 std::string_view actor, std::string_view reason) {
   requireValidAccountId(account);
   if (actor.empty()) throw BadRequest("a HWM reset must name the operator (actor)");
   std::unique_lock lock(impl_->mutex);
@@ -188,9 +188,8 @@ void TokenValidator::compact() {
   impl_->throwIfFailed();
   const std::uint64_t ticket = ++impl_->compactionsRequested;
   impl_->workReady.notify_one();
-  impl_->progress.wait(lock, [&] {
-    return impl_->compactionsDone >= ticket || !impl_->failure.empty();
-  });
+  impl_->progress.wait(lock,
+                       [&] { return impl_->compactionsDone >= ticket || !impl_->failure.empty(); });
   if (impl_->compactionsDone < ticket) impl_->throwIfFailed();
 }
 

@@ -103,8 +103,9 @@ bool isValidAccountId(std::string_view account) {
 void requireValidAccountId(std::string_view account) {
   if (!isValidAccountId(account)) {
     // No echo of the id: cut arbitrary bytes would not even be valid UTF-8 in a JSON answer.
-    throw BadRequest("field 'account': invalid account id (want [A-Za-z0-9_.-]{1,128}, "
-                     "not '.' or '..')");
+    throw BadRequest(
+        "field 'account': invalid account id (want [A-Za-z0-9_.-]{1,128}, "
+        "not '.' or '..')");
   }
 }
 
@@ -147,10 +148,14 @@ json toJson(const Operation& operation) {
 
 std::string_view reasonCode(Verdict verdict) {
   switch (verdict) {
-    case Verdict::accepted: return "accepted";
-    case Verdict::stale_token: return "stale_token";
-    case Verdict::not_current_leader: return "not_current_leader";
-    case Verdict::account_fenced: return "account_fenced";
+    case Verdict::accepted:
+      return "accepted";
+    case Verdict::stale_token:
+      return "stale_token";
+    case Verdict::not_current_leader:
+      return "not_current_leader";
+    case Verdict::account_fenced:
+      return "account_fenced";
   }
   return "unknown";
 }

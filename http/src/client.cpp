@@ -70,9 +70,8 @@ struct Client::Impl {
     }
     connection->stream.expires_after(options.connectTimeout);
     code = connection->run([&](auto handler) {
-      connection->stream.async_connect(endpoints, [handler](beast::error_code e, const auto&) {
-        handler(e);
-      });
+      connection->stream.async_connect(endpoints,
+                                       [handler](beast::error_code e, const auto&) { handler(e); });
     });
     if (code) {
       error = "cannot connect to " + hostHeader + ": " +
@@ -133,11 +132,10 @@ struct Client::Impl {
         if (response.keep_alive()) giveBack(std::move(connection));
         return result;
       }
-      result.transportError =
-          code == beast::error::timeout
-              ? "no answer from " + hostHeader + " within " +
-                    std::to_string(options.requestTimeout.count()) + " ms"
-              : "exchange with " + hostHeader + " failed: " + code.message();
+      result.transportError = code == beast::error::timeout
+                                  ? "no answer from " + hostHeader + " within " +
+                                        std::to_string(options.requestTimeout.count()) + " ms"
+                                  : "exchange with " + hostHeader + " failed: " + code.message();
       if (!(reused && !gotBytes && closedWhileIdle(code))) return result;
     }
     return result;

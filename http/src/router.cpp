@@ -50,11 +50,21 @@ std::string jsonEscape(std::string_view text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buffer[8];
@@ -72,14 +82,22 @@ std::string jsonEscape(std::string_view text) {
 
 std::string_view toString(Method method) {
   switch (method) {
-    case Method::Get: return "GET";
-    case Method::Head: return "HEAD";
-    case Method::Post: return "POST";
-    case Method::Put: return "PUT";
-    case Method::Delete: return "DELETE";
-    case Method::Patch: return "PATCH";
-    case Method::Options: return "OPTIONS";
-    case Method::Other: break;
+    case Method::Get:
+      return "GET";
+    case Method::Head:
+      return "HEAD";
+    case Method::Post:
+      return "POST";
+    case Method::Put:
+      return "PUT";
+    case Method::Delete:
+      return "DELETE";
+    case Method::Patch:
+      return "PATCH";
+    case Method::Options:
+      return "OPTIONS";
+    case Method::Other:
+      break;
   }
   return "OTHER";
 }
@@ -157,8 +175,8 @@ Response Router::handle(Request request) const {
   }
   if (chosen == nullptr) {
     if (allowed.empty()) return Response::error(404, "no such resource: " + request.path);
-    Response response = Response::error(405, std::string(toString(request.method)) +
-                                                 " not allowed on " + request.path);
+    Response response = Response::error(
+        405, std::string(toString(request.method)) + " not allowed on " + request.path);
     response.headers.emplace_back("Allow", allowed);
     return response;
   }

@@ -93,18 +93,17 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_.emplace();
     parser_->body_limit(server_->options.bodyLimit);
     stream_.expires_after(server_->options.readTimeout);
-    bhttp::async_read(stream_, buffer_, *parser_,
-                      [self = shared_from_this()](beast::error_code error, size_t) {
-                        self->onRead(error);
-                      });
+    bhttp::async_read(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code error, size_t) { self->onRead(error); });
   }
 
   void onRead(beast::error_code error) {
     if (error == bhttp::error::body_limit) {
       auto limit = std::to_string(server_->options.bodyLimit);
       drainAfter_ = true;
-      write(toBeast(Response::error(413, "request body larger than " + limit + " bytes"), 11,
-                    false));
+      write(
+          toBeast(Response::error(413, "request body larger than " + limit + " bytes"), 11, false));
       return;
     }
     if (error) return finish();  // closed by the peer, timed out or unparsable: just close
@@ -116,14 +115,14 @@ class Session : public std::enable_shared_from_this<Session> {
       self->write(toBeast(std::move(response), version, keepAlive));
     };
     if (server_->handlerPool) {
-      asio::post(*server_->handlerPool, [self = shared_from_this(), respond,
-                                         request = std::move(request)]() mutable {
-        Response response = self->server_->router.handle(std::move(request));
-        asio::post(self->stream_.get_executor(),
-                   [respond, response = std::move(response)]() mutable {
-                     respond(std::move(response));
-                   });
-      });
+      asio::post(*server_->handlerPool,
+                 [self = shared_from_this(), respond, request = std::move(request)]() mutable {
+                   Response response = self->server_->router.handle(std::move(request));
+                   asio::post(self->stream_.get_executor(),
+                              [respond, response = std::move(response)]() mutable {
+                                respond(std::move(response));
+                              });
+                 });
     } else {
       respond(server_->router.handle(std::move(request)));
     }
@@ -154,12 +153,11 @@ class Session : public std::enable_shared_from_this<Session> {
     if (discarded > kMaxDiscarded) return finish();
     stream_.expires_after(server_->options.readTimeout);
     buffer_.clear();
-    stream_.async_read_some(buffer_.prepare(64 * 1024),
-                            [self = shared_from_this(), discarded](beast::error_code error,
-                                                                   size_t bytes) {
-                              if (error) return self->finish();
-                              self->discard(discarded + bytes);
-                            });
+    stream_.async_read_some(buffer_.prepare(64 * 1024), [self = shared_from_this(), discarded](
+                                                            beast::error_code error, size_t bytes) {
+      if (error) return self->finish();
+      self->discard(discarded + bytes);
+    });
   }
 
   void finish() {

@@ -69,11 +69,17 @@ std::unique_ptr<Histogram> makeMetric<Histogram>(const std::vector<double>& boun
 template <typename Metric>
 constexpr std::string_view typeName();
 template <>
-constexpr std::string_view typeName<Counter>() { return "counter"; }
+constexpr std::string_view typeName<Counter>() {
+  return "counter";
+}
 template <>
-constexpr std::string_view typeName<Gauge>() { return "gauge"; }
+constexpr std::string_view typeName<Gauge>() {
+  return "gauge";
+}
 template <>
-constexpr std::string_view typeName<Histogram>() { return "histogram"; }
+constexpr std::string_view typeName<Histogram>() {
+  return "histogram";
+}
 
 // `{a="x",b="y"}` for the given values, plus an optional extra label (histograms' `le`).
 std::string labelText(const std::vector<std::string>& names, const std::vector<std::string>& values,
@@ -145,8 +151,8 @@ Histogram::Histogram(std::vector<double> upperBounds)
 }
 
 void Histogram::observe(double value) {
-  size_t bucket = std::lower_bound(upperBounds_.begin(), upperBounds_.end(), value) -
-                  upperBounds_.begin();
+  size_t bucket =
+      std::lower_bound(upperBounds_.begin(), upperBounds_.end(), value) - upperBounds_.begin();
   std::lock_guard lock(mutex_);
   ++bucketCounts_[bucket];
   sum_ += value;
@@ -167,8 +173,8 @@ Histogram::Snapshot Histogram::snapshot() const {
 }
 
 std::vector<double> latencyBuckets() {
-  return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
-          2.5,    5,       10};
+  return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+          0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,    10};
 }
 
 FamilyBase::FamilyBase(std::string name, std::string help, std::vector<std::string> labelNames)
@@ -198,7 +204,8 @@ void Family<Metric>::expose(std::string& out) const {
   out += typeName<Metric>();
   out += '\n';
   std::lock_guard lock(mutex_);
-  for (const auto& [values, metric] : series_) appendSeries(out, name(), labelNames(), values, *metric);
+  for (const auto& [values, metric] : series_)
+    appendSeries(out, name(), labelNames(), values, *metric);
 }
 
 template class Family<Counter>;

@@ -3,11 +3,9 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/executor_work_guard.hpp>
-#include <thread>
-
 #include <algorithm>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -16,6 +14,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "agent_fixtures.hpp"
@@ -30,11 +29,11 @@ namespace {
 
 using namespace std::chrono_literals;
 using nlohmann::json;
-using zktest::ChildProcess;
-using zktest::eventually;
+using std::chrono::milliseconds;
 using zkagent_test::accountNames;
 using zkagent_test::portOf;
-using std::chrono::milliseconds;
+using zktest::ChildProcess;
+using zktest::eventually;
 
 constexpr int kSessionTimeoutMs = 1500;
 
@@ -81,8 +80,9 @@ class AgentProcessTest : public ::testing::Test {
     std::filesystem::create_directories(dir_ / "gateway");
     gateway_ = std::make_unique<ChildProcess>(
         zktest::binaryPath("fencing-gateway").string(),
-        std::vector<std::string>{"--listen", "127.0.0.1:0", "--data-dir", (dir_ / "gateway").string(),
-                                 "--zk", zk_->connectString(), "--root", root_ + "/accounts"},
+        std::vector<std::string>{"--listen", "127.0.0.1:0", "--data-dir",
+                                 (dir_ / "gateway").string(), "--zk", zk_->connectString(),
+                                 "--root", root_ + "/accounts"},
         dir_ / "gateway.log");
     const auto port = zkagent_test::awaitListeningPort(dir_ / "gateway.log", 30s);
     ASSERT_TRUE(port) << gateway_->transcript();
@@ -95,7 +95,8 @@ class AgentProcessTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  json agentConfig(const std::string& id, const std::vector<std::string>& accounts, uint16_t gatewayPort) {
+  json agentConfig(const std::string& id, const std::vector<std::string>& accounts,
+                   uint16_t gatewayPort) {
     return {{"instance_id", id},
             {"zookeeper",
              {{"hosts", zk_->connectString()},
@@ -121,14 +122,15 @@ class AgentProcessTest : public ::testing::Test {
 
   AgentProcess& startAgent(const json& config) {
     const std::string id = config["instance_id"];
-    auto process = std::make_unique<ChildProcess>(zktest::binaryPath("zk-agent").string(),
-                                                  std::vector<std::string>{"--config", writeConfig(id, config).string()});
+    auto process = std::make_unique<ChildProcess>(
+        zktest::binaryPath("zk-agent").string(),
+        std::vector<std::string>{"--config", writeConfig(id, config).string()});
     const auto port = portOf(process->waitForLine("LISTENING ", 20s));
     zkagent::http::ClientOptions options;
     options.port = port;
     options.requestTimeout = 3000ms;
-    agents_.push_back(std::make_unique<AgentProcess>(
-        AgentProcess{id, std::move(process), port, std::make_unique<zkagent::http::Client>(options)}));
+    agents_.push_back(std::make_unique<AgentProcess>(AgentProcess{
+        id, std::move(process), port, std::make_unique<zkagent::http::Client>(options)}));
     return *agents_.back();
   }
 
@@ -137,7 +139,8 @@ class AgentProcessTest : public ::testing::Test {
   }
 
   // Every account is led by exactly one of `agents` (each judged by its own status).
-  static bool allLedBy(const std::vector<AgentProcess*>& agents, const std::vector<std::string>& accounts) {
+  static bool allLedBy(const std::vector<AgentProcess*>& agents,
+                       const std::vector<std::string>& accounts) {
     std::map<std::string, int> leaders;
     for (auto* a : agents) {
       for (const auto& account : a->leading()) ++leaders[account];
@@ -167,14 +170,20 @@ class AgentProcessTest : public ::testing::Test {
 TEST_F(AgentProcessTest, KillNineOfALeaderHasEveryAccountLedAgainWithinTheSessionTimeout) {
   const auto accounts = accountNames(50);
   auto& a = startAgent("host-a", accounts);
-  ASSERT_TRUE(eventually([&] { return a.leading().size() == accounts.size(); }, 15s)) << a.status().dump();
+  ASSERT_TRUE(eventually([&] { return a.leading().size() == accounts.size(); }, 15s))
+      << a.status().dump();
   auto& b = startAgent("host-b", accounts);
   auto& c = startAgent("host-c", accounts);
-  ASSERT_TRUE(eventually([&] { return schedulableAsSeenBy(a, "host-b") && schedulableAsSeenBy(a, "host-c"); }, 10s));
+  ASSERT_TRUE(eventually(
+      [&] { return schedulableAsSeenBy(a, "host-b") && schedulableAsSeenBy(a, "host-c"); }, 10s));
 
   a.process->kill();
   // Detection is the session timeout; the margin covers the election and a loaded machine.
-  ASSERT_TRUE(eventually([&] { return allLedBy({&b, &c}, accounts); }, milliseconds(kSessionTimeoutMs + 6000)))
+  ASSERT_TRUE(eventually(
+      [&] {
+        return allLedBy({&b, &c}, accounts);
+      },
+      milliseconds(kSessionTimeoutMs + 6000)))
       << b.status().dump() << c.status().dump();
   EXPECT_EQ(b.op("acct-0", "after-kill").status + c.op("acct-0", "after-kill-c").status, 200 + 409)
       << "exactly one of the survivors leads acct-0 and the gateway accepts its operation";
@@ -184,14 +193,16 @@ TEST_F(AgentProcessTest, SigtermHandsEveryAccountOverWithoutWaitingForTheSession
   const auto accounts = accountNames(50);
   auto config = [&](const std::string& id) {
     auto c = agentConfig(id, accounts, gatewayPort_);
-    c["zookeeper"]["session_timeout_ms"] = 20000;  // a handover that waited for expiry would time out below
+    c["zookeeper"]["session_timeout_ms"] =
+        20000;  // a handover that waited for expiry would time out below
     return c;
   };
   auto& a = startAgent(config("host-a"));
   ASSERT_TRUE(eventually([&] { return a.leading().size() == accounts.size(); }, 15s));
   auto& b = startAgent(config("host-b"));
   auto& c = startAgent(config("host-c"));
-  ASSERT_TRUE(eventually([&] { return schedulableAsSeenBy(a, "host-b") && schedulableAsSeenBy(a, "host-c"); }, 10s));
+  ASSERT_TRUE(eventually(
+      [&] { return schedulableAsSeenBy(a, "host-b") && schedulableAsSeenBy(a, "host-c"); }, 10s));
 
   a.process->signal(SIGTERM);
   EXPECT_TRUE(a.process->wait(5s).exitedWith(0)) << a.process->transcript();
@@ -210,7 +221,8 @@ TEST_F(AgentProcessTest, PausedLeaderResumedAfterExpiryHasNoOperationAccepted) {
   ASSERT_TRUE(eventually([&] { return schedulableAsSeenBy(a, "host-b"); }, 10s));
 
   a.process->signal(SIGSTOP);
-  ASSERT_TRUE(eventually([&] { return b.leading().size() == accounts.size(); }, 10s)) << b.status().dump();
+  ASSERT_TRUE(eventually([&] { return b.leading().size() == accounts.size(); }, 10s))
+      << b.status().dump();
   a.process->signal(SIGCONT);
 
   // Whatever the resumed agent sends now, with its old tokens, the gateway must refuse.
@@ -228,13 +240,15 @@ TEST_F(AgentProcessTest, PausedLeaderResumedAfterExpiryHasNoOperationAccepted) {
   // The successor took over from an expired session: lock-delay applied, then its ops pass.
   EXPECT_NE(b.process->stderrText().find("lock delay account="), std::string::npos);
   // Each takeover from the lost session is one failover observation.
-  EXPECT_NE(b.client->get("/metrics").body.find("zkagent_failover_duration_seconds_count 3\n"), std::string::npos);
+  EXPECT_NE(b.client->get("/metrics").body.find("zkagent_failover_duration_seconds_count 3\n"),
+            std::string::npos);
 }
 
 TEST_F(AgentProcessTest, SuccessorOfAnExpiredLeaderHasItsOperationsAccepted) {
   auto& a = startAgent("host-a", {"acct-0"});
   ASSERT_TRUE(eventually([&] { return a.leading().size() == 1; }, 15s));
-  ASSERT_EQ(a.op("acct-0", "first-leader").status, 200) << "the gateway now watches acct-0's active node";
+  ASSERT_EQ(a.op("acct-0", "first-leader").status, 200)
+      << "the gateway now watches acct-0's active node";
   auto& b = startAgent("host-b", {"acct-0"});
   ASSERT_TRUE(eventually([&] { return schedulableAsSeenBy(a, "host-b"); }, 10s));
 
@@ -242,10 +256,13 @@ TEST_F(AgentProcessTest, SuccessorOfAnExpiredLeaderHasItsOperationsAccepted) {
   ASSERT_TRUE(eventually([&] { return b.leading().size() == 1; }, 10s)) << b.status().dump();
   int attempt = 0;
   zkagent::http::ClientResponse last;
-  EXPECT_TRUE(eventually([&] {
-    last = b.op("acct-0", "successor-" + std::to_string(attempt++));
-    return last.status == 200;
-  }, 3s, 100ms)) << "the gateway must follow active from the expired leader to the successor: " << last.body;
+  EXPECT_TRUE(eventually(
+      [&] {
+        last = b.op("acct-0", "successor-" + std::to_string(attempt++));
+        return last.status == 200;
+      },
+      3s, 100ms))
+      << "the gateway must follow active from the expired leader to the successor: " << last.body;
   a.process->kill();
 }
 
@@ -259,17 +276,22 @@ TEST_F(AgentProcessTest, DrainWithoutSuccessorBlocksWithReasonsThenHandsOverWhen
   ASSERT_TRUE(ctl.wait(10s).exitedWith(0)) << ctl.transcript();
 
   // Fail closed: nobody to hand over to, so it keeps leading and says why.
-  ASSERT_TRUE(eventually([&] {
-    const auto acct = a.account("acct-1");
-    return acct.is_object() && acct["blocked_reasons"] == json::array({"no_successor"});
-  }, 5s)) << a.status().dump();
+  ASSERT_TRUE(eventually(
+      [&] {
+        const auto acct = a.account("acct-1");
+        return acct.is_object() && acct["blocked_reasons"] == json::array({"no_successor"});
+      },
+      5s))
+      << a.status().dump();
   EXPECT_EQ(a.status()["lifecycle"], "leaving");
   EXPECT_EQ(a.leading().size(), accounts.size());
   EXPECT_EQ(a.op("acct-1", "while-draining").status, 200) << "a blocked drain keeps serving";
 
   auto& b = startAgent("host-b", accounts);
-  ASSERT_TRUE(eventually([&] { return b.leading().size() == accounts.size(); }, 10s)) << a.status().dump();
-  ASSERT_TRUE(eventually([&] { return a.status()["lifecycle"] == "drained"; }, 5s)) << a.status().dump();
+  ASSERT_TRUE(eventually([&] { return b.leading().size() == accounts.size(); }, 10s))
+      << a.status().dump();
+  ASSERT_TRUE(eventually([&] { return a.status()["lifecycle"] == "drained"; }, 5s))
+      << a.status().dump();
   EXPECT_TRUE(a.leading().empty());
 }
 
@@ -280,21 +302,28 @@ TEST_F(AgentProcessTest, DrainFailsClosedWhileTheSuccessorsHealthIsStale) {
   auto bConfig = agentConfig("host-b", accounts, gatewayPort_);
   bConfig["zookeeper"]["session_timeout_ms"] = 8000;  // its member nodes outlive its stale report
   auto& b = startAgent(bConfig);
-  ASSERT_TRUE(eventually([&] { return schedulableAsSeenBy(a, "host-b") && b.account("acct-0")["standing"] == true; }, 10s));
+  ASSERT_TRUE(eventually(
+      [&] { return schedulableAsSeenBy(a, "host-b") && b.account("acct-0")["standing"] == true; },
+      10s));
 
   b.process->signal(SIGSTOP);  // its report stops changing: stale on A's clock after the TTL
   ASSERT_TRUE(eventually([&] { return !schedulableAsSeenBy(a, "host-b"); }, 5s));
   EXPECT_EQ(a.client->post("/v1/drain", "").status, 202);
-  ASSERT_TRUE(eventually([&] {
-    const auto acct = a.account("acct-0");
-    return acct["blocked_by_health"] == true &&
-           acct["blocked_reasons"] == json::array({"successor_unschedulable", "successor_health_stale"});
-  }, 5s)) << a.status().dump();
+  ASSERT_TRUE(eventually(
+      [&] {
+        const auto acct = a.account("acct-0");
+        return acct["blocked_by_health"] == true &&
+               acct["blocked_reasons"] ==
+                   json::array({"successor_unschedulable", "successor_health_stale"});
+      },
+      5s))
+      << a.status().dump();
   EXPECT_GT(a.account("acct-0")["health_report_age_ms"].get<int64_t>(), 1000);
   EXPECT_EQ(a.leading().size(), accounts.size()) << "no handover to an agent with stale health";
 
   b.process->signal(SIGCONT);
-  ASSERT_TRUE(eventually([&] { return a.status()["lifecycle"] == "drained"; }, 10s)) << a.status().dump();
+  ASSERT_TRUE(eventually([&] { return a.status()["lifecycle"] == "drained"; }, 10s))
+      << a.status().dump();
   EXPECT_TRUE(eventually([&] { return b.leading().size() == accounts.size(); }, 5s));
 }
 
@@ -306,7 +335,8 @@ TEST_F(AgentProcessTest, DrainHandsEveryAccountToTheSchedulableSuccessor) {
   ASSERT_TRUE(eventually([&] { return schedulableAsSeenBy(a, "host-b"); }, 10s));
 
   EXPECT_EQ(a.client->post("/v1/drain", "").status, 202);
-  ASSERT_TRUE(eventually([&] { return a.status()["lifecycle"] == "drained"; }, 10s)) << a.status().dump();
+  ASSERT_TRUE(eventually([&] { return a.status()["lifecycle"] == "drained"; }, 10s))
+      << a.status().dump();
   EXPECT_TRUE(a.leading().empty());
   EXPECT_TRUE(eventually([&] { return b.leading().size() == accounts.size(); }, 5s));
   const auto refused = a.op("acct-0", "drained-op");
@@ -324,20 +354,24 @@ TEST_F(AgentProcessTest, LeaderThatLosesTheGatewayHandsOverOnlyToAReadyAgent) {
   // No ready successor: a leader that lost its gateway keeps leading and says why.
   proxy.setMode(zktest::TcpProxy::Mode::blackhole);
   ASSERT_TRUE(eventually([&] { return a.client->get("/readyz").status == 503; }, 5s));
-  ASSERT_TRUE(eventually([&] { return a.account("acct-0")["blocked_reasons"] == json::array({"no_successor"}); }, 5s))
+  ASSERT_TRUE(eventually(
+      [&] { return a.account("acct-0")["blocked_reasons"] == json::array({"no_successor"}); }, 5s))
       << a.status().dump();
   EXPECT_EQ(a.leading().size(), accounts.size());
 
   auto& b = startAgent("host-b", accounts);
-  ASSERT_TRUE(eventually([&] { return b.leading().size() == accounts.size(); }, 10s)) << a.status().dump();
+  ASSERT_TRUE(eventually([&] { return b.leading().size() == accounts.size(); }, 10s))
+      << a.status().dump();
   EXPECT_TRUE(a.leading().empty());
   const auto health = a.status()["health"];
-  EXPECT_NE(health["blocked_reasons"].dump().find("runtime_not_ready"), std::string::npos) << health.dump();
+  EXPECT_NE(health["blocked_reasons"].dump().find("runtime_not_ready"), std::string::npos)
+      << health.dump();
   EXPECT_EQ(b.op("acct-0", "via-b").status, 200);
 
   // Link back: A stands again, at the back of the queue; B keeps leading.
   proxy.setMode(zktest::TcpProxy::Mode::pass);
-  ASSERT_TRUE(eventually([&] { return a.account("acct-0")["standing"] == true; }, 10s)) << a.status().dump();
+  ASSERT_TRUE(eventually([&] { return a.account("acct-0")["standing"] == true; }, 10s))
+      << a.status().dump();
   EXPECT_EQ(b.leading().size(), accounts.size());
 }
 
@@ -353,7 +387,8 @@ TEST_F(AgentProcessTest, StatusReportsEveryDocumentedFieldAndMetricsPassPromtool
   EXPECT_EQ(a.client->post("/v1/accounts/acct-0/ops", "[1,2]").status, 400);
 
   const auto s = a.status();
-  for (const char* key : {"instance", "session", "lifecycle", "health", "gateway", "peers", "accounts"}) {
+  for (const char* key :
+       {"instance", "session", "lifecycle", "health", "gateway", "peers", "accounts"}) {
     EXPECT_TRUE(s.contains(key)) << key;
   }
   EXPECT_EQ(s["session"]["state"], "connected");
@@ -362,8 +397,8 @@ TEST_F(AgentProcessTest, StatusReportsEveryDocumentedFieldAndMetricsPassPromtool
   EXPECT_EQ(s["health"]["freshness"], "fresh");
   EXPECT_EQ(s["health"]["status"], "alive");
   const auto acct = a.account("acct-0");
-  for (const char* key : {"role", "seq", "token", "leader", "since", "last_reason", "blocked_by_health",
-                          "health_report_age_ms", "blocked_reasons"}) {
+  for (const char* key : {"role", "seq", "token", "leader", "since", "last_reason",
+                          "blocked_by_health", "health_report_age_ms", "blocked_reasons"}) {
     EXPECT_TRUE(acct.contains(key)) << key;
   }
   EXPECT_EQ(acct["token"], acct["seq"]);
@@ -376,16 +411,18 @@ TEST_F(AgentProcessTest, StatusReportsEveryDocumentedFieldAndMetricsPassPromtool
   EXPECT_TRUE(ctl.wait(10s).exitedWith(0)) << ctl.transcript();
   const auto lines = ctl.stdoutLines();
   EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
-    return l.starts_with("acct-0 ") && l.find("LEADER") != std::string::npos && l.find("host-a") != std::string::npos;
+    return l.starts_with("acct-0 ") && l.find("LEADER") != std::string::npos &&
+           l.find("host-a") != std::string::npos;
   })) << ctl.transcript();
 
   const auto metrics = a.client->get("/metrics");
   ASSERT_EQ(metrics.status, 200);
-  for (const char* family : {"zkagent_accounts{role=\"LEADER\"} 2", "zkagent_leadership_transitions_total",
-                             "zkagent_session_state", "zkagent_session_expirations_total",
-                             "zkagent_gate_decisions_total{result=\"executed\"}", "zkagent_forwarded_ops_total",
-                             "zkagent_failover_duration_seconds_bucket", "zkagent_health_report_age_seconds",
-                             "zkagent_lifecycle{lifecycle=\"active\"} 1"}) {
+  for (const char* family :
+       {"zkagent_accounts{role=\"LEADER\"} 2", "zkagent_leadership_transitions_total",
+        "zkagent_session_state", "zkagent_session_expirations_total",
+        "zkagent_gate_decisions_total{result=\"executed\"}", "zkagent_forwarded_ops_total",
+        "zkagent_failover_duration_seconds_bucket", "zkagent_health_report_age_seconds",
+        "zkagent_lifecycle{lifecycle=\"active\"} 1"}) {
     EXPECT_NE(metrics.body.find(family), std::string::npos) << family;
   }
   EXPECT_EQ(metrics.body.find("acct-0"), std::string::npos) << "no account ids as labels";
@@ -412,21 +449,26 @@ TEST_F(AgentProcessTest, BadConfigsAreRejectedNamingTheField) {
   };
   const std::vector<Case> cases = {
       {[](json& c) { c["health"]["ttl_ms"] = 100; }, "health.ttl_ms"},
-      {[](json& c) { c["accounts"] = {"ok", "no/slash"}; }, "accounts[1]"},
+      {[](json& c) {
+         c["accounts"] = {"ok", "no/slash"};
+       },
+       "accounts[1]"},
       {[](json& c) { c["gateway"].erase("url"); }, "gateway.url"},
       {[](json& c) { c["zookeeper"]["hosts"] = "zk-without-port"; }, "zookeeper.hosts"},
   };
   for (const auto& bad : cases) {
     auto config = agentConfig("host-bad", {"acct-0"}, gatewayPort_);
     bad.mutate(config);
-    ChildProcess agent(zktest::binaryPath("zk-agent").string(), {"--config", writeConfig("bad", config).string()});
+    ChildProcess agent(zktest::binaryPath("zk-agent").string(),
+                       {"--config", writeConfig("bad", config).string()});
     EXPECT_TRUE(agent.wait(10s).exitedWith(2)) << bad.field;
     EXPECT_NE(agent.stderrText().find(bad.field + ":"), std::string::npos) << agent.stderrText();
     EXPECT_TRUE(agent.stdoutLines().empty()) << "it must not start half-configured";
   }
-  ChildProcess check(zktest::binaryPath("zk-agent").string(),
-                     {"--config", writeConfig("good", agentConfig("host-ok", {"acct-0"}, gatewayPort_)).string(),
-                      "--check-config"});
+  ChildProcess check(
+      zktest::binaryPath("zk-agent").string(),
+      {"--config", writeConfig("good", agentConfig("host-ok", {"acct-0"}, gatewayPort_)).string(),
+       "--check-config"});
   EXPECT_TRUE(check.wait(10s).exitedWith(0)) << check.transcript();
   ChildProcess version(zktest::binaryPath("zk-agent").string(), {"--version"});
   EXPECT_EQ(version.readLine(10s).rfind("zk-agent ", 0), 0u);
@@ -464,13 +506,15 @@ TEST_F(AgentProcessTest, ZooKeeperBlipShorterThanTheSessionKeepsLeadershipWithTh
   zkProxy.setMode(zktest::TcpProxy::Mode::pass);
 
   ASSERT_TRUE(eventually([&] { return a.status()["session"]["state"] == "connected"; }, 10s));
-  ASSERT_TRUE(eventually([&] { return a.account("acct-0")["role"] == "LEADER"; }, 5s)) << a.status().dump();
+  ASSERT_TRUE(eventually([&] { return a.account("acct-0")["role"] == "LEADER"; }, 5s))
+      << a.status().dump();
   EXPECT_EQ(a.account("acct-0")["token"], token) << "the same session resumed; no re-registration";
   EXPECT_TRUE(b.leading().empty());
 }
 
 TEST_F(AgentProcessTest, EmbeddedGateRunsTheOperationOnlyWhileLeadingWithTheFencingToken) {
-  auto config = zkagent::agent::parseConfig(agentConfig("host-embedded", {"acct-0"}, gatewayPort_).dump());
+  auto config =
+      zkagent::agent::parseConfig(agentConfig("host-embedded", {"acct-0"}, gatewayPort_).dump());
   boost::asio::io_context io;
   auto work = boost::asio::make_work_guard(io);
   zkagent::agent::Agent agent(io, config);
@@ -479,7 +523,8 @@ TEST_F(AgentProcessTest, EmbeddedGateRunsTheOperationOnlyWhileLeadingWithTheFenc
 
   std::optional<zkagent::fencing::FencingToken> seen;
   auto run = [&](const std::string& account) {
-    return agent.gate().execute(account, [&](const zkagent::fencing::FencingToken& t) { seen = t; });
+    return agent.gate().execute(account,
+                                [&](const zkagent::fencing::FencingToken& t) { seen = t; });
   };
   ASSERT_TRUE(eventually([&] { return run("acct-0").executed(); }, 15s)) << agent.statusJson();
   ASSERT_TRUE(seen);

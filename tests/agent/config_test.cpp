@@ -1,17 +1,17 @@
 // The config validator: every bad field is rejected with its name; good configs get defaults.
+#include "zkagent/agent/config.hpp"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "zkagent/agent/config.hpp"
-
 namespace {
 
+using nlohmann::json;
 using zkagent::agent::ConfigError;
 using zkagent::agent::parseConfig;
-using nlohmann::json;
 
 json validConfig() {
   return {{"instance_id", "host-a"},
@@ -64,25 +64,53 @@ TEST(AgentConfig, EachBadFieldIsRejectedByName) {
        "zookeeper.session_timeout_ms"},
       {"relative root", [](json& c) { c["zookeeper"]["root"] = "wx"; }, "zookeeper.root"},
       {"no accounts", [](json& c) { c["accounts"] = json::array(); }, "accounts"},
-      {"bad account id", [](json& c) { c["accounts"] = {"ok", "bad id"}; }, "accounts[1]"},
-      {"duplicate account", [](json& c) { c["accounts"] = {"a", "a"}; }, "accounts[1]"},
+      {"bad account id",
+       [](json& c) {
+         c["accounts"] = {"ok", "bad id"};
+       },
+       "accounts[1]"},
+      {"duplicate account",
+       [](json& c) {
+         c["accounts"] = {"a", "a"};
+       },
+       "accounts[1]"},
       {"missing accounts file", [](json& c) { c["accounts_file"] = "/nonexistent/accounts.txt"; },
        "accounts_file"},
       {"gateway url https", [](json& c) { c["gateway"]["url"] = "https://gw:1"; }, "gateway.url"},
       {"gateway url path", [](json& c) { c["gateway"]["url"] = "http://gw:1/x"; }, "gateway.url"},
       {"heartbeat timeout too short",
-       [](json& c) { c["gateway"]["heartbeat_interval_ms"] = 1000, c["gateway"]["heartbeat_timeout_ms"] = 2000; },
+       [](json& c) {
+         c["gateway"]["heartbeat_interval_ms"] = 1000, c["gateway"]["heartbeat_timeout_ms"] = 2000;
+       },
        "gateway.heartbeat_timeout_ms"},
-      {"zero health interval", [](json& c) { c["health"] = {{"interval_ms", 0}}; }, "health.interval_ms"},
-      {"ttl below interval", [](json& c) { c["health"] = {{"interval_ms", 5000}, {"ttl_ms", 4000}}; },
+      {"zero health interval",
+       [](json& c) {
+         c["health"] = {{"interval_ms", 0}};
+       },
+       "health.interval_ms"},
+      {"ttl below interval",
+       [](json& c) {
+         c["health"] = {{"interval_ms", 5000}, {"ttl_ms", 4000}};
+       },
        "health.ttl_ms"},
       {"negative lock delay", [](json& c) { c["lock_delay_ms"] = -1; }, "lock_delay_ms"},
       {"unknown gate", [](json& c) { c["gate"] = "slow"; }, "gate"},
-      {"public admin without token", [](json& c) { c["admin"] = {{"listen", "0.0.0.0:8470"}}; },
+      {"public admin without token",
+       [](json& c) {
+         c["admin"] = {{"listen", "0.0.0.0:8470"}};
+       },
        "admin.token"},
-      {"bad log format", [](json& c) { c["log"] = {{"format", "xml"}}; }, "log.format"},
+      {"bad log format",
+       [](json& c) {
+         c["log"] = {{"format", "xml"}};
+       },
+       "log.format"},
       {"typo at top level", [](json& c) { c["helth"] = json::object(); }, "helth"},
-      {"typo in a section", [](json& c) { c["health"] = {{"intervall_ms", 5}}; }, "health.intervall_ms"},
+      {"typo in a section",
+       [](json& c) {
+         c["health"] = {{"intervall_ms", 5}};
+       },
+       "health.intervall_ms"},
   };
   for (const auto& bad : cases) {
     json config = validConfig();
@@ -105,18 +133,15 @@ TEST(AgentConfig, NotJsonIsRejectedAsTheConfigItself) {
 }
 
 TEST(AgentConfig, AccountsFileIsReadRelativeToTheConfigAndMergedWithTheList) {
-  const auto dir = std::filesystem::temp_directory_path() / ("agent-config-" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("agent-config-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  {
-    std::ofstream(dir / "accounts.txt") << "# desk accounts\nacct-3\n\n  acct-4  \n";
-  }
+  { std::ofstream(dir / "accounts.txt") << "# desk accounts\nacct-3\n\n  acct-4  \n"; }
   auto config = validConfig();
   config["accounts_file"] = "accounts.txt";
   const auto c = parseConfig(config.dump(), dir);
   EXPECT_EQ(c.accounts, (std::vector<std::string>{"acct-1", "acct-2", "acct-3", "acct-4"}));
-  {
-    std::ofstream(dir / "accounts.txt") << "acct-1\n";
-  }
+  { std::ofstream(dir / "accounts.txt") << "acct-1\n"; }
   EXPECT_THROW(parseConfig(config.dump(), dir), ConfigError) << "acct-1 listed in both places";
   std::filesystem::remove_all(dir);
 }

@@ -1,7 +1,7 @@
 // Freshness on the reader's clock, schedulability, and the placement table (seed 004).
-#include <gtest/gtest.h>
-
 #include "zkagent/agent/health.hpp"
+
+#include <gtest/gtest.h>
 
 namespace {
 
@@ -30,7 +30,8 @@ TEST(HealthReport, RoundTripsThroughJson) {
   EXPECT_EQ(back->leading, 3);
   EXPECT_EQ(back->errorCode, "gateway_unreachable");
   EXPECT_FALSE(parseHealthReport(R"({"status":"alive"})"));
-  EXPECT_FALSE(parseHealthReport(R"({"instance_id":"x","status":"great","runtime_ready":true,"lifecycle":"active","report_seq":1})"));
+  EXPECT_FALSE(parseHealthReport(
+      R"({"instance_id":"x","status":"great","runtime_ready":true,"lifecycle":"active","report_seq":1})"));
 }
 
 TEST(HealthTracker, FreshnessFollowsTheReadersClockSinceTheReportChanged) {
@@ -67,12 +68,35 @@ TEST(Schedulability, OnlyFreshAliveReadyActiveAgentsAreSchedulable) {
   const std::vector<Case> table = {
       {"healthy", Freshness::Fresh, HealthStatus::Alive, true, Lifecycle::Active, {}},
       {"stale", Freshness::Stale, HealthStatus::Alive, true, Lifecycle::Active, {"health_stale"}},
-      {"suspect", Freshness::Fresh, HealthStatus::Suspect, false, Lifecycle::Active,
+      {"suspect",
+       Freshness::Fresh,
+       HealthStatus::Suspect,
+       false,
+       Lifecycle::Active,
        {"status_suspect", "runtime_not_ready"}},
-      {"not ready", Freshness::Fresh, HealthStatus::Alive, false, Lifecycle::Active, {"runtime_not_ready"}},
-      {"joining", Freshness::Fresh, HealthStatus::Alive, true, Lifecycle::Joining, {"lifecycle_joining"}},
-      {"leaving", Freshness::Fresh, HealthStatus::Alive, true, Lifecycle::Leaving, {"lifecycle_leaving"}},
-      {"down and stale", Freshness::Stale, HealthStatus::Down, false, Lifecycle::Drained,
+      {"not ready",
+       Freshness::Fresh,
+       HealthStatus::Alive,
+       false,
+       Lifecycle::Active,
+       {"runtime_not_ready"}},
+      {"joining",
+       Freshness::Fresh,
+       HealthStatus::Alive,
+       true,
+       Lifecycle::Joining,
+       {"lifecycle_joining"}},
+      {"leaving",
+       Freshness::Fresh,
+       HealthStatus::Alive,
+       true,
+       Lifecycle::Leaving,
+       {"lifecycle_leaving"}},
+      {"down and stale",
+       Freshness::Stale,
+       HealthStatus::Down,
+       false,
+       Lifecycle::Drained,
        {"health_stale", "lifecycle_drained", "status_down", "runtime_not_ready"}},
   };
   for (const auto& c : table) {
@@ -99,33 +123,66 @@ TEST(Placement, TableOfActionsAndBlockedReasons) {
     bool byHealth;
   };
   const std::vector<Case> table = {
-      {"schedulable, not standing: join", {Lifecycle::Active, {}, false, false, false, {}},
-       PlacementAction::Join, {}, false},
-      {"schedulable, standing: nothing", {Lifecycle::Active, {}, false, true, false, {}},
-       PlacementAction::None, {}, false},
-      {"joining: never stands", {Lifecycle::Joining, {}, false, false, false, {}},
-       PlacementAction::None, {}, false},
-      {"unready candidate withdraws", {Lifecycle::Active, {"runtime_not_ready"}, false, true, false, {}},
-       PlacementAction::Withdraw, {"runtime_not_ready"}, true},
-      {"draining candidate withdraws", {Lifecycle::Leaving, {}, false, true, false, {}},
-       PlacementAction::Withdraw, {}, false},
-      {"schedulable leader stays", {Lifecycle::Active, {}, true, true, false, {}},
-       PlacementAction::None, {}, false},
-      {"unready leader looks up its successor", {Lifecycle::Active, {"runtime_not_ready"}, true, true, false, {}},
-       PlacementAction::LookUpSuccessor, {}, false},
+      {"schedulable, not standing: join",
+       {Lifecycle::Active, {}, false, false, false, {}},
+       PlacementAction::Join,
+       {},
+       false},
+      {"schedulable, standing: nothing",
+       {Lifecycle::Active, {}, false, true, false, {}},
+       PlacementAction::None,
+       {},
+       false},
+      {"joining: never stands",
+       {Lifecycle::Joining, {}, false, false, false, {}},
+       PlacementAction::None,
+       {},
+       false},
+      {"unready candidate withdraws",
+       {Lifecycle::Active, {"runtime_not_ready"}, false, true, false, {}},
+       PlacementAction::Withdraw,
+       {"runtime_not_ready"},
+       true},
+      {"draining candidate withdraws",
+       {Lifecycle::Leaving, {}, false, true, false, {}},
+       PlacementAction::Withdraw,
+       {},
+       false},
+      {"schedulable leader stays",
+       {Lifecycle::Active, {}, true, true, false, {}},
+       PlacementAction::None,
+       {},
+       false},
+      {"unready leader looks up its successor",
+       {Lifecycle::Active, {"runtime_not_ready"}, true, true, false, {}},
+       PlacementAction::LookUpSuccessor,
+       {},
+       false},
       {"unready leader hands over to a ready successor",
-       {Lifecycle::Active, {"runtime_not_ready"}, true, true, true, ready}, PlacementAction::Withdraw, {}, false},
+       {Lifecycle::Active, {"runtime_not_ready"}, true, true, true, ready},
+       PlacementAction::Withdraw,
+       {},
+       false},
       {"unready leader without successor stays",
-       {Lifecycle::Active, {"runtime_not_ready"}, true, true, true, std::nullopt}, PlacementAction::None,
-       {"no_successor"}, false},
+       {Lifecycle::Active, {"runtime_not_ready"}, true, true, true, std::nullopt},
+       PlacementAction::None,
+       {"no_successor"},
+       false},
       {"draining leader, stale successor: blocked by health",
-       {Lifecycle::Leaving, {}, true, true, true, stale}, PlacementAction::None,
-       {"successor_unschedulable", "successor_health_stale"}, true},
+       {Lifecycle::Leaving, {}, true, true, true, stale},
+       PlacementAction::None,
+       {"successor_unschedulable", "successor_health_stale"},
+       true},
       {"draining leader, leaving successor: blocked, not by health",
-       {Lifecycle::Leaving, {}, true, true, true, leaving}, PlacementAction::None,
-       {"successor_unschedulable", "successor_lifecycle_leaving"}, false},
-      {"draining leader hands over", {Lifecycle::Leaving, {}, true, true, true, ready},
-       PlacementAction::Withdraw, {}, false},
+       {Lifecycle::Leaving, {}, true, true, true, leaving},
+       PlacementAction::None,
+       {"successor_unschedulable", "successor_lifecycle_leaving"},
+       false},
+      {"draining leader hands over",
+       {Lifecycle::Leaving, {}, true, true, true, ready},
+       PlacementAction::Withdraw,
+       {},
+       false},
   };
   for (const auto& c : table) {
     const auto d = decide(c.in);

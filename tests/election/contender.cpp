@@ -50,8 +50,7 @@ T Contender::await(std::function<void(std::function<void(T)>)> start) {
 }
 
 el::GateDecision Contender::checkStrict(const std::string& account) {
-  return await<el::GateDecision>(
-      [&](auto done) { group_->checkStrict(account, std::move(done)); });
+  return await<el::GateDecision>([&](auto done) { group_->checkStrict(account, std::move(done)); });
 }
 
 std::vector<el::LeadershipEvent> Contender::events() const {
@@ -62,7 +61,8 @@ std::vector<el::LeadershipEvent> Contender::events() const {
 size_t Contender::acquisitions(const std::string& account) const {
   std::lock_guard lock(mu_);
   size_t n = 0;
-  for (auto& e : events_) n += e.account == account && e.kind == el::LeadershipEvent::Kind::Acquired;
+  for (auto& e : events_)
+    n += e.account == account && e.kind == el::LeadershipEvent::Kind::Acquired;
   return n;
 }
 
@@ -101,8 +101,8 @@ std::optional<std::string> Contender::get(const std::string& path) {
 
 std::vector<std::string> Contender::children(const std::string& path) {
   return await<std::vector<std::string>>([&](auto done) {
-    group_->session().children(path, nullptr,
-                               [done](el::ZkError, std::vector<std::string> names) { done(names); });
+    group_->session().children(
+        path, nullptr, [done](el::ZkError, std::vector<std::string> names) { done(names); });
   });
 }
 

@@ -2,8 +2,8 @@
 // that records every leadership event, plus blocking helpers (with deadlines) for raw znode work.
 #pragma once
 
-#include <boost/asio/io_context.hpp>
 #include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <mutex>
 #include <thread>

@@ -24,9 +24,9 @@ TEST(ElectionEnsemble, KillingTheConnectedServerMovesTheSessionAndKeepsLeadershi
   }
   ASSERT_GE(connected, 0) << "session " << hex << " not found on any server";
   ensemble.server(connected).kill9();
-  ASSERT_TRUE(eventually([&] {
-    return a.group().sessionState() == el::SessionState::Connected && a.leads("acct");
-  }, 20s));
+  ASSERT_TRUE(eventually(
+      [&] { return a.group().sessionState() == el::SessionState::Connected && a.leads("acct"); },
+      20s));
   EXPECT_EQ(a.group().sessionId(), session) << "the session moved, it did not expire";
   EXPECT_EQ(a.check("acct").token, token);
 }

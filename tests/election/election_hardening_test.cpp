@@ -32,9 +32,12 @@ TEST_F(HardeningTest, SessionIsDeclaredExpiredLocallyWhileTheServerIsUnreachable
   proxy.setMode(TcpProxy::Mode::blackhole);
   ASSERT_TRUE(eventually([&] { return a.lastLoss("acct") == el::LossReason::Suspended; }, 10s));
   // Still blackholed: only the local deadline can say "expired".
-  ASSERT_TRUE(eventually([&] { return a.group().sessionState() == el::SessionState::Expired ||
-                                      a.group().sessionState() == el::SessionState::Connecting; },
-                         10s))
+  ASSERT_TRUE(eventually(
+      [&] {
+        return a.group().sessionState() == el::SessionState::Expired ||
+               a.group().sessionState() == el::SessionState::Connecting;
+      },
+      10s))
       << el::toString(a.group().sessionState());
   EXPECT_EQ(proxy.mode(), TcpProxy::Mode::blackhole);
   proxy.setMode(TcpProxy::Mode::pass);
@@ -49,10 +52,12 @@ TEST_F(HardeningTest, NeverLeadsOnAnActiveNodeOwnedByAnotherSession) {
   ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 10s));
   const std::string record = *a.get(root + "/acct/active");
   // Replace a's active node by a byte-identical copy owned by the impostor's session.
-  ASSERT_TRUE(eventually([&] {
-    impostor.remove(root + "/acct/active");
-    return impostor.createEphemeral(root + "/acct/active", record) == el::ZkError::Ok;
-  }, 10s));
+  ASSERT_TRUE(eventually(
+      [&] {
+        impostor.remove(root + "/acct/active");
+        return impostor.createEphemeral(root + "/acct/active", record) == el::ZkError::Ok;
+      },
+      10s));
   ASSERT_TRUE(eventually([&] { return !a.leads("acct"); }, 5s));
   EXPECT_EQ(a.lastLoss("acct"), el::LossReason::Drift);
   // When the impostor's session ends, a takes over for real.
@@ -79,7 +84,8 @@ TEST_F(HardeningTest, ResignWhoseDeleteIsLostIsRetriedAfterReconnect) {
   ASSERT_TRUE(eventually([&] { return !a.leads("acct"); }, 5s));
   std::this_thread::sleep_for(200ms);
   proxy.setMode(TcpProxy::Mode::close);
-  ASSERT_TRUE(eventually([&] { return a.group().sessionState() == el::SessionState::Suspended; }, 10s));
+  ASSERT_TRUE(
+      eventually([&] { return a.group().sessionState() == el::SessionState::Suspended; }, 10s));
   EXPECT_FALSE(b.leads("acct"));
   EXPECT_TRUE(observerSees(root + "/acct/active")) << "the lost delete was applied after all";
   proxy.setMode(TcpProxy::Mode::pass);
@@ -124,7 +130,8 @@ TEST(HardeningRestart, ServerRestartShorterThanTheSessionTimeoutKeepsLeadership)
 TEST_F(HardeningTest, LostReplyOfTheMemberCreateIsAdoptedNotDuplicated) {
   TcpProxy proxy(sharedZooKeeper().port());
   Contender a(proxy.connectString(), root, "host-a", 4000ms);
-  ASSERT_TRUE(eventually([&] { return a.group().sessionState() == el::SessionState::Connected; }, 10s));
+  ASSERT_TRUE(
+      eventually([&] { return a.group().sessionState() == el::SessionState::Connected; }, 10s));
   Contender observer(hosts(), root + "-observer", "observer");
   // Make the tree exist so the very first create is the member node itself.
   Contender seeder(hosts(), root, "seeder");
@@ -135,9 +142,11 @@ TEST_F(HardeningTest, LostReplyOfTheMemberCreateIsAdoptedNotDuplicated) {
 
   proxy.setMode(TcpProxy::Mode::dropReplies);
   a.join("acct");
-  ASSERT_TRUE(eventually([&] { return observer.children(root + "/acct/members").size() == 1; }, 10s))
+  ASSERT_TRUE(
+      eventually([&] { return observer.children(root + "/acct/members").size() == 1; }, 10s))
       << "the create did not reach the server";
-  ASSERT_TRUE(eventually([&] { return a.group().sessionState() == el::SessionState::Suspended; }, 10s));
+  ASSERT_TRUE(
+      eventually([&] { return a.group().sessionState() == el::SessionState::Suspended; }, 10s));
   proxy.setMode(TcpProxy::Mode::pass);
   ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 10s));
   EXPECT_EQ(observer.children(root + "/acct/members").size(), 1u) << "no duplicate member node";
@@ -159,7 +168,8 @@ TEST_F(HardeningTest, FlappingConnectionNeverGivesTwoLeadersNorChurnsNodes) {
   while (!deadline.passed()) {
     TcpProxy& victim = pick(rng) ? proxyA : proxyB;
     victim.setMode(TcpProxy::Mode::close);
-    const auto downUntil = std::chrono::steady_clock::now() + std::chrono::milliseconds(downMs(rng));
+    const auto downUntil =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(downMs(rng));
     while (std::chrono::steady_clock::now() < downUntil) {
       overlaps += a.leads("acct") && b.leads("acct");
       std::this_thread::sleep_for(1ms);
@@ -177,8 +187,10 @@ TEST_F(HardeningTest, FlappingConnectionNeverGivesTwoLeadersNorChurnsNodes) {
   ASSERT_TRUE(eventually([&] { return a.leads("acct") != b.leads("acct"); }, 15s));
   // Each member create takes the next sequence number: the newest seq counts the creations.
   int64_t maxSeq = -1;
-  for (auto& name : a.children(root + "/acct/members")) maxSeq = std::max<int64_t>(maxSeq, std::stoll(name.substr(2)));
-  EXPECT_LE(maxSeq + 1, 2 + 2 * flaps) << "member nodes created: " << maxSeq + 1 << " for " << flaps << " flaps";
+  for (auto& name : a.children(root + "/acct/members"))
+    maxSeq = std::max<int64_t>(maxSeq, std::stoll(name.substr(2)));
+  EXPECT_LE(maxSeq + 1, 2 + 2 * flaps)
+      << "member nodes created: " << maxSeq + 1 << " for " << flaps << " flaps";
 }
 
 // zookeeper_close runs off ZooKeeper's threads and completions may still be in flight: tearing

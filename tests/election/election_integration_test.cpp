@@ -25,12 +25,16 @@ TEST_F(ElectionTest, FirstCandidateLeadsAndSecondWaits) {
   ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 10s));
   Contender b(hosts(), root, "host-b");
   b.join("acct");
-  ASSERT_TRUE(eventually([&] {
-    for (auto& s : b.group().status()) {
-      if (s.role == el::Role::Waiting && s.leader && s.leader->instanceId == "host-a") return true;
-    }
-    return false;
-  }, 10s)) << "b should wait and know a leads";
+  ASSERT_TRUE(eventually(
+      [&] {
+        for (auto& s : b.group().status()) {
+          if (s.role == el::Role::Waiting && s.leader && s.leader->instanceId == "host-a")
+            return true;
+        }
+        return false;
+      },
+      10s))
+      << "b should wait and know a leads";
   GateDecision refused = b.check("acct");
   EXPECT_EQ(refused.verdict, Verdict::NotLeader);
   ASSERT_TRUE(refused.leader);
@@ -148,10 +152,13 @@ TEST_F(ElectionTest, BlackholedLinkSuspendsTheGateBeforeTheSessionExpires) {
   EXPECT_FALSE(a.leads("acct"));
   proxy.setMode(TcpProxy::Mode::pass);
   // a comes back on a new session as a candidate behind b.
-  ASSERT_TRUE(eventually([&] {
-    auto s = a.group().status().at(0);
-    return s.role == el::Role::Waiting && a.group().sessionState() == el::SessionState::Connected;
-  }, 15s));
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto s = a.group().status().at(0);
+        return s.role == el::Role::Waiting &&
+               a.group().sessionState() == el::SessionState::Connected;
+      },
+      15s));
   EXPECT_TRUE(b.leads("acct"));
   EXPECT_FALSE(a.leads("acct"));
 }
@@ -195,11 +202,13 @@ TEST_F(ElectionTest, ThousandAccountsOnOneSessionAllFailOverOnStop) {
   };
   ASSERT_TRUE(eventually([&] { return ledBy(*a) == kAccounts; }, 60s)) << ledBy(*a);
   for (int i = 0; i < kAccounts; ++i) b.join("acct-" + std::to_string(i));
-  ASSERT_TRUE(eventually([&] {
-    int registered = 0;
-    for (auto& s : b.group().status()) registered += s.seq >= 0;
-    return registered == kAccounts;
-  }, 60s));
+  ASSERT_TRUE(eventually(
+      [&] {
+        int registered = 0;
+        for (auto& s : b.group().status()) registered += s.seq >= 0;
+        return registered == kAccounts;
+      },
+      60s));
   a->stop();
   ASSERT_TRUE(eventually([&] { return ledBy(b) == kAccounts; }, 15s)) << ledBy(b);
   EXPECT_EQ(ledBy(*a), 0);

@@ -38,7 +38,9 @@ int64_t tokenOf(const std::string& leaderLine) {
   return std::stoll(leaderLine.substr(second + 1, third - second - 1));
 }
 
-int64_t unixNanosOf(const std::string& line) { return std::stoll(line.substr(line.rfind(' ') + 1)); }
+int64_t unixNanosOf(const std::string& line) {
+  return std::stoll(line.substr(line.rfind(' ') + 1));
+}
 
 std::string gate(ChildProcess& p, const std::string& account) {
   p.writeLine("check " + account);
@@ -108,7 +110,8 @@ TEST_F(ZkElectProcessTest, SigstoppedLeaderLosesToSuccessorAndFindsItsGateClosed
 }
 
 TEST_F(ZkElectProcessTest, BadAccountIdIsRejectedWithExitTwoAndNothingWritten) {
-  for (const std::string& bad : std::vector<std::string>{"a/b", "..", "x,,y", std::string(129, 'z')}) {
+  for (const std::string& bad :
+       std::vector<std::string>{"a/b", "..", "x,,y", std::string(129, 'z')}) {
     ChildProcess p(std::string(ZKAGENT_BIN_DIR) + "/zk-elect",
                    {"--zk", sharedZooKeeper().connectString(), "--root", root, "--instance-id",
                     "host-a", "--accounts", bad});
@@ -124,8 +127,8 @@ TEST_F(ZkElectProcessTest, BadAccountIdIsRejectedWithExitTwoAndNothingWritten) {
 }
 
 TEST_F(ZkElectProcessTest, ManyAccountsAreLedByTheFirstAndMoveOnKill) {
-  std::string accounts;
-  for (int i = 0; i < 50; ++i) accounts += (i ? "," : "") + std::string("acct-") + std::to_string(i);
+  std::string accounts = "acct-0";
+  for (int i = 1; i < 50; ++i) accounts.append(",acct-").append(std::to_string(i));
   auto a = startElect(root, "host-a", accounts, false);
   for (int i = 0; i < 50; ++i) a->waitForLine("LEADER acct-", 10s);
   auto b = startElect(root, "host-b", accounts);

@@ -42,7 +42,8 @@ TEST_F(HardeningTest, TenThousandAccountsKeepEveryWatchAcrossReconnectsWithoutLe
   };
   auto roles = [&] {
     std::map<std::string, int> count;
-    for (auto& s : b.group().status()) ++count[std::string(el::toString(s.role)) + "/" + s.lastReason];
+    for (auto& s : b.group().status())
+      ++count[std::string(el::toString(s.role)) + "/" + s.lastReason];
     std::string out;
     for (auto& [k, v] : count) out += k + "=" + std::to_string(v) + " ";
     return out;
@@ -61,12 +62,15 @@ TEST_F(HardeningTest, TenThousandAccountsKeepEveryWatchAcrossReconnectsWithoutLe
   for (int round = 0; round < 3; ++round) {
     proxy.setMode(TcpProxy::Mode::close);
     // Every account has seen the disconnect before the link comes back.
-    ASSERT_TRUE(eventually([&] {
-      for (auto& s : b.group().status()) {
-        if (s.role != el::Role::Suspend) return false;
-      }
-      return true;
-    }, 30s)) << roles();
+    ASSERT_TRUE(eventually(
+        [&] {
+          for (auto& s : b.group().status()) {
+            if (s.role != el::Role::Suspend) return false;
+          }
+          return true;
+        },
+        30s))
+        << roles();
     proxy.setMode(TcpProxy::Mode::pass);
     ASSERT_TRUE(eventually(standbyReady, 60s)) << "round " << round << ": " << roles();
     ASSERT_TRUE(eventually([&] { return watchCount() == expectedWatches; }, 30s))

@@ -1,7 +1,7 @@
 // The transition table of seed 001 §3.4, checked row by row as a table.
-#include <gtest/gtest.h>
-
 #include "state_table.hpp"
+
+#include <gtest/gtest.h>
 
 namespace zkagent::election::detail {
 namespace {

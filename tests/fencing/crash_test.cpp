@@ -28,7 +28,8 @@ using Clock = std::chrono::steady_clock;
 // One line to the parent; lines shorter than PIPE_BUF never interleave between threads.
 void report(int out, const std::string& line) {
   const std::string withNewline = line + "\n";
-  if (::write(out, withNewline.data(), withNewline.size()) != static_cast<ssize_t>(withNewline.size())) {
+  if (::write(out, withNewline.data(), withNewline.size()) !=
+      static_cast<ssize_t>(withNewline.size())) {
     _exit(3);
   }
 }
@@ -140,7 +141,8 @@ TEST(FencingCrash, AcknowledgedOperationsSurviveSigkillMidBurst) {
   std::size_t acceptedSeen = 0;
   std::size_t linesCounted = 0;
   const auto enoughAccepted = [&](const std::vector<std::string>& lines) {
-    for (; linesCounted < lines.size(); ++linesCounted) acceptedSeen += lines[linesCounted][0] == 'A';
+    for (; linesCounted < lines.size(); ++linesCounted)
+      acceptedSeen += lines[linesCounted][0] == 'A';
     return acceptedSeen >= 400;
   };
   for (const std::string& line : child.readLinesUntil(enoughAccepted, 30s)) {
@@ -163,7 +165,8 @@ TEST(FencingCrash, AcknowledgedOperationsSurviveSigkillMidBurst) {
   EXPECT_EQ(reopened.status("acct")->accepted, logged.size());
   const std::string someAccepted = *accepted.begin();
   const std::uint64_t token = someAccepted.starts_with("0-") ? 1 : 2;
-  EXPECT_TRUE(reopened.submit(Operation{{"acct", token, "host", 1}, someAccepted, "null"}).replayed);
+  EXPECT_TRUE(
+      reopened.submit(Operation{{"acct", token, "host", 1}, someAccepted, "null"}).replayed);
 }
 
 // A real write failure: the file size limit (RLIMIT_FSIZE) makes a write stop part-way and the

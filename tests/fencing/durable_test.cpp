@@ -53,7 +53,8 @@ void flipByte(const fs::path& file, std::uintmax_t offset) {
 void writeTenOps(const fs::path& dir) {
   TokenValidator validator(durableIn(dir));
   for (int i = 1; i <= 10; ++i) {
-    ASSERT_TRUE(validator.submit(op(static_cast<std::uint64_t>(i), "op-" + std::to_string(i))).accepted());
+    ASSERT_TRUE(
+        validator.submit(op(static_cast<std::uint64_t>(i), "op-" + std::to_string(i))).accepted());
   }
 }
 
@@ -73,12 +74,16 @@ TEST(DurableValidator, AcceptedRecordMatchesTheDocumentedFormat) {
   const std::string expected(
       "\x30\x00\x00\x00\x20\xfc\x25\x9e"
       "\x01"
-      "\x01\x00\x00\x00" "a"
-      "\x01\x00\x00\x00" "o"
+      "\x01\x00\x00\x00"
+      "a"
+      "\x01\x00\x00\x00"
+      "o"
       "\x02\x00\x00\x00\x00\x00\x00\x00"
-      "\x01\x00\x00\x00" "i"
+      "\x01\x00\x00\x00"
+      "i"
       "\xff\xff\xff\xff\xff\xff\xff\xff"
-      "\x04\x00\x00\x00" "null"
+      "\x04\x00\x00\x00"
+      "null"
       "\x02\x00\x00\x00\x00\x00\x00\x00",
       56);
   EXPECT_EQ(readBytes(logFiles(dir.path()).at(0)), expected);
@@ -119,7 +124,8 @@ TEST(DurableValidator, FenceAndResetSurviveRestart) {
   {
     TokenValidator validator(durableIn(dir.path()));
     validator.submit(op(50, "a"));
-    EXPECT_EQ(validator.submit(op(1, "b"), ActiveView::present(1)).verdict, Verdict::account_fenced);
+    EXPECT_EQ(validator.submit(op(1, "b"), ActiveView::present(1)).verdict,
+              Verdict::account_fenced);
   }
   {
     TokenValidator reopened(durableIn(dir.path()));
@@ -184,7 +190,8 @@ TEST(DurableValidator, CorruptionBeforeValidRecordsRefusesToStart) {
     TokenValidator reopened(durableIn(dir.path()));
     FAIL() << "opened a log that is corrupt in the middle";
   } catch (const StorageError& error) {
-    EXPECT_NE(std::string(error.what()).find("corrupt at offset 0"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("corrupt at offset 0"), std::string::npos)
+        << error.what();
   }
   EXPECT_EQ(fs::file_size(log), sizeBefore) << "a refused recovery must change nothing";
 }
@@ -259,7 +266,8 @@ TEST(DurableValidator, PerOperationCommitModeRecoversTheSame) {
   TempDir dir;
   {
     TokenValidator validator(durableIn(dir.path(), CommitMode::per_operation));
-    for (int i = 1; i <= 5; ++i) validator.submit(op(static_cast<std::uint64_t>(i), std::to_string(i)));
+    for (int i = 1; i <= 5; ++i)
+      validator.submit(op(static_cast<std::uint64_t>(i), std::to_string(i)));
   }
   TokenValidator reopened(durableIn(dir.path()));
   EXPECT_EQ(reopened.status("acct")->hwm, 5u);
@@ -280,7 +288,8 @@ void concurrentSubmittersTest(CommitMode mode) {
     for (int t = 0; t < kThreads; ++t) {
       threads.emplace_back([&, t] {
         for (int i = 0; i < kOpsPerThread; ++i) {
-          std::string id = std::to_string(t);  // built by appending: GCC 12 -Wrestrict false positive
+          std::string id =
+              std::to_string(t);  // built by appending: GCC 12 -Wrestrict false positive
           id += '-';
           id += std::to_string(i);
           // Leaders 1..4 take turns so that stale tokens are rejected along the way.
@@ -344,7 +353,9 @@ TEST(DurableValidator, ConcurrentSubmittersDuringCompactionLoseNothing) {
       threads.emplace_back([&, t] {
         const std::string account = "acct" + std::to_string(t);
         for (int i = 1; i <= kOpsPerThread; ++i) {
-          EXPECT_TRUE(validator.submit(op(static_cast<std::uint64_t>(i), std::to_string(i), account)).accepted());
+          EXPECT_TRUE(
+              validator.submit(op(static_cast<std::uint64_t>(i), std::to_string(i), account))
+                  .accepted());
           if (i % 10 == 0) validator.compact();
         }
       });

@@ -10,7 +10,7 @@ namespace {
 using nlohmann::json;
 
 json validRequest() {
-  return {{"account", "wx_desk-1.a"}, {"token", 7},       {"instanceId", "host-a-001"},
+  return {{"account", "wx_desk-1.a"},         {"token", 7},     {"instanceId", "host-a-001"},
           {"sessionId", 72057594037927937LL}, {"opId", "op-1"}, {"payload", {{"text", "hi"}}}};
 }
 
@@ -98,8 +98,8 @@ TEST(FencingWire, AccountIdRules) {
 
 TEST(FencingWire, IdsMustBePrintableAndBounded) {
   for (const char* field : {"opId", "instanceId"}) {
-    for (const std::string& bad : {std::string(), std::string(129, 'o'), std::string("a b"),
-                                   std::string("a\nb")}) {
+    for (const std::string& bad :
+         {std::string(), std::string(129, 'o'), std::string("a b"), std::string("a\nb")}) {
       json request = validRequest();
       request[field] = bad;
       EXPECT_NE(errorOf(request).find(std::string("field '") + field + "'"), std::string::npos)
@@ -143,7 +143,8 @@ TEST(FencingWire, OversizedInputIsRefused) {
 TEST(FencingWire, DeeplyNestedPayloadIsRefused) {
   const std::string deep = std::string(1000, '[') + std::string(1000, ']');
   const std::string body = R"({"account":"a","token":1,"instanceId":"i","sessionId":1,)"
-                           R"("opId":"o","payload":)" + deep + "}";
+                           R"("opId":"o","payload":)" +
+                           deep + "}";
   EXPECT_THROW(parseOperation(body), BadRequest);
 }
 
@@ -155,7 +156,8 @@ TEST(FencingWire, FencingTokenParsesAlone) {
 }
 
 TEST(FencingWire, DecisionJsonMatchesTheGatewayContract) {
-  EXPECT_EQ(toJson(Decision{Verdict::accepted, 5, false, {}}), json({{"accepted", true}, {"hwm", 5}}));
+  EXPECT_EQ(toJson(Decision{Verdict::accepted, 5, false, {}}),
+            json({{"accepted", true}, {"hwm", 5}}));
   const json rejected = toJson(Decision{Verdict::stale_token, 9, false, "token 3 is below"});
   EXPECT_EQ(rejected["accepted"], false);
   EXPECT_EQ(rejected["reason"], "stale_token");

@@ -23,9 +23,9 @@ std::string errorOf(std::vector<std::string> args) {
 }  // namespace
 
 TEST(GatewayConfig, FlagsFillTheConfig) {
-  auto result = parse({"--listen", "0.0.0.0:9000", "--data-dir", "/var/lib/gw", "--zk",
-                       "zk1:2181,zk2:2181", "--root", "/accounts", "--zk-untrusted", "refuse",
-                       "--commit-mode", "per_operation"});
+  auto result =
+      parse({"--listen", "0.0.0.0:9000", "--data-dir", "/var/lib/gw", "--zk", "zk1:2181,zk2:2181",
+             "--root", "/accounts", "--zk-untrusted", "refuse", "--commit-mode", "per_operation"});
   ASSERT_TRUE(result.config) << result.message;
   const auto& config = *result.config;
   EXPECT_EQ(config.listenAddress, "0.0.0.0");
@@ -61,8 +61,9 @@ TEST(GatewayConfig, FileIsReadFirstThenFlagsAndEnvironmentOverrideIt) {
 
 TEST(GatewayConfig, ErrorsNameTheFieldAndWhatIsExpected) {
   EXPECT_NE(errorOf({"--listen", "127.0.0.1:0"}).find("--data-dir: required"), std::string::npos);
-  EXPECT_NE(errorOf({"--data-dir", "d", "--listen", "localhost"}).find("--listen: expected HOST:PORT"),
-            std::string::npos);
+  EXPECT_NE(
+      errorOf({"--data-dir", "d", "--listen", "localhost"}).find("--listen: expected HOST:PORT"),
+      std::string::npos);
   EXPECT_NE(errorOf({"--data-dir", "d", "--listen", "h:70000"}).find("--listen: port"),
             std::string::npos);
   EXPECT_NE(errorOf({"--data-dir", "d", "--zk-untrusted", "maybe"}).find("hwm_only or refuse"),

@@ -2,13 +2,12 @@
 // temporary directory and a fake ZooKeeper view.
 #include <gtest/gtest.h>
 
-#include <thread>
-
 #include <cstdlib>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "gateway.hpp"
 #include "temp_dir.hpp"
@@ -41,12 +40,8 @@ class FakeLeaders final : public gateway::LeaderSource {
 };
 
 std::string op(std::string_view account, uint64_t token, std::string_view opId) {
-  return json{{"account", account},
-              {"token", token},
-              {"instanceId", "host-a"},
-              {"sessionId", 42},
-              {"opId", opId},
-              {"payload", {{"text", "hello"}}}}
+  return json{{"account", account}, {"token", token}, {"instanceId", "host-a"},
+              {"sessionId", 42},    {"opId", opId},   {"payload", {{"text", "hello"}}}}
       .dump();
 }
 
@@ -72,7 +67,9 @@ class GatewayApi : public ::testing::Test {
     if (!token.empty()) request.headers.emplace_back("authorization", "Bearer " + token);
     return router_->handle(std::move(request));
   }
-  http::Response post(std::string body) { return call(http::Method::Post, "/v1/ops", std::move(body)); }
+  http::Response post(std::string body) {
+    return call(http::Method::Post, "/v1/ops", std::move(body));
+  }
   json account(const std::string& id) {
     return json::parse(call(http::Method::Get, "/v1/accounts/" + id).body);
   }
@@ -97,8 +94,9 @@ TEST_F(GatewayApi, StaleTokenIsRejectedWith409AndTheCurrentHwm) {
   EXPECT_EQ(body["accepted"], false);
   EXPECT_EQ(body["reason"], "stale_token");
   EXPECT_EQ(body["hwm"], 7);
-  EXPECT_EQ(account("acc"), (json{{"account", "acc"}, {"hwm", 7}, {"accepted", 1},
-                                  {"rejected", 1}, {"fenced", false}}));
+  EXPECT_EQ(
+      account("acc"),
+      (json{{"account", "acc"}, {"hwm", 7}, {"accepted", 1}, {"rejected", 1}, {"fenced", false}}));
 }
 
 TEST_F(GatewayApi, EqualTokenIsAcceptedAndHigherRaisesTheHwm) {
@@ -125,16 +123,11 @@ TEST_F(GatewayApi, BadInputGets400WithAMessageAndChangesNothing) {
     return copy.dump();
   };
   std::vector<std::pair<std::string, std::string>> cases = {
-      {"{\"account\":", "malformed JSON"},
-      {"[1,2]", "JSON object"},
-      {without("account"), "account"},
-      {without("token"), "token"},
-      {without("opId"), "opId"},
-      {with("account", "../etc"), "account"},
-      {with("account", ""), "account"},
-      {with("token", -1), "token"},
-      {with("token", "9"), "token"},
-      {with("token", 9.5), "token"},
+      {"{\"account\":", "malformed JSON"}, {"[1,2]", "JSON object"},
+      {without("account"), "account"},     {without("token"), "token"},
+      {without("opId"), "opId"},           {with("account", "../etc"), "account"},
+      {with("account", ""), "account"},    {with("token", -1), "token"},
+      {with("token", "9"), "token"},       {with("token", 9.5), "token"},
   };
   for (const auto& [body, mentions] : cases) {
     auto response = post(body);
@@ -179,7 +172,8 @@ TEST_F(GatewayApi, ZooKeeperModeRejectsTheOldLeaderOnceASuccessorHoldsActive) {
   EXPECT_EQ(old.status, 409);
   EXPECT_EQ(json::parse(old.body)["reason"], "not_current_leader");
   EXPECT_EQ(account("acc")["activeSeq"], 8);
-  EXPECT_NE(metrics().find(R"(zkagent_gateway_ops_total{result="not_current_leader",check="zookeeper"} 1)"),
+  EXPECT_NE(metrics().find(
+                R"(zkagent_gateway_ops_total{result="not_current_leader",check="zookeeper"} 1)"),
             std::string::npos);
 }
 
@@ -242,9 +236,9 @@ TEST_F(GatewayApi, ActiveSeqBelowHwmFencesTheAccountUntilAnAuthenticatedReset) {
 
   std::string reset = R"({"hwm":2,"reason":"zookeeper data wiped","actor":"alice"})";
   EXPECT_EQ(call(http::Method::Post, "/v1/accounts/acc/reset-hwm", reset).status, 401);
-  EXPECT_EQ(call(http::Method::Post, "/v1/accounts/acc/reset-hwm", R"({"hwm":2})", "admin-secret")
-                .status,
-            400);
+  EXPECT_EQ(
+      call(http::Method::Post, "/v1/accounts/acc/reset-hwm", R"({"hwm":2})", "admin-secret").status,
+      400);
   EXPECT_EQ(call(http::Method::Post, "/v1/accounts/acc/reset-hwm", R"({"hwm":-2,"reason":"x"})",
                  "admin-secret")
                 .status,
@@ -258,7 +252,8 @@ TEST_F(GatewayApi, ActiveSeqBelowHwmFencesTheAccountUntilAnAuthenticatedReset) {
 TEST_F(GatewayApi, HwmResetIsDisabledWithoutAConfiguredToken) {
   start();
   ASSERT_EQ(post(op("acc", 9, "op-1")).status, 200);
-  auto refused = call(http::Method::Post, "/v1/accounts/acc/reset-hwm", R"({"hwm":0,"reason":"x"})");
+  auto refused =
+      call(http::Method::Post, "/v1/accounts/acc/reset-hwm", R"({"hwm":0,"reason":"x"})");
   EXPECT_EQ(refused.status, 403);
   EXPECT_EQ(account("acc")["hwm"], 9);
 }

@@ -31,7 +31,10 @@ class GatewayProcess {
                  std::string token = {}) {
     std::vector<std::string> args = {"ZKAGENT_GATEWAY_TOKEN=" + token,
                                      zktest::binaryPath("fencing-gateway").string(),
-                                     "--listen", "127.0.0.1:0", "--data-dir", dataDir.string()};
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--data-dir",
+                                     dataDir.string()};
     args.insert(args.end(), extraArgs.begin(), extraArgs.end());
     process_ = std::make_unique<zktest::ChildProcess>("env", args);
     auto line = process_->waitForLine("LISTENING 127.0.0.1:", 20s);
@@ -80,7 +83,8 @@ TEST(GatewayProcess, OversizedBodyGets413AndChangesNothing) {
   GatewayProcess gateway(dir.path());
   auto client = gateway.client();
   auto huge = op("acc", 1, "op-1");
-  huge.insert(huge.size() - 1, ",\"pad\":\"" + std::string(fencing::kMaxOperationBytes, 'x') + "\"");
+  huge.insert(huge.size() - 1,
+              ",\"pad\":\"" + std::string(fencing::kMaxOperationBytes, 'x') + "\"");
   auto response = client.post("/v1/ops", huge);
   ASSERT_TRUE(response.delivered()) << response.transportError;
   EXPECT_EQ(response.status, 413);
@@ -99,8 +103,9 @@ TEST(GatewayProcess, MetricsEndpointPassesPromtoolAndSigtermExitsCleanly) {
   auto metrics = client.get("/metrics");
   ASSERT_EQ(metrics.status, 200);
   EXPECT_EQ(metrics.contentType, "text/plain; version=0.0.4; charset=utf-8");
-  EXPECT_NE(metrics.body.find(R"(zkagent_gateway_ops_total{result="stale_token",check="hwm_only"} 1)"),
-            std::string::npos);
+  EXPECT_NE(
+      metrics.body.find(R"(zkagent_gateway_ops_total{result="stale_token",check="hwm_only"} 1)"),
+      std::string::npos);
   auto file = dir.path() / "metrics.prom";
   std::ofstream(file) << metrics.body;
   EXPECT_EQ(std::system(("promtool check metrics < " + file.string()).c_str()), 0) << metrics.body;
@@ -185,7 +190,8 @@ TEST(GatewayProcess, KillNineDuringABurstLosesNoAcknowledgedAndKeepsNoRejectedOp
   }
   ASSERT_NE(lastAccepted, nullptr);
   auto before = fencing::readLoggedOperations(dir.path()).size();
-  auto retry = client.post("/v1/ops", op(lastAccepted->account, lastAccepted->token, lastAccepted->opId));
+  auto retry =
+      client.post("/v1/ops", op(lastAccepted->account, lastAccepted->token, lastAccepted->opId));
   EXPECT_EQ(retry.status, 200);
   EXPECT_EQ(json::parse(retry.body)["replayed"], true);
   EXPECT_EQ(fencing::readLoggedOperations(dir.path()).size(), before);

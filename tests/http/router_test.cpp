@@ -28,9 +28,8 @@ std::optional<std::string> headerOf(const Response& response, std::string_view n
 
 TEST(Router, ParameterSegmentsLandInParams) {
   Router router;
-  router.add(Method::Post, "/v1/accounts/{id}/reset-hwm", [](const Request& request) {
-    return Response::text(200, request.params.at("id"));
-  });
+  router.add(Method::Post, "/v1/accounts/{id}/reset-hwm",
+             [](const Request& request) { return Response::text(200, request.params.at("id")); });
   auto response = router.handle(make(Method::Post, "/v1/accounts/acc-7/reset-hwm"));
   EXPECT_EQ(response.status, 200);
   EXPECT_EQ(response.body, "acc-7");
@@ -38,8 +37,10 @@ TEST(Router, ParameterSegmentsLandInParams) {
 
 TEST(Router, LiteralRouteWinsOverParameterRoute) {
   Router router;
-  router.add(Method::Get, "/v1/accounts/{id}", [](const Request&) { return Response::text(200, "param"); });
-  router.add(Method::Get, "/v1/accounts/all", [](const Request&) { return Response::text(200, "literal"); });
+  router.add(Method::Get, "/v1/accounts/{id}",
+             [](const Request&) { return Response::text(200, "param"); });
+  router.add(Method::Get, "/v1/accounts/all",
+             [](const Request&) { return Response::text(200, "literal"); });
   EXPECT_EQ(router.handle(make(Method::Get, "/v1/accounts/all")).body, "literal");
   EXPECT_EQ(router.handle(make(Method::Get, "/v1/accounts/x")).body, "param");
 }
@@ -62,8 +63,9 @@ TEST(Router, UnknownPathIs404AndWrongMethodIs405WithAllow) {
 TEST(Router, BearerTokenIsRequiredExceptOnPublicRoutes) {
   Router router({.bearerToken = "s3cret"});
   router.add(Method::Get, "/data", [](const Request&) { return Response::text(200, "data"); });
-  router.add(Method::Get, "/healthz", [](const Request&) { return Response::text(200, "ok"); },
-             Access::Public);
+  router.add(
+      Method::Get, "/healthz", [](const Request&) { return Response::text(200, "ok"); },
+      Access::Public);
   auto anonymous = router.handle(make(Method::Get, "/data"));
   EXPECT_EQ(anonymous.status, 401);
   EXPECT_EQ(headerOf(anonymous, "WWW-Authenticate"), "Bearer");
@@ -78,9 +80,8 @@ TEST(Router, BearerTokenIsRequiredExceptOnPublicRoutes) {
 
 TEST(Router, HandlerExceptionBecomes500WithMessage) {
   Router router;
-  router.add(Method::Get, "/boom", [](const Request&) -> Response {
-    throw std::runtime_error("disk \"full\"");
-  });
+  router.add(Method::Get, "/boom",
+             [](const Request&) -> Response { throw std::runtime_error("disk \"full\""); });
   auto response = router.handle(make(Method::Get, "/boom"));
   EXPECT_EQ(response.status, 500);
   EXPECT_EQ(response.body, R"({"error":"internal error: disk \"full\""})");
@@ -104,6 +105,5 @@ TEST(Request, HeaderLookupIgnoresCase) {
 }
 
 TEST(Response, ErrorEscapesTheMessageAsJson) {
-  EXPECT_EQ(Response::error(400, "bad \\ \"x\"\n\x01").body,
-            R"({"error":"bad \\ \"x\"\n\u0001"})");
+  EXPECT_EQ(Response::error(400, "bad \\ \"x\"\n\x01").body, R"({"error":"bad \\ \"x\"\n\u0001"})");
 }

@@ -43,9 +43,8 @@ Router echoRouter() {
   router.add(Method::Post, "/echo/{word}", [](const Request& request) {
     return Response::text(200, request.params.at("word") + ":" + request.body);
   });
-  router.add(Method::Get, "/peer", [](const Request& request) {
-    return Response::text(200, request.remoteAddress);
-  });
+  router.add(Method::Get, "/peer",
+             [](const Request& request) { return Response::text(200, request.remoteAddress); });
   return router;
 }
 
@@ -155,7 +154,8 @@ TEST(HttpClient, SlowServerIsReportedAsTimeout) {
   release.set_value();
   EXPECT_FALSE(response.delivered());
   EXPECT_EQ(response.status, 0);
-  EXPECT_NE(response.transportError.find("no answer"), std::string::npos) << response.transportError;
+  EXPECT_NE(response.transportError.find("no answer"), std::string::npos)
+      << response.transportError;
 }
 
 TEST(HttpClient, RefusedConnectionIsReportedNotThrown) {

@@ -1,11 +1,10 @@
 #include "zkagent/metrics.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -31,7 +30,8 @@ TEST(Metrics, LabelledSeriesAreKeptApartAndExposedWithEscapedValues) {
   ops.with({"quote\"back\\slash\nnewline", "x"}).inc(0.5);
   EXPECT_EQ(ops.with({"accepted", "hwm"}).value(), 2);
   std::string text = registry.expose();
-  EXPECT_NE(text.find("ops_total{result=\"accepted\",mode=\"hwm\"} 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("ops_total{result=\"accepted\",mode=\"hwm\"} 2\n"), std::string::npos)
+      << text;
   EXPECT_NE(text.find("ops_total{result=\"quote\\\"back\\\\slash\\nnewline\",mode=\"x\"} 0.5\n"),
             std::string::npos)
       << text;

@@ -6,11 +6,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 namespace {
 
@@ -42,7 +41,8 @@ nlohmann::json readJson(const std::string& path) {
   return nlohmann::json::parse(in);
 }
 
-void collectKeys(const nlohmann::json& node, const std::string& prefix, std::set<std::string>& out) {
+void collectKeys(const nlohmann::json& node, const std::string& prefix,
+                 std::set<std::string>& out) {
   for (const auto& [key, value] : node.items()) {
     const std::string path = prefix.empty() ? key : prefix + "." + key;
     if (value.is_object()) {
@@ -64,8 +64,8 @@ std::set<std::string> expectedKeys() {
     keys.insert(std::string("renewal_peak.") + mode + ".peak_per_second");
     keys.insert(std::string("renewal_peak.") + mode + ".final_leases");
   }
-  for (const char* key : {"lease_expirations", "published_debounce_20", "published_debounce_0",
-                          "device_flaps"}) {
+  for (const char* key :
+       {"lease_expirations", "published_debounce_20", "published_debounce_0", "device_flaps"}) {
     keys.insert(std::string("negative_control.") + key);
   }
   return keys;

@@ -7,9 +7,10 @@ namespace zkagent::presence::testing {
 namespace {
 
 struct StoreWorld {
-  StoreWorld() : store(clock, Params{}, [this](const DeviceChange& change) {
-    changes.push_back({change.key.device, change.online, change.reason});
-  }) {}
+  StoreWorld()
+      : store(clock, Params{}, [this](const DeviceChange& change) {
+          changes.push_back({change.key.device, change.online, change.reason});
+        }) {}
   void renew(const std::string& gateway, Epoch epoch) {
     const LeaseEntry entry{key, epoch};
     store.renew(gateway, std::span(&entry, 1));

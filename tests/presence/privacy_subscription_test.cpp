@@ -81,8 +81,8 @@ TEST(Subscriptions, SnapshotListsOnlyVisibleTargetsWithTheirVersion) {
   world.service.privacy().addContact("carol", "bob");  // carol never connected
   world.runUntil(10);
 
-  const Subscribed bob = world.service.subscriptions().subscribe(
-      "bob", {"alice", "carol", "dave"}, [](const ChangeEvent&) {});
+  const Subscribed bob = world.service.subscriptions().subscribe("bob", {"alice", "carol", "dave"},
+                                                                 [](const ChangeEvent&) {});
   ASSERT_EQ(bob.snapshot.size(), 2u);  // dave is not visible to bob: absent, not offline
   EXPECT_EQ(bob.snapshot[0].target, "alice");
   EXPECT_EQ(bob.snapshot[0].status.status, ShownStatus::Online);

@@ -47,7 +47,7 @@ class RenewalLog final : public LeaseWriter {
     store_.remove(key, epoch, reason);
   }
 
-  std::vector<TimePoint> batchTimes;          // every renew call, connects included
+  std::vector<TimePoint> batchTimes;             // every renew call, connects included
   std::map<std::string, TimePoint> lastRenewal;  // by user
 
  private:

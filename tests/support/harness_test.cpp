@@ -1,6 +1,7 @@
 // Self-tests of the harness: each tool does what its header promises, against real processes,
 // a real ZooKeeper and a real echo server.
 
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -11,8 +12,6 @@
 #include <mutex>
 #include <set>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "src/loopback.hpp"
 #include "zktest/child_process.hpp"
@@ -87,12 +86,13 @@ TEST(ChildProcess, ReadLineFailsAtTheDeadlineWithEverythingReadSoFar) {
 }
 
 TEST(ChildProcess, WaitForLineSkipsToTheMatchingLine) {
-  ChildProcess child("/bin/sh", {"-c", "echo SESSION 1; echo READY; echo LEADER a 7; exec sleep 30"});
+  ChildProcess child("/bin/sh",
+                     {"-c", "echo SESSION 1; echo READY; echo LEADER a 7; exec sleep 30"});
   EXPECT_EQ(child.waitForLine("LEADER", 5s), "LEADER a 7");
   EXPECT_EQ(child.stdoutLines(), (std::vector<std::string>{"SESSION 1", "READY", "LEADER a 7"}));
   const std::string message = failureMessage([&] {
-    child.waitForLine([](std::string_view line) { return line.find("LOST") != std::string::npos; }, 100ms,
-                      "mentioning LOST");
+    child.waitForLine([](std::string_view line) { return line.find("LOST") != std::string::npos; },
+                      100ms, "mentioning LOST");
   });
   EXPECT_NE(message.find("no line mentioning LOST"), std::string::npos) << message;
   EXPECT_NE(message.find("| READY"), std::string::npos) << message;
@@ -114,7 +114,8 @@ TEST(ChildProcess, CapturesStderrOfAFailingProgram) {
 }
 
 TEST(ChildProcess, AProgramThatCannotBeExecutedFailsAtConstruction) {
-  const std::string message = failureMessage([] { ChildProcess child("/nonexistent/zk-elect", {}); });
+  const std::string message =
+      failureMessage([] { ChildProcess child("/nonexistent/zk-elect", {}); });
   EXPECT_NE(message.find("cannot execute /nonexistent/zk-elect"), std::string::npos) << message;
 }
 
@@ -124,7 +125,8 @@ TEST(ChildProcess, BinaryPathNamesTheTargetToBuildWhenMissing) {
 }
 
 TEST(ChildProcess, RunsThisProjectsExecutablesFromTheirBinaryPath) {
-  ChildProcess self(binaryPath("zktest_support_test"), {"--gtest_list_tests", "--gtest_filter=Eventually.*"});
+  ChildProcess self(binaryPath("zktest_support_test"),
+                    {"--gtest_list_tests", "--gtest_filter=Eventually.*"});
   EXPECT_EQ(self.waitForLine("Eventually.", 10s), "Eventually.");
   EXPECT_TRUE(self.wait(10s).exitedWith(0));
 }
@@ -163,8 +165,11 @@ TEST(ChildProcess, DestructorKillsTheWholeProcessGroup) {
 
 // Runs ZooKeeper's own command-line client once against `connectString`.
 ExitStatus runZooKeeperCli(const std::string& connectString, std::vector<std::string> command) {
-  std::vector<std::string> args{"-cp", "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-nop.jar",
-                                "-XX:TieredStopAtLevel=1", "org.apache.zookeeper.ZooKeeperMain", "-server",
+  std::vector<std::string> args{"-cp",
+                                "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-nop.jar",
+                                "-XX:TieredStopAtLevel=1",
+                                "org.apache.zookeeper.ZooKeeperMain",
+                                "-server",
                                 connectString};
   args.insert(args.end(), command.begin(), command.end());
   ChildProcess cli("java", args);
@@ -254,7 +259,8 @@ TEST(ZooKeeperServer, DestructorKillsTheServerAndRemovesItsDirectory) {
 TEST(ZooKeeperServer, UniqueTestRootsDifferAndNameTheTest) {
   const std::string first = uniqueTestRoot(), second = uniqueTestRoot();
   EXPECT_NE(first, second);
-  EXPECT_EQ(first.rfind("/zktest/ZooKeeperServer.UniqueTestRootsDifferAndNameTheTest-", 0), 0u) << first;
+  EXPECT_EQ(first.rfind("/zktest/ZooKeeperServer.UniqueTestRootsDifferAndNameTheTest-", 0), 0u)
+      << first;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -296,7 +302,8 @@ class EchoServer {
   std::size_t bytesReceived() const { return bytesReceived_; }
   void push(const std::string& text) {
     std::lock_guard lock(mutex_);
-    for (auto& connection : connections_) ::send(connection.get(), text.data(), text.size(), MSG_NOSIGNAL);
+    for (auto& connection : connections_)
+      ::send(connection.get(), text.data(), text.size(), MSG_NOSIGNAL);
   }
 
  private:
@@ -353,10 +360,13 @@ Reception receive(int fd, std::size_t size, milliseconds timeout) {
   return reception;
 }
 
-UniqueFd connectTo(const TcpProxy& proxy) { return detail::connectToLoopback(proxy.port(), Deadline(5s)); }
+UniqueFd connectTo(const TcpProxy& proxy) {
+  return detail::connectToLoopback(proxy.port(), Deadline(5s));
+}
 
 void send(const UniqueFd& fd, const std::string& text) {
-  ASSERT_EQ(::send(fd.get(), text.data(), text.size(), MSG_NOSIGNAL), static_cast<ssize_t>(text.size()));
+  ASSERT_EQ(::send(fd.get(), text.data(), text.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(text.size()));
 }
 
 class TcpProxyToEcho : public ::testing::Test {

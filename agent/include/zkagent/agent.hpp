@@ -44,7 +44,7 @@ class Gate {
     Result result = Result::NotLeader;
     std::optional<election::ActiveInfo> leader;  // refusals: who leads, when known
     bool executed() const { return result == Result::Executed; }
-    std::string_view reason() const;             // "executed", "not_leader", "suspended", ...
+    std::string_view reason() const;  // "executed", "not_leader", "suspended", ...
   };
 
   virtual ~Gate() = default;
@@ -74,8 +74,8 @@ class Agent {
   // `done` runs on the io_context.
   void shutdown(std::function<void()> done);
 
-  std::string statusJson() const;  // GET /v1/status
-  std::string metricsText() const; // GET /metrics
+  std::string statusJson() const;   // GET /v1/status
+  std::string metricsText() const;  // GET /metrics
 
  private:
   struct Impl;

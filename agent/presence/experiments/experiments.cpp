@@ -221,7 +221,8 @@ std::string toTable(const Report& report) {
   std::string out = "Detection latency, seconds (300 devices, random leave times; seed 000 6.2)\n";
   out += format("  %-14s %8s %8s %8s %8s\n", "leaving by", "min", "median", "max", "bound");
   const std::pair<const char*, const LatencyStats*> rows[] = {
-      {"close", &report.close}, {"half-open", &report.halfOpen},
+      {"close", &report.close},
+      {"half-open", &report.halfOpen},
       {"gateway crash", &report.gatewayCrash}};
   for (const auto& [name, stats] : rows) {
     out += format("  %-14s %8.1f %8.1f %8.1f %8.0f\n", name, stats->min, stats->median, stats->max,
@@ -229,9 +230,9 @@ std::string toTable(const Report& report) {
   }
   out += "\nRenewals at the store after 20 gateways restart together (5000 connections; 6.3)\n";
   out += format("  %-14s %14s %14s\n", "jitter", "peak/second", "final leases");
-  out += format("  %-14s %14s %14s\n", "none",
-                std::to_string(report.noJitter.peakPerSecond).c_str(),
-                std::to_string(report.noJitter.finalLeases).c_str());
+  out +=
+      format("  %-14s %14s %14s\n", "none", std::to_string(report.noJitter.peakPerSecond).c_str(),
+             std::to_string(report.noJitter.finalLeases).c_str());
   out += format("  %-14s %14s %14s\n", "+-10%, spread",
                 std::to_string(report.jitter.peakPerSecond).c_str(),
                 std::to_string(report.jitter.finalLeases).c_str());

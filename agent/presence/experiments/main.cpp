@@ -32,7 +32,8 @@ std::optional<Options> parse(int argc, char** argv) {
   };
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
-    if (arg != "--out" && arg != "--seed") return fail("unknown argument '" + std::string(arg) + "'");
+    if (arg != "--out" && arg != "--seed")
+      return fail("unknown argument '" + std::string(arg) + "'");
     if (i + 1 == argc) return fail(std::string(arg) + " needs a value");
     const std::string_view value = argv[++i];
     if (arg == "--out") {

@@ -1,6 +1,6 @@
-#include <algorithm>
-
 #include "zkagent/presence/clock.hpp"
+
+#include <algorithm>
 
 namespace zkagent::presence {
 

@@ -1,7 +1,7 @@
+#include "zkagent/presence/connection_table.hpp"
+
 #include <stdexcept>
 #include <vector>
-
-#include "zkagent/presence/connection_table.hpp"
 
 namespace zkagent::presence {
 ConnectionTable::ConnectionTable(Clock& clock, const Params& params, GatewayIdentity identity,
@@ -22,7 +22,8 @@ ConnectionTable::ConnectionTable(Clock& clock, const Params& params, GatewayIden
 }
 
 Epoch ConnectionTable::connect(DeviceKey key) {
-  if (crashed_) throw std::logic_error("gateway " + identity_.name + " crashed: connect to another");
+  if (crashed_)
+    throw std::logic_error("gateway " + identity_.name + " crashed: connect to another");
   const Epoch epoch{identity_.leaderToken, ++lastCounter_};
   const LeaseEntry entry{key, epoch};
   auto it = connections_.emplace(epoch.connection, Connection{std::move(key), {}}).first;

@@ -1,20 +1,23 @@
-#include <functional>
-
 #include "zkagent/presence/leases.hpp"
+
+#include <functional>
 
 namespace zkagent::presence {
 
 std::size_t DeviceKeyHash::operator()(const DeviceKey& key) const {
   const std::size_t user = std::hash<std::string>{}(key.user);
-  return user ^ (std::hash<std::string>{}(key.device) + 0x9e3779b97f4a7c15ULL + (user << 6) +
-                 (user >> 2));
+  return user ^
+         (std::hash<std::string>{}(key.device) + 0x9e3779b97f4a7c15ULL + (user << 6) + (user >> 2));
 }
 
 std::string_view toString(LeaveReason reason) {
   switch (reason) {
-    case LeaveReason::Close: return "close";
-    case LeaveReason::PingTimeout: return "ping_timeout";
-    case LeaveReason::LeaseExpired: return "lease_expired";
+    case LeaveReason::Close:
+      return "close";
+    case LeaveReason::PingTimeout:
+      return "ping_timeout";
+    case LeaveReason::LeaseExpired:
+      return "lease_expired";
   }
   return "unknown";
 }

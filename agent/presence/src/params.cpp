@@ -1,6 +1,6 @@
-#include <stdexcept>
-
 #include "zkagent/presence/params.hpp"
+
+#include <stdexcept>
 
 namespace zkagent::presence {
 namespace {
@@ -53,7 +53,8 @@ Bounds bounds(const Params& p) {
   Bounds result{.close = p.offlineDebounce,
                 .halfOpen = std::nullopt,
                 .gatewayCrash = p.leaseTtl + p.sweepInterval + p.offlineDebounce};
-  if (p.pingTimeout > Millis{0}) result.halfOpen = p.pingTimeout + p.checkInterval + p.offlineDebounce;
+  if (p.pingTimeout > Millis{0})
+    result.halfOpen = p.pingTimeout + p.checkInterval + p.offlineDebounce;
   return result;
 }
 

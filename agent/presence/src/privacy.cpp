@@ -4,11 +4,16 @@ namespace zkagent::presence {
 
 std::string_view toString(ShownStatus status) {
   switch (status) {
-    case ShownStatus::Online: return "online";
-    case ShownStatus::Offline: return "offline";
-    case ShownStatus::Recently: return "recently";
-    case ShownStatus::LongAgo: return "long_ago";
-    case ShownStatus::Unknown: return "unknown";
+    case ShownStatus::Online:
+      return "online";
+    case ShownStatus::Offline:
+      return "offline";
+    case ShownStatus::Recently:
+      return "recently";
+    case ShownStatus::LongAgo:
+      return "long_ago";
+    case ShownStatus::Unknown:
+      return "unknown";
   }
   return "unknown";
 }

@@ -10,6 +10,7 @@ PresenceService::PresenceService(Clock& clock, const Params& params,
               if (onPublished) onPublished(change);
             }),
       subscriptions_(clock, params, view_, privacy_),
-      leases_(clock, params, [this](const DeviceChange& change) { view_.onDeviceChange(change); }) {}
+      leases_(clock, params, [this](const DeviceChange& change) { view_.onDeviceChange(change); }) {
+}
 
 }  // namespace zkagent::presence

@@ -1,6 +1,6 @@
-#include <boost/crc.hpp>
-
 #include "zkagent/presence/stable_random.hpp"
+
+#include <boost/crc.hpp>
 
 namespace zkagent::presence {
 

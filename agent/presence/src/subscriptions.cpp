@@ -1,6 +1,6 @@
-#include <algorithm>
-
 #include "zkagent/presence/subscriptions.hpp"
+
+#include <algorithm>
 
 namespace zkagent::presence {
 
@@ -17,7 +17,8 @@ std::optional<VisibleStatus> Subscriptions::visible(const std::string& viewer,
 Subscribed Subscriptions::subscribe(const std::string& viewer,
                                     const std::vector<std::string>& targets, EventSink sink) {
   const SubscriptionId id = ++lastId_;
-  Subscription subscription{viewer, targets, std::make_shared<const EventSink>(std::move(sink)), {}};
+  Subscription subscription{
+      viewer, targets, std::make_shared<const EventSink>(std::move(sink)), {}};
   std::sort(subscription.targets.begin(), subscription.targets.end());
   subscription.targets.erase(std::unique(subscription.targets.begin(), subscription.targets.end()),
                              subscription.targets.end());
@@ -54,8 +55,8 @@ void Subscriptions::onUserChange(const UserChange& change) {
     auto it = subscriptions_.find(id);
     if (it == subscriptions_.end()) continue;
     Subscription& subscription = it->second;
-    const auto status = privacy_.trim(subscription.viewer, change.user, change.presence,
-                                      change.at, params_.coarseRecentWindow);
+    const auto status = privacy_.trim(subscription.viewer, change.user, change.presence, change.at,
+                                      params_.coarseRecentWindow);
     if (!status) continue;
     auto [last, first] = subscription.lastSent.try_emplace(change.user, *status);
     if (!first && last->second == *status) continue;

@@ -38,20 +38,29 @@ enum class SessionState { Connecting, Connected, Suspended, Expired, Closed };
 std::string_view toString(SessionState state);
 
 struct SessionOptions {
-  std::string hosts;         // "127.0.0.1:2181,127.0.0.1:2182"
-  Millis timeout{10000};     // requested session timeout; the server may negotiate another
+  std::string hosts;      // "127.0.0.1:2181,127.0.0.1:2182"
+  Millis timeout{10000};  // requested session timeout; the server may negotiate another
 };
 
 struct SessionEvent {
   SessionState state;
   int64_t sessionId;         // 0 when no session
   Millis negotiatedTimeout;  // valid when Connected
-  bool newSession;           // Connected on a session that did not exist before (first or after expiry)
+  bool newSession;  // Connected on a session that did not exist before (first or after expiry)
 };
 
 // Outcome of one ZooKeeper operation, in our own terms.
-enum class ZkError { Ok, NoNode, NodeExists, NotEmpty, BadVersion, ConnectionLoss, SessionExpired,
-                     Closing, Other };
+enum class ZkError {
+  Ok,
+  NoNode,
+  NodeExists,
+  NotEmpty,
+  BadVersion,
+  ConnectionLoss,
+  SessionExpired,
+  Closing,
+  Other
+};
 std::string_view toString(ZkError error);
 
 struct NodeStat {
@@ -98,7 +107,7 @@ struct MemberInfo {
   int64_t pid = 0;
   int64_t startTime = 0;  // unix ms
   std::string endpoint;
-  int64_t seq = -1;       // from the node name, not the data
+  int64_t seq = -1;  // from the node name, not the data
 };
 
 struct ActiveInfo {
@@ -128,10 +137,10 @@ std::string_view toString(LossReason reason);
 struct LeadershipEvent {
   enum class Kind { Acquired, Lost } kind;
   std::string account;
-  int64_t token = -1;                 // our seq (the fencing token) for this leadership
-  LossReason reason{};                // Lost only
-  std::optional<ActiveInfo> previous; // Acquired: the leader we last saw before us, if any
-  bool previousExpired = false;       // Acquired: the previous leader left without a clean resign
+  int64_t token = -1;                  // our seq (the fencing token) for this leadership
+  LossReason reason{};                 // Lost only
+  std::optional<ActiveInfo> previous;  // Acquired: the leader we last saw before us, if any
+  bool previousExpired = false;        // Acquired: the previous leader left without a clean resign
   std::chrono::system_clock::time_point at;
 };
 
@@ -149,13 +158,13 @@ struct AccountStatus {
   std::optional<ActiveInfo> leader;  // last seen active node
   std::string lastReason;            // why the last transition happened
   std::chrono::system_clock::time_point since;
-  bool standing = false;             // joined (wants to be a candidate)
+  bool standing = false;  // joined (wants to be a candidate)
 };
 
 // Answer of the leadership gate for one outbound operation.
 struct GateDecision {
   enum class Verdict { Allowed, NotLeader, Suspended, Drifted, UnknownAccount } verdict;
-  int64_t token = -1;       // Allowed: the fencing token to attach
+  int64_t token = -1;  // Allowed: the fencing token to attach
   int64_t sessionId = 0;
   std::optional<ActiveInfo> leader;  // refusals: who leads, when known
   bool allowed() const { return verdict == Verdict::Allowed; }
@@ -176,10 +185,11 @@ class ElectionGroup {
   void onLeadership(LeadershipHandler handler);  // set before start()
   void onSession(SessionHandler handler);        // set before start()
 
-  void start();                        // opens the session; joined accounts register once connected
-  void join(std::string_view account);     // stand as candidate; throws std::invalid_argument on bad id
-  void withdraw(std::string_view account); // stop standing: deletes own active+member in one multi
-  void resign(std::string_view account);   // hand over now (one multi), then stand again at the back
+  void start();  // opens the session; joined accounts register once connected
+  void join(
+      std::string_view account);  // stand as candidate; throws std::invalid_argument on bad id
+  void withdraw(std::string_view account);  // stop standing: deletes own active+member in one multi
+  void resign(std::string_view account);  // hand over now (one multi), then stand again at the back
   // Reports Lost(stopped) for every led account, then closes the session (the server removes every
   // ephemeral node in one request). `done` runs on the io_context once closed.
   void stop(std::function<void()> done);
@@ -190,7 +200,8 @@ class ElectionGroup {
   void checkStrict(std::string_view account, std::function<void(GateDecision)> done);
 
   // Current members of an account (successor selection), read from ZooKeeper, sorted by seq.
-  void members(std::string_view account, std::function<void(ZkError, std::vector<MemberInfo>)> done);
+  void members(std::string_view account,
+               std::function<void(ZkError, std::vector<MemberInfo>)> done);
 
   std::vector<AccountStatus> status() const;  // thread-safe snapshot
   SessionState sessionState() const;

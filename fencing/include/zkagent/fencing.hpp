@@ -72,7 +72,7 @@ bool isValidAccountId(std::string_view account);
 void requireValidAccountId(std::string_view account);  // throws BadRequest naming the rule
 
 // Parsing checks everything validateOperation checks; unknown fields are ignored.
-Operation parseOperation(std::string_view json);  // throws BadRequest
+Operation parseOperation(std::string_view json);        // throws BadRequest
 FencingToken parseFencingToken(std::string_view json);  // throws BadRequest
 // For operations built in code: valid account id, opId and instanceId of 1 to 128 printable
 // ASCII characters without spaces, payload within kMaxOperationBytes. Throws BadRequest.
@@ -108,10 +108,10 @@ std::string_view reasonCode(Verdict verdict);  // "accepted", "stale_token", ...
 
 struct Decision {
   Verdict verdict = Verdict::accepted;
-  std::uint64_t hwm = 0;   // the account's HWM after this decision
-  bool replayed = false;   // answer of an earlier operation with the same opId
-  std::string detail;      // human-readable why, for logs and error bodies; a fence's detail
-                           // starts with "hwm_ahead_of_zookeeper"
+  std::uint64_t hwm = 0;  // the account's HWM after this decision
+  bool replayed = false;  // answer of an earlier operation with the same opId
+  std::string detail;     // human-readable why, for logs and error bodies; a fence's detail
+                          // starts with "hwm_ahead_of_zookeeper"
 
   bool accepted() const { return verdict == Verdict::accepted; }
 };
@@ -138,7 +138,7 @@ enum class CommitMode : std::uint8_t {
 struct ValidatorOptions {
   std::filesystem::path dataDir;  // empty: memory only, nothing survives the process
   CommitMode commitMode = CommitMode::group;
-  std::size_t rememberedOpsPerAccount = 1024;  // opIds kept for retries (last N accepted)
+  std::size_t rememberedOpsPerAccount = 1024;        // opIds kept for retries (last N accepted)
   std::uint64_t compactAfterLogBytes = 64ULL << 20;  // compact beyond this log size; 0: never
 };
 

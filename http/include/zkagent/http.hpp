@@ -40,9 +40,9 @@ std::string_view toString(Method method);
 
 struct Request {
   Method method = Method::Get;
-  std::string target;  // as received, e.g. "/v1/ops?dry=1"
-  std::string path;    // target without the query string
-  std::string query;   // after '?', empty when none
+  std::string target;                                        // as received, e.g. "/v1/ops?dry=1"
+  std::string path;                                          // target without the query string
+  std::string query;                                         // after '?', empty when none
   std::vector<std::pair<std::string, std::string>> headers;  // names lower-case
   std::string body;
   std::map<std::string, std::string, std::less<>> params;  // {name} segments, set by the Router
@@ -80,8 +80,7 @@ class Router {
   // `pattern` is a path of literal segments and `{name}` segments; a `{name}` segment matches one
   // non-empty path segment and lands in Request::params. Literal routes win over parameter
   // routes. Throws std::invalid_argument on a malformed pattern or a duplicate route.
-  void add(Method method, std::string_view pattern, Handler handler,
-           Access access = Access::Token);
+  void add(Method method, std::string_view pattern, Handler handler, Access access = Access::Token);
 
   // Dispatches: 404 no route for the path, 405 (with Allow) wrong method, 401 missing or wrong
   // bearer token, 500 when the handler throws. Never throws.
@@ -102,10 +101,10 @@ class Router {
 
 struct ServerOptions {
   std::string address = "127.0.0.1";
-  uint16_t port = 0;                // 0: any free port (see Server::port())
-  size_t bodyLimit = 1024 * 1024;   // larger request bodies get 413 and the connection closes
-  Millis readTimeout{60000};        // waiting for and reading one request (bounds idle keep-alive)
-  Millis writeTimeout{30000};       // writing one response
+  uint16_t port = 0;               // 0: any free port (see Server::port())
+  size_t bodyLimit = 1024 * 1024;  // larger request bodies get 413 and the connection closes
+  Millis readTimeout{60000};       // waiting for and reading one request (bounds idle keep-alive)
+  Millis writeTimeout{30000};      // writing one response
   // 0: handlers run on the io_context's threads (they must not block). N > 0: handlers run on a
   // pool of N threads, for handlers that block (e.g. waiting for an fsync).
   size_t handlerThreads = 0;

@@ -20,7 +20,8 @@
 #include "loopback.hpp"
 
 #ifndef ZKAGENT_BIN_DIR
-#error "ZKAGENT_BIN_DIR must name the directory of the project's executables (set by tests/support/CMakeLists.txt)"
+#error \
+    "ZKAGENT_BIN_DIR must name the directory of the project's executables (set by tests/support/CMakeLists.txt)"
 #endif
 
 namespace zktest {
@@ -35,8 +36,9 @@ std::string ExitStatus::describe() const {
 std::filesystem::path binaryPath(std::string_view name) {
   std::filesystem::path path = std::filesystem::path(ZKAGENT_BIN_DIR) / name;
   if (!std::filesystem::exists(path)) {
-    throw std::runtime_error(path.string() + " does not exist: build the target '" + std::string(name) +
-                             "' first (cmake --build <build dir> --target " + std::string(name) + ")");
+    throw std::runtime_error(path.string() + " does not exist: build the target '" +
+                             std::string(name) + "' first (cmake --build <build dir> --target " +
+                             std::string(name) + ")");
   }
   return path;
 }
@@ -66,7 +68,7 @@ namespace {
 void ignoreSigpipeOnce() {
   static std::once_flag once;
   std::call_once(once, [] {
-    struct sigaction current{};
+    struct sigaction current {};
     ::sigaction(SIGPIPE, nullptr, &current);
     if (current.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
   });
@@ -92,15 +94,15 @@ char processState(pid_t pid) {
 }
 
 // Runs in the forked child: only async-signal-safe calls until exec.
-[[noreturn]] void execChild(char* const* argv, pid_t parent, int stdinFd, int stdoutFd, int stderrFd,
-                            int execErrorFd, long maxFd) {
+[[noreturn]] void execChild(char* const* argv, pid_t parent, int stdinFd, int stdoutFd,
+                            int stderrFd, int execErrorFd, long maxFd) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(127);  // the parent died before prctl took effect
   sigset_t none;
   ::sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  struct sigaction defaultAction{};
+  struct sigaction defaultAction {};
   defaultAction.sa_handler = SIG_DFL;
   ::sigaction(SIGPIPE, &defaultAction, nullptr);
   ::dup2(stdinFd, 0);
@@ -123,7 +125,8 @@ char processState(pid_t pid) {
 
 }  // namespace
 
-ChildProcess::ChildProcess(std::string program, std::vector<std::string> args, std::filesystem::path outputFile)
+ChildProcess::ChildProcess(std::string program, std::vector<std::string> args,
+                           std::filesystem::path outputFile)
     : state_(std::make_unique<State>()) {
   ignoreSigpipeOnce();
   state_->program = program;
@@ -150,7 +153,8 @@ ChildProcess::ChildProcess(std::string program, std::vector<std::string> args, s
   const pid_t pid = ::fork();
   if (pid < 0) detail::throwErrno("fork");
   if (pid == 0) {
-    execChild(argv.data(), parent, stdinRead.get(), stdoutWrite.get(), stderrTarget, execErrorWrite.get(), maxFd);
+    execChild(argv.data(), parent, stdinRead.get(), stdoutWrite.get(), stderrTarget,
+              execErrorWrite.get(), maxFd);
   }
   ::setpgid(pid, pid);  // also done by the child; whichever runs first wins the race with killpg
   state_->pid = pid;
@@ -173,8 +177,8 @@ ChildProcess::ChildProcess(std::string program, std::vector<std::string> args, s
   if (outputFile.empty()) {
     auto [stopRead, stopWrite] = makePipe();
     state_->stopReaderWrite = std::move(stopWrite);
-    state_->reader = std::thread(&State::readOutput, state_.get(), std::move(stdoutRead), std::move(stderrRead),
-                                 std::move(stopRead));
+    state_->reader = std::thread(&State::readOutput, state_.get(), std::move(stdoutRead),
+                                 std::move(stderrRead), std::move(stopRead));
   } else {
     state_->outputDone = true;
   }
@@ -186,8 +190,11 @@ ChildProcess::~ChildProcess() {
   if (state_->reader.joinable()) state_->reader.join();
 }
 
-void ChildProcess::State::readOutput(UniqueFd stdoutRead, UniqueFd stderrRead, UniqueFd stopReaderRead) {
-  pollfd fds[3] = {{stdoutRead.get(), POLLIN, 0}, {stderrRead.get(), POLLIN, 0}, {stopReaderRead.get(), POLLIN, 0}};
+void ChildProcess::State::readOutput(UniqueFd stdoutRead, UniqueFd stderrRead,
+                                     UniqueFd stopReaderRead) {
+  pollfd fds[3] = {{stdoutRead.get(), POLLIN, 0},
+                   {stderrRead.get(), POLLIN, 0},
+                   {stopReaderRead.get(), POLLIN, 0}};
   char buffer[4096];
   while (fds[0].fd >= 0 || fds[1].fd >= 0) {
     if (::poll(fds, 3, -1) < 0) {
@@ -224,7 +231,8 @@ void ChildProcess::State::readOutput(UniqueFd stdoutRead, UniqueFd stderrRead, U
 pid_t ChildProcess::pid() const { return state_->pid; }
 
 std::string ChildProcess::name() const {
-  return std::filesystem::path(state_->program).filename().string() + " (pid " + std::to_string(state_->pid) + ")";
+  return std::filesystem::path(state_->program).filename().string() + " (pid " +
+         std::to_string(state_->pid) + ")";
 }
 
 std::optional<std::string> ChildProcess::tryReadLine(milliseconds timeout) {
@@ -237,8 +245,8 @@ std::optional<std::string> ChildProcess::tryReadLine(milliseconds timeout) {
 
 std::string ChildProcess::readLine(milliseconds timeout) {
   if (auto line = tryReadLine(timeout)) return *std::move(line);
-  throw std::runtime_error("no line from " + name() + " within " + std::to_string(timeout.count()) + " ms\n" +
-                           transcript());
+  throw std::runtime_error("no line from " + name() + " within " + std::to_string(timeout.count()) +
+                           " ms\n" + transcript());
 }
 
 std::string ChildProcess::waitForLine(std::string_view prefix, milliseconds timeout) {
@@ -246,8 +254,8 @@ std::string ChildProcess::waitForLine(std::string_view prefix, milliseconds time
                      "starting with '" + std::string(prefix) + "'");
 }
 
-std::string ChildProcess::waitForLine(const std::function<bool(std::string_view)>& matches, milliseconds timeout,
-                                      std::string_view description) {
+std::string ChildProcess::waitForLine(const std::function<bool(std::string_view)>& matches,
+                                      milliseconds timeout, std::string_view description) {
   const Deadline deadline(timeout);
   while (auto line = tryReadLine(deadline.remaining())) {
     if (matches(*line)) return *std::move(line);
@@ -276,14 +284,16 @@ std::string ChildProcess::State::transcriptLocked() const {
   constexpr std::size_t maxStderr = 8192;
   std::ostringstream out;
   out << "--- " << program << " (pid " << pid << "), "
-      << (exitStatus ? exitStatus->describe() : std::string("still running")) << "; stdout (" << lines.size()
-      << " lines, " << nextLine << " read):\n";
-  for (std::size_t i = lines.size() > maxLines ? lines.size() - maxLines : 0; i < lines.size(); ++i) {
+      << (exitStatus ? exitStatus->describe() : std::string("still running")) << "; stdout ("
+      << lines.size() << " lines, " << nextLine << " read):\n";
+  for (std::size_t i = lines.size() > maxLines ? lines.size() - maxLines : 0; i < lines.size();
+       ++i) {
     out << "  | " << lines[i] << '\n';
   }
   if (!partialLine.empty()) out << "  | " << partialLine << "   (no newline yet)\n";
   out << "--- stderr:\n"
-      << (stderrText.size() > maxStderr ? "...\n" + stderrText.substr(stderrText.size() - maxStderr) : stderrText)
+      << (stderrText.size() > maxStderr ? "...\n" + stderrText.substr(stderrText.size() - maxStderr)
+                                        : stderrText)
       << "\n---";
   return out.str();
 }
@@ -292,11 +302,12 @@ void ChildProcess::writeLine(std::string_view line) {
   const std::string text = std::string(line) + '\n';
   std::size_t written = 0;
   while (written < text.size()) {
-    const ssize_t n = ::write(state_->stdinWrite.get(), text.data() + written, text.size() - written);
+    const ssize_t n =
+        ::write(state_->stdinWrite.get(), text.data() + written, text.size() - written);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      throw std::runtime_error("cannot write to stdin of " + name() + ": " + std::strerror(errno) + "\n" +
-                               transcript());
+      throw std::runtime_error("cannot write to stdin of " + name() + ": " + std::strerror(errno) +
+                               "\n" + transcript());
     }
     written += static_cast<std::size_t>(n);
   }
@@ -306,7 +317,8 @@ void ChildProcess::closeStdin() { state_->stdinWrite.reset(); }
 
 void ChildProcess::signal(int signal) {
   if (state_->exitStatus) {
-    throw std::runtime_error("cannot signal " + name() + ": it already ended with " + state_->exitStatus->describe());
+    throw std::runtime_error("cannot signal " + name() + ": it already ended with " +
+                             state_->exitStatus->describe());
   }
   if (::kill(state_->pid, signal) != 0) detail::throwErrno("kill " + name());
   if (signal != SIGSTOP && signal != SIGCONT) return;
@@ -314,8 +326,8 @@ void ChildProcess::signal(int signal) {
   const auto settled = eventually([&] { return (processState(state_->pid) == 'T') == wantStopped; },
                                   milliseconds(5000), milliseconds(1));
   if (!settled) {
-    throw std::runtime_error(name() + (wantStopped ? " did not stop" : " did not continue") + " after " +
-                             ::strsignal(signal) + ": " + settled.message());
+    throw std::runtime_error(name() + (wantStopped ? " did not stop" : " did not continue") +
+                             " after " + ::strsignal(signal) + ": " + settled.message());
   }
 }
 
@@ -338,8 +350,8 @@ std::optional<ExitStatus> ChildProcess::tryWait() {
 ExitStatus ChildProcess::wait(milliseconds timeout) {
   const Deadline deadline(timeout);
   if (!eventually([&] { return tryWait().has_value(); }, timeout, milliseconds(2))) {
-    throw std::runtime_error(name() + " still running after " + std::to_string(timeout.count()) + " ms\n" +
-                             transcript());
+    throw std::runtime_error(name() + " still running after " + std::to_string(timeout.count()) +
+                             " ms\n" + transcript());
   }
   // Let the reader take in the last output; a grandchild holding the pipes open must not hang us.
   std::unique_lock lock(state_->mutex);

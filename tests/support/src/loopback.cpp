@@ -65,7 +65,8 @@ UniqueFd listenOnLoopback(std::uint16_t port, bool nonBlocking) {
 std::uint16_t localPort(int socketFd) {
   sockaddr_in address{};
   socklen_t length = sizeof address;
-  if (::getsockname(socketFd, reinterpret_cast<sockaddr*>(&address), &length) != 0) throwErrno("getsockname");
+  if (::getsockname(socketFd, reinterpret_cast<sockaddr*>(&address), &length) != 0)
+    throwErrno("getsockname");
   return ntohs(address.sin_port);
 }
 

@@ -21,10 +21,14 @@ using detail::UniqueFd;
 
 const char* toString(TcpProxy::Mode mode) {
   switch (mode) {
-    case TcpProxy::Mode::pass: return "pass";
-    case TcpProxy::Mode::blackhole: return "blackhole";
-    case TcpProxy::Mode::close: return "close";
-    case TcpProxy::Mode::dropReplies: return "dropReplies";
+    case TcpProxy::Mode::pass:
+      return "pass";
+    case TcpProxy::Mode::blackhole:
+      return "blackhole";
+    case TcpProxy::Mode::close:
+      return "close";
+    case TcpProxy::Mode::dropReplies:
+      return "dropReplies";
   }
   return "?";
 }
@@ -40,8 +44,8 @@ struct Flow {
 
 struct Connection {
   UniqueFd client, upstream;
-  bool connecting = false;  // upstream connect in progress
-  bool silenced = false;    // blackholed: read and drop everything, forever
+  bool connecting = false;      // upstream connect in progress
+  bool silenced = false;        // blackholed: read and drop everything, forever
   bool repliesDropped = false;  // server-to-client bytes dropped, forever
   Flow toUpstream, toClient;
 };
@@ -78,7 +82,8 @@ bool writeFrom(Flow& flow, int to) {
 }
 
 short interest(const Flow& in, const Flow& out) {
-  return static_cast<short>((in.pending.empty() && !in.sourceEnded ? POLLIN : 0) | (!out.pending.empty() ? POLLOUT : 0));
+  return static_cast<short>((in.pending.empty() && !in.sourceEnded ? POLLIN : 0) |
+                            (!out.pending.empty() ? POLLOUT : 0));
 }
 
 }  // namespace
@@ -86,7 +91,9 @@ short interest(const Flow& in, const Flow& out) {
 class TcpProxy::Loop {
  public:
   explicit Loop(std::uint16_t targetPort)
-      : targetPort_(targetPort), listener_(detail::listenOnLoopback(0, true)), port_(detail::localPort(listener_.get())) {
+      : targetPort_(targetPort),
+        listener_(detail::listenOnLoopback(0, true)),
+        port_(detail::localPort(listener_.get())) {
     int ends[2];
     if (::pipe2(ends, O_CLOEXEC | O_NONBLOCK) != 0) detail::throwErrno("pipe2");
     wakeRead_.reset(ends[0]);
@@ -116,8 +123,10 @@ class TcpProxy::Loop {
     requested_ = mode;
     const std::uint64_t request = ++requestCount_;
     wake();
-    if (!applied_.wait_for(lock, std::chrono::seconds(10), [&] { return appliedCount_ >= request; })) {
-      throw std::runtime_error(std::string("TcpProxy did not switch to ") + toString(mode) + " within 10 s");
+    if (!applied_.wait_for(lock, std::chrono::seconds(10),
+                           [&] { return appliedCount_ >= request; })) {
+      throw std::runtime_error(std::string("TcpProxy did not switch to ") + toString(mode) +
+                               " within 10 s");
     }
     if (!applyError_.empty()) throw std::runtime_error(std::exchange(applyError_, {}));
   }
@@ -125,7 +134,8 @@ class TcpProxy::Loop {
  private:
   void wake() {
     const char byte = 1;
-    [[maybe_unused]] const auto written = ::write(wakeWrite_.get(), &byte, 1);  // a full pipe wakes anyway
+    [[maybe_unused]] const auto written =
+        ::write(wakeWrite_.get(), &byte, 1);  // a full pipe wakes anyway
   }
 
   void run() {
@@ -171,7 +181,8 @@ class TcpProxy::Loop {
   std::pair<short, short> interests(const Connection& connection) const {
     if (connection.silenced) return {POLLIN, POLLIN};  // drain and drop
     if (connection.connecting) return {0, POLLOUT};
-    return {interest(connection.toUpstream, connection.toClient), interest(connection.toClient, connection.toUpstream)};
+    return {interest(connection.toUpstream, connection.toClient),
+            interest(connection.toClient, connection.toUpstream)};
   }
 
   // Called by the loop thread with mutex_ held.
@@ -249,11 +260,12 @@ class TcpProxy::Loop {
       connection.connecting = false;
       return Outcome::keep;
     }
-    const bool ok = (!(clientEvents & POLLIN) || readInto(connection.client.get(), connection.toUpstream)) &&
-                    (!(upstreamEvents & POLLIN) || readInto(connection.upstream.get(), connection.toClient)) &&
-                    (!connection.repliesDropped || (connection.toClient.pending.clear(), true)) &&
-                    writeFrom(connection.toUpstream, connection.upstream.get()) &&
-                    writeFrom(connection.toClient, connection.client.get());
+    const bool ok =
+        (!(clientEvents & POLLIN) || readInto(connection.client.get(), connection.toUpstream)) &&
+        (!(upstreamEvents & POLLIN) || readInto(connection.upstream.get(), connection.toClient)) &&
+        (!connection.repliesDropped || (connection.toClient.pending.clear(), true)) &&
+        writeFrom(connection.toUpstream, connection.upstream.get()) &&
+        writeFrom(connection.toClient, connection.client.get());
     if (!ok) return Outcome::reset;
     if (connection.toUpstream.shutDown && connection.toClient.shutDown) return Outcome::close;
     // A side that hung up with nothing left to read can take no more bytes: the connection is over.

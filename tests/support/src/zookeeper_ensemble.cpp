@@ -9,18 +9,20 @@ namespace zktest {
 
 ZooKeeperEnsemble::ZooKeeperEnsemble(std::size_t size, ZooKeeperOptions options) {
   if (size == 0 || size % 2 == 0) {
-    throw std::invalid_argument("a ZooKeeper ensemble needs an odd number of servers, not " + std::to_string(size));
+    throw std::invalid_argument("a ZooKeeper ensemble needs an odd number of servers, not " +
+                                std::to_string(size));
   }
   const Deadline deadline(options.startTimeout);
   for (int attempt = 1;; ++attempt) {
     const std::vector<std::uint16_t> ports = detail::reserveLoopbackPorts(3 * size);
     std::vector<ZooKeeperServer::Peer> peers;
-    for (std::size_t i = 0; i < size; ++i) peers.push_back({ports[3 * i], ports[3 * i + 1], ports[3 * i + 2]});
+    for (std::size_t i = 0; i < size; ++i)
+      peers.push_back({ports[3 * i], ports[3 * i + 1], ports[3 * i + 2]});
     // All members start at once: none can serve before a majority runs.
     servers_.clear();
     for (std::size_t i = 0; i < size; ++i) {
-      servers_.push_back(
-          std::unique_ptr<ZooKeeperServer>(new ZooKeeperServer(options, static_cast<int>(i + 1), peers)));
+      servers_.push_back(std::unique_ptr<ZooKeeperServer>(
+          new ZooKeeperServer(options, static_cast<int>(i + 1), peers)));
     }
     try {
       for (auto& member : servers_) member->awaitServing(deadline);
@@ -71,11 +73,11 @@ void ZooKeeperEnsemble::awaitQuorum(milliseconds timeout) const {
     return leaders == 1 && leaders + followers > servers_.size() / 2;
   };
   if (eventually(quorumServes, timeout, milliseconds(50))) return;
-  std::string report = "no quorum in the ensemble " + connectString() + " after " + std::to_string(timeout.count()) +
-                       " ms:\n";
+  std::string report = "no quorum in the ensemble " + connectString() + " after " +
+                       std::to_string(timeout.count()) + " ms:\n";
   for (std::size_t i = 0; i < servers_.size(); ++i) {
-    report += "server " + std::to_string(i) + " (" + servers_[i]->connectString() + "): " + mode(i) + "\n" +
-              servers_[i]->logTail(20);
+    report += "server " + std::to_string(i) + " (" + servers_[i]->connectString() +
+              "): " + mode(i) + "\n" + servers_[i]->logTail(20);
   }
   throw std::runtime_error(report);
 }

@@ -31,7 +31,7 @@ struct Config {
   std::string instanceId;  // unique per host; names the health node and appears in `active`
 
   struct ZooKeeper {
-    std::string hosts;                // "h1:2181,h2:2181"
+    std::string hosts;  // "h1:2181,h2:2181"
     Millis sessionTimeout{10000};
     std::string root = "/wx-accounts";
     std::string agentsPath = "/zkagent/agents";  // health reports: {agentsPath}/{instanceId}
@@ -40,17 +40,17 @@ struct Config {
   std::vector<std::string> accounts;  // from "accounts" and/or "accounts_file", no duplicates
 
   struct Gateway {
-    HostPort address;                 // from "url": http://host:port
-    std::string token;                // bearer token for the gateway, empty: none
-    Millis heartbeatInterval{1000};   // 0 disables the heartbeat (the link is then assumed up)
-    Millis heartbeatTimeout{3000};    // no answer for this long: link down
-    Millis requestTimeout{2000};      // one forwarded operation
+    HostPort address;                // from "url": http://host:port
+    std::string token;               // bearer token for the gateway, empty: none
+    Millis heartbeatInterval{1000};  // 0 disables the heartbeat (the link is then assumed up)
+    Millis heartbeatTimeout{3000};   // no answer for this long: link down
+    Millis requestTimeout{2000};     // one forwarded operation
   } gateway;
 
   struct Admin {
     HostPort listen{"127.0.0.1", 8470};
-    std::string token;                // bearer token for /v1/*, required off loopback
-    std::string advertise;            // endpoint written into member/active nodes; default http://listen
+    std::string token;      // bearer token for /v1/*, required off loopback
+    std::string advertise;  // endpoint written into member/active nodes; default http://listen
   } admin;
 
   struct Health {
@@ -58,9 +58,9 @@ struct Config {
     Millis ttl{30000};
   } health;
 
-  Millis lockDelay{0};                // wait after taking over from an expired session
+  Millis lockDelay{0};  // wait after taking over from an expired session
   GateMode gate = GateMode::Fast;
-  Millis shutdownTimeout{5000};       // SIGTERM: exit within this even if ZooKeeper hangs
+  Millis shutdownTimeout{5000};  // SIGTERM: exit within this even if ZooKeeper hangs
 
   struct Log {
     LogFormat format = LogFormat::Text;

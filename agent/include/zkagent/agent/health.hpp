@@ -37,11 +37,11 @@ struct HealthReport {
   HealthStatus status = HealthStatus::Down;
   bool runtimeReady = false;  // ZooKeeper connected and gateway link up
   Lifecycle lifecycle = Lifecycle::Joining;
-  uint64_t reportSeq = 0;     // bumped on every write; the reader's freshness clock restarts on change
+  uint64_t reportSeq = 0;  // bumped on every write; the reader's freshness clock restarts on change
   int64_t intervalMs = 0;
   int64_t ttlMs = 0;
   int64_t accounts = 0, leading = 0, standing = 0;
-  std::string errorCode;      // bounded machine-readable reason, empty when alive
+  std::string errorCode;  // bounded machine-readable reason, empty when alive
   std::string endpoint;
 };
 std::string toJson(const HealthReport& report);
@@ -59,7 +59,8 @@ class HealthTracker {
  public:
   // The node was read: a report (or nullopt when the node does not exist / is not a report).
   void observe(const std::string& instanceId, std::optional<HealthReport> report, SteadyTime now);
-  SeenHealth judge(std::string_view instanceId, SteadyTime now, std::chrono::milliseconds ttl) const;
+  SeenHealth judge(std::string_view instanceId, SteadyTime now,
+                   std::chrono::milliseconds ttl) const;
   std::vector<std::string> known() const;  // every instance whose report exists now
   // When the instance's report last changed, kept after its node vanished (failover metric).
   std::optional<SteadyTime> lastChange(std::string_view instanceId) const;
@@ -87,7 +88,8 @@ struct Successor {
 
 struct PlacementInput {
   Lifecycle lifecycle = Lifecycle::Active;
-  std::vector<std::string> ownBlocks;  // schedulingBlocks of our own health (lifecycle ignored here)
+  std::vector<std::string>
+      ownBlocks;  // schedulingBlocks of our own health (lifecycle ignored here)
   bool leading = false;
   bool standing = false;
   // For a leader that must hand over: nullopt while not looked up, or no other member exists

@@ -27,7 +27,8 @@ namespace zkagent::presence {
 class PresenceService {
  public:
   // Throws std::invalid_argument for invalid params.
-  PresenceService(Clock& clock, const Params& params, PresenceView::PublishHandler onPublished = {});
+  PresenceService(Clock& clock, const Params& params,
+                  PresenceView::PublishHandler onPublished = {});
 
   LeaseStore& leases() { return leases_; }
   const PresenceView& view() const { return view_; }

@@ -48,7 +48,8 @@ class ChildProcess {
   // stderr are pipes read by this object; with `outputFile` both go to that file instead (for
   // long-running servers whose output is only read on failure). stdin is a pipe either way.
   // Throws if the program cannot be executed.
-  ChildProcess(std::string program, std::vector<std::string> args, std::filesystem::path outputFile = {});
+  ChildProcess(std::string program, std::vector<std::string> args,
+               std::filesystem::path outputFile = {});
   ~ChildProcess();
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
@@ -65,8 +66,8 @@ class ChildProcess {
   // Reads lines until one starts with `prefix` / satisfies `matches`, and returns it; throws when
   // none does in time. Skipped lines stay in the transcript.
   std::string waitForLine(std::string_view prefix, milliseconds timeout);
-  std::string waitForLine(const std::function<bool(std::string_view)>& matches, milliseconds timeout,
-                          std::string_view description);
+  std::string waitForLine(const std::function<bool(std::string_view)>& matches,
+                          milliseconds timeout, std::string_view description);
 
   // Every stdout line received so far, read or not; and everything written to stderr so far.
   std::vector<std::string> stdoutLines() const;

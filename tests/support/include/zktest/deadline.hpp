@@ -2,10 +2,10 @@
 // Deadlines for tests: every wait in a test is bounded, and nothing sleeps for a fixed time
 // hoping that something happened meanwhile.
 
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <functional>
-
-#include <gtest/gtest.h>
 
 namespace zktest {
 

@@ -100,7 +100,8 @@ class ZooKeeperServer {
 };
 
 // Sends a four-letter word to 127.0.0.1:port; nullopt if nothing answers within `timeout`.
-std::optional<std::string> fourLetterWord(std::uint16_t port, std::string_view word, milliseconds timeout);
+std::optional<std::string> fourLetterWord(std::uint16_t port, std::string_view word,
+                                          milliseconds timeout);
 
 // One standalone server for the whole test binary, started on first use and stopped at exit.
 ZooKeeperServer& sharedZooKeeper();

@@ -17,13 +17,14 @@
 namespace zkagent::presence {
 
 struct GatewayIdentity {
-  std::string name;          // seeds the renewal jitter (CRC32), names the lease holder
-  std::uint64_t leaderToken; // fencing token of the leadership this table lives under
+  std::string name;           // seeds the renewal jitter (CRC32), names the lease holder
+  std::uint64_t leaderToken;  // fencing token of the leadership this table lives under
 };
 
 class ConnectionTable {
  public:
-  // Called after a connection timed out and its lease removal was sent; the owner closes the socket.
+  // Called after a connection timed out and its lease removal was sent; the owner closes the
+  // socket.
   using TimeoutHandler = std::function<void(const DeviceKey&, Epoch)>;
 
   // Starts the timeout check and the renewal schedule at once. `runSeed` varies the jitter between

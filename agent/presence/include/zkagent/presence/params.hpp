@@ -44,9 +44,10 @@ void validate(const Params& params);
 
 // Worst-case delay from a device actually leaving to its user's offline being published.
 struct Bounds {
-  Millis close;                    // active close: offlineDebounce
-  std::optional<Millis> halfOpen;  // pingTimeout + checkInterval + offlineDebounce; none if unchecked
-  Millis gatewayCrash;             // leaseTtl + sweepInterval + offlineDebounce
+  Millis close;  // active close: offlineDebounce
+  std::optional<Millis>
+      halfOpen;         // pingTimeout + checkInterval + offlineDebounce; none if unchecked
+  Millis gatewayCrash;  // leaseTtl + sweepInterval + offlineDebounce
 };
 // 20 s / 100 s / 175 s with the defaults. gatewayCrash is also the longest false "online".
 Bounds bounds(const Params& params);
