@@ -5,6 +5,7 @@
 // stdin accepts "resign <account>", and "check <account>" / "strict <account>" which print
 //   GATE <account> allowed <token> | GATE <account> refused <reason>
 // SIGTERM/SIGINT: LOST lines, close the session, exit 0.
+#include <fcntl.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -135,6 +136,11 @@ Args parseArgs(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // With stdin closed, the next descriptor opened (the io_context's own) would land on fd 0 and be
+  // read as commands: keep 0-2 taken by /dev/null before anything else opens a descriptor.
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) == -1) ::open("/dev/null", O_RDWR);
+  }
   Args args = parseArgs(argc, argv);
   spdlog::set_default_logger(spdlog::stderr_color_mt("zk-elect"));
 
@@ -186,7 +192,14 @@ int main(int argc, char** argv) {
   });
 
   // Operator commands on stdin; end of input just stops reading.
-  asio::posix::stream_descriptor input(io, ::dup(STDIN_FILENO));
+  // Commands are optional: a closed stdin, or one that cannot be polled (/dev/null, a file), is
+  // simply not read. The copy goes above fd 2 so a closed stdin stays closed.
+  asio::posix::stream_descriptor input(io);
+  if (int fd = ::fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 3); fd >= 0) {
+    boost::system::error_code ec;
+    input.assign(fd, ec);
+    if (ec) ::close(fd);
+  }
   asio::streambuf buffer;
   std::function<void()> readCommand = [&] {
     asio::async_read_until(input, buffer, '\n', [&](boost::system::error_code ec, size_t) {
@@ -212,7 +225,7 @@ int main(int argc, char** argv) {
       readCommand();
     });
   };
-  readCommand();
+  if (input.is_open()) readCommand();
 
   io.run();
   return 0;
