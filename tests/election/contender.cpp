@@ -58,6 +58,12 @@ std::vector<el::LeadershipEvent> Contender::events() const {
   return events_;
 }
 
+int Contender::leadingCount() const {
+  int n = 0;
+  for (auto& s : group_->status()) n += s.role == el::Role::Leader;
+  return n;
+}
+
 size_t Contender::acquisitions(const std::string& account) const {
   std::lock_guard lock(mu_);
   size_t n = 0;

@@ -2,6 +2,8 @@
 // that records every leadership event, plus blocking helpers (with deadlines) for raw znode work.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <chrono>
@@ -9,6 +11,7 @@
 #include <thread>
 
 #include "zkagent/election.hpp"
+#include "zktest/zookeeper_server.hpp"
 
 namespace zktest {
 
@@ -30,6 +33,8 @@ class Contender {
   el::GateDecision check(const std::string& account) const { return group_->check(account); }
   el::GateDecision checkStrict(const std::string& account);
   bool leads(const std::string& account) const { return check(account).allowed(); }
+  // Accounts this contender's election currently has in LEADER.
+  int leadingCount() const;
 
   std::vector<el::LeadershipEvent> events() const;
   // Number of Acquired events for the account so far.
@@ -58,6 +63,13 @@ class Contender {
   std::vector<el::LeadershipEvent> events_;
   std::thread thread_;
   bool stopped_ = false;
+};
+
+// Tests against the binary's shared ZooKeeper server, each under a root of its own.
+class SharedZooKeeperTest : public ::testing::Test {
+ protected:
+  std::string hosts() const { return sharedZooKeeper().connectString(); }
+  std::string root = uniqueTestRoot();
 };
 
 }  // namespace zktest

@@ -15,11 +15,7 @@ namespace {
 
 using Verdict = el::GateDecision::Verdict;
 
-class HardeningTest : public ::testing::Test {
- protected:
-  std::string hosts() const { return sharedZooKeeper().connectString(); }
-  std::string root = uniqueTestRoot();
-};
+using HardeningTest = SharedZooKeeperTest;
 
 // CURATOR-460 / ZOOKEEPER-4508: while the server is unreachable the C client never hears that
 // the session expired. The client-side deadline (timeout since the last server contact) declares

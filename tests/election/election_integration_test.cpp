@@ -13,11 +13,7 @@ using el::GateDecision;
 using el::LossReason;
 using Verdict = el::GateDecision::Verdict;
 
-class ElectionTest : public ::testing::Test {
- protected:
-  std::string hosts() const { return sharedZooKeeper().connectString(); }
-  std::string root = uniqueTestRoot();
-};
+using ElectionTest = SharedZooKeeperTest;
 
 TEST_F(ElectionTest, FirstCandidateLeadsAndSecondWaits) {
   Contender a(hosts(), root, "host-a");
@@ -196,12 +192,8 @@ TEST_F(ElectionTest, ThousandAccountsOnOneSessionAllFailOverOnStop) {
   auto a = std::make_unique<Contender>(hosts(), root, "host-a", 20000ms);
   Contender b(hosts(), root, "host-b", 20000ms);
   for (int i = 0; i < kAccounts; ++i) a->join("acct-" + std::to_string(i));
-  auto ledBy = [&](Contender& c) {
-    int n = 0;
-    for (auto& s : c.group().status()) n += s.role == el::Role::Leader;
-    return n;
-  };
-  ASSERT_TRUE(eventually([&] { return ledBy(*a) == kAccounts; }, 60s)) << ledBy(*a);
+
+  ASSERT_TRUE(eventually([&] { return a->leadingCount() == kAccounts; }, 60s)) << a->leadingCount();
   for (int i = 0; i < kAccounts; ++i) b.join("acct-" + std::to_string(i));
   ASSERT_TRUE(eventually(
       [&] {
@@ -211,8 +203,8 @@ TEST_F(ElectionTest, ThousandAccountsOnOneSessionAllFailOverOnStop) {
       },
       60s));
   a->stop();
-  ASSERT_TRUE(eventually([&] { return ledBy(b) == kAccounts; }, 15s)) << ledBy(b);
-  EXPECT_EQ(ledBy(*a), 0);
+  ASSERT_TRUE(eventually([&] { return b.leadingCount() == kAccounts; }, 15s)) << b.leadingCount();
+  EXPECT_EQ(a->leadingCount(), 0);
 }
 
 TEST_F(ElectionTest, DeletedElectionTreeIsRecreatedAndALeaderElectedAgain) {

@@ -13,17 +13,7 @@
 namespace zktest {
 namespace {
 
-class HardeningTest : public ::testing::Test {
- protected:
-  std::string hosts() const { return sharedZooKeeper().connectString(); }
-  std::string root = uniqueTestRoot();
-};
-
-int countLeaders(Contender& c) {
-  int n = 0;
-  for (auto& s : c.group().status()) n += s.role == el::Role::Leader;
-  return n;
-}
+using HardeningTest = SharedZooKeeperTest;
 
 // ZOOKEEPER-706: many watches re-set on reconnect. With 10000 accounts, repeated reconnects of
 // the standby keep the server's watch count flat and every watch working.
@@ -33,7 +23,8 @@ TEST_F(HardeningTest, TenThousandAccountsKeepEveryWatchAcrossReconnectsWithoutLe
   TcpProxy proxy(sharedZooKeeper().port());
   Contender b(proxy.connectString(), root, "host-b", 20000ms);
   for (int i = 0; i < kAccounts; ++i) a->join("acct-" + std::to_string(i));
-  ASSERT_TRUE(eventually([&] { return countLeaders(*a) == kAccounts; }, 120s)) << countLeaders(*a);
+  ASSERT_TRUE(eventually([&] { return a->leadingCount() == kAccounts; }, 120s))
+      << a->leadingCount();
   for (int i = 0; i < kAccounts; ++i) b.join("acct-" + std::to_string(i));
   auto standbyReady = [&] {
     int waiting = 0;
@@ -78,7 +69,7 @@ TEST_F(HardeningTest, TenThousandAccountsKeepEveryWatchAcrossReconnectsWithoutLe
   }
   EXPECT_EQ(b.group().sessionId(), session);
   a->stop();
-  ASSERT_TRUE(eventually([&] { return countLeaders(b) == kAccounts; }, 60s)) << countLeaders(b);
+  ASSERT_TRUE(eventually([&] { return b.leadingCount() == kAccounts; }, 60s)) << b.leadingCount();
 }
 
 }  // namespace
