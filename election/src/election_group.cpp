@@ -17,6 +17,29 @@ namespace {
 void requireValidAccount(std::string_view account) {
   if (auto error = accountIdError(account)) throw std::invalid_argument(*error);
 }
+
+// Bytes of operations per multi: far below the server's 1 MiB request limit (jute.maxbuffer),
+// large enough that a thousand accounts go in a handful of requests.
+constexpr size_t kReleaseBatchBytes = 16 * 1024;
+
+// Groups the accounts' release operations into multis of at most kReleaseBatchBytes (an account's
+// operations are never split: each account's handover stays atomic).
+std::vector<std::vector<std::vector<detail::MultiOp>>> batchReleases(
+    std::vector<std::vector<detail::MultiOp>> releases) {
+  std::vector<std::vector<std::vector<detail::MultiOp>>> batches;
+  size_t bytes = kReleaseBatchBytes;
+  for (auto& ops : releases) {
+    size_t size = 0;
+    for (auto& op : ops) size += op.path.size() + op.data.size() + 32;  // + header, version
+    if (bytes + size > kReleaseBatchBytes) {
+      batches.emplace_back();
+      bytes = 0;
+    }
+    batches.back().push_back(std::move(ops));
+    bytes += size;
+  }
+  return batches;
+}
 }  // namespace
 
 struct ElectionGroup::Impl {
@@ -96,38 +119,75 @@ void ElectionGroup::resign(std::string_view account) {
   if (auto e = impl_->find(account)) e->resign();
 }
 
+// Stop: every elector closes its gate and hands back the operations that hand its account over;
+// those go out batched into multis (one request and one transaction for hundreds of accounts,
+// where one request each was most of a large handover's time), then the session is closed, which
+// removes the rest of our nodes in one more request.
 void ElectionGroup::stop(std::function<void()> done) {
   auto electors = impl_->all();
-  struct Countdown {
-    size_t pending;
-    bool fired = false;
+  struct Stopping {
+    size_t unanswered;  // electors that have not handed back their operations yet
+    std::vector<std::vector<detail::MultiOp>> releases;
+    size_t inFlight = 0;  // multis sent and not answered
+    bool closed = false;
     std::function<void()> closeSession;
     asio::steady_timer deadline;
   };
   auto impl = impl_;
-  auto countdown = std::make_shared<Countdown>(
-      Countdown{electors.size() + 1, false,
-                [impl, done = std::move(done)]() mutable { impl->session->close(std::move(done)); },
-                asio::steady_timer(impl_->io)});
-  // Handover records are a courtesy; closing the session is what frees the nodes. Do not wait
-  // for an unreachable ZooKeeper longer than this.
-  auto finish = [countdown] {
-    if (countdown->fired) return;
-    countdown->fired = true;
-    countdown->deadline.cancel();
-    countdown->closeSession();
+  auto strand = asio::make_strand(impl_->io);
+  auto stopping = std::make_shared<Stopping>(
+      Stopping{electors.size(),
+               {},
+               0,
+               false,
+               [impl, done = std::move(done)]() mutable { impl->session->close(std::move(done)); },
+               asio::steady_timer(strand)});
+  auto closeOnce = [stopping] {
+    if (stopping->closed) return;
+    stopping->closed = true;
+    stopping->deadline.cancel();
+    stopping->closeSession();
   };
-  countdown->deadline.expires_after(std::chrono::seconds(2));
-  countdown->deadline.async_wait([finish](boost::system::error_code ec) {
-    if (!ec) finish();
+  // The handover is a courtesy; closing the session is what frees the nodes. Do not wait for an
+  // unreachable ZooKeeper longer than this.
+  stopping->deadline.expires_after(std::chrono::seconds(2));
+  stopping->deadline.async_wait([closeOnce](boost::system::error_code ec) {
+    if (!ec) closeOnce();
   });
-  auto arrive = [countdown, finish, strand = asio::make_strand(impl_->io)] {
-    asio::post(strand, [countdown, finish] {
-      if (--countdown->pending == 0) finish();
+  auto answered = [closeOnce, stopping](ZkError, const std::vector<ZkSession::MultiResult>&) {
+    if (--stopping->inFlight == 0) closeOnce();
+  };
+  auto sendReleases = [impl, strand, stopping, answered, closeOnce] {
+    auto batches = batchReleases(std::move(stopping->releases));
+    if (batches.empty()) return closeOnce();
+    for (auto& batch : batches) {
+      ++stopping->inFlight;
+      std::vector<detail::MultiOp> flat;
+      for (auto& ops : batch) flat.insert(flat.end(), ops.begin(), ops.end());
+      impl->session->multiOn(
+          strand, std::move(flat),
+          [impl, strand, stopping, answered, batch = std::move(batch)](
+              ZkError err, std::vector<ZkSession::MultiResult> results) {
+            if (err != ZkError::Ok && err != ZkError::ConnectionLoss && !stopping->closed) {
+              // One account's node was not as expected (touched by hand, lost meanwhile): hand
+              // the others over one multi each; the close removes whatever is left.
+              for (auto& ops : batch) {
+                ++stopping->inFlight;
+                impl->session->multiOn(strand, ops, answered);
+              }
+            }
+            answered(err, results);
+          });
+    }
+  };
+  auto collect = [strand, stopping, sendReleases](std::vector<detail::MultiOp> ops) {
+    asio::post(strand, [stopping, sendReleases, ops = std::move(ops)]() mutable {
+      if (!ops.empty()) stopping->releases.push_back(std::move(ops));
+      if (--stopping->unanswered == 0) sendReleases();
     });
   };
-  for (auto& e : electors) e->stop(arrive);
-  arrive();
+  if (electors.empty()) return asio::post(strand, sendReleases);
+  for (auto& e : electors) e->stop(collect);
 }
 
 GateDecision ElectionGroup::check(std::string_view account) const {

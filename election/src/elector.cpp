@@ -19,6 +19,9 @@ int64_t unixMillis() {
 
 const int64_t kProcessStartMs = unixMillis();
 
+// How long a candidate behind a predecessor waits before reading `active` again after it changed.
+constexpr std::chrono::milliseconds kLeaderRefreshDelay{100};
+
 // "m-0000000007" -> 7; -1 for names that are not ours to order (foreign clutter is ignored).
 int64_t seqOf(std::string_view name) {
   if (name.size() < 3 || name.substr(0, 2) != "m-") return -1;
@@ -86,6 +89,7 @@ Elector::Elector(asio::io_context& io, std::shared_ptr<const ElectorContext> ctx
                  std::string account)
     : strand_(asio::make_strand(io)),
       retryTimer_(strand_),
+      leaderRefresh_(strand_),
       ctx_(std::move(ctx)),
       zk_(*ctx_->session),
       account_(std::move(account)),
@@ -164,29 +168,35 @@ void Elector::sessionChanged(const SessionEvent& event) {
   });
 }
 
-void Elector::stop(std::function<void()> done) {
+void Elector::stop(std::function<void(std::vector<MultiOp>)> done) {
   asio::post(strand_, [self = shared_from_this(), done = std::move(done)]() mutable {
     self->standing_ = false;
     const bool leading = self->role_ == Role::Leader;
-    const int64_t seq = self->seq_;
     self->feed(Event::Stop, LossReason::Stopped);  // LOST stopped; the gate is closed
-    // No deletes: the session close that follows removes every node of ours in one request.
-    // Only the handover record is written, so the successor knows this was clean and skips its
-    // lock-delay; the close waits for it (the C client may drop a close queued behind requests).
-    if (!leading || !self->zk_.usable()) return done();
-    self->writeHandover(seq, LossReason::Stopped, std::move(done));
+    // Only a led account is handed over explicitly (its successor starts before the session is
+    // closed, and knows from the record that this was clean, so it skips its lock-delay). The
+    // member nodes of the others go with the session close.
+    std::vector<MultiOp> ops;
+    if (leading && self->zk_.usable()) ops = self->releaseOps(LossReason::Stopped);
+    ++self->epoch_;  // nothing of ours runs any more: replies and watches still on the way drop
+    self->memberName_.clear();
+    self->seq_ = -1;
+    self->activeVersion_ = -1;
+    done(std::move(ops));
   });
 }
 
-void Elector::writeHandover(int64_t seq, LossReason reason, std::function<void()> written) {
-  zk_.set(handover_,
-          nlohmann::json{{"seq", seq},
-                         {"instanceId", ctx_->options.instanceId},
-                         {"reason", std::string(toString(reason))}}
-              .dump(),
-          -1, [written = std::move(written)](ZkError, NodeStat) {
-            if (written) written();
-          });
+// The handover record, then our member node, then `active`, as one atomic multi. The member goes
+// before `active` so the successor hears of its predecessor first and creates `active` at once;
+// the `active` event that follows finds that create in flight and costs nothing.
+std::vector<MultiOp> Elector::releaseOps(LossReason reason) const {
+  std::string record = nlohmann::json{{"seq", seq_},
+                                      {"instanceId", ctx_->options.instanceId},
+                                      {"reason", std::string(toString(reason))}}
+                           .dump();
+  return {{MultiOp::Kind::Set, handover_, std::move(record), -1},
+          {MultiOp::Kind::Remove, members_ + "/" + memberName_, "", -1},
+          {MultiOp::Kind::Remove, active_, "", activeVersion_}};
 }
 
 // ---- the state machine -----------------------------------------------------------------------
@@ -285,26 +295,10 @@ void Elector::onCreated(uint64_t epoch, int64_t session, ZkError err, std::strin
   createInFlight_ = false;
   switch (err) {
     case ZkError::Ok:
-      memberName_ = baseName(path);
-      seq_ = seqOf(memberName_);
-      {
-        std::lock_guard lock(gateMu_);
-        status_.seq = seq_;
-      }
-      feed(Event::Registered);
+      onRegistered(path);
       break;
     case ZkError::NoNode:  // first candidate ever, or the tree was deleted (CURATOR-724)
-      zk_.ensurePathOn(strand_, handover_, [self = shared_from_this(), epoch](ZkError) {
-        self->zk_.ensurePathOn(self->strand_, self->members_, [self, epoch](ZkError e2) {
-          if (epoch != self->epoch_) return;
-          if (e2 == ZkError::Ok) return self->registerMember();
-          // Deleted again under us, or refused: try again shortly rather than give up standing.
-          self->retryTimer_.expires_after(std::chrono::milliseconds(100));
-          self->retryTimer_.async_wait([self, epoch](boost::system::error_code ec) {
-            if (!ec && epoch == self->epoch_) self->registerMember();
-          });
-        });
-      });
+      createTree(epoch);
       break;
     case ZkError::ConnectionLoss:
       // The server may have created the node and lost only the reply (kazoo #732): on reconnect,
@@ -314,6 +308,76 @@ void Elector::onCreated(uint64_t epoch, int64_t session, ZkError err, std::strin
     default:
       break;  // expired or closing: the next session registers again
   }
+}
+
+void Elector::onRegistered(const std::string& path) {
+  memberName_ = baseName(path);
+  seq_ = seqOf(memberName_);
+  {
+    std::lock_guard lock(gateMu_);
+    status_.seq = seq_;
+  }
+  feed(Event::Registered);
+}
+
+// The account's tree is missing. The root is shared by every account (ensured once per session);
+// the account's own levels and our member node go in one multi: one request and one transaction
+// instead of one each, and since the members node is new in it, our member is first in the queue
+// and the handover record is empty (the evaluation that follows needs to read neither).
+void Elector::createTree(uint64_t epoch) {
+  createInFlight_ = true;
+  createEpoch_ = epoch;
+  zk_.ensurePathOn(strand_, ctx_->options.root, [](ZkError) {});
+  MemberInfo me{ctx_->options.instanceId, static_cast<int64_t>(::getpid()), kProcessStartMs,
+                ctx_->options.endpoint, -1};
+  std::vector<MultiOp> ops{
+      {MultiOp::Kind::Create, base_, "", -1},
+      {MultiOp::Kind::Create, handover_, "", -1},
+      {MultiOp::Kind::Create, members_, "", -1},
+      {MultiOp::Kind::Create, members_ + "/m-", toJson(me), -1, NodeKind::EphemeralSequential}};
+  const int64_t session = zk_.sessionId();
+  zk_.multiOn(strand_, std::move(ops),
+              [self = shared_from_this(), epoch, session](
+                  ZkError err, std::vector<ZkSession::MultiResult> results) {
+                const std::string member = results.empty() ? "" : results.back().path;
+                if (epoch != self->epoch_) {
+                  if (err == ZkError::Ok && session == self->zk_.sessionId()) {
+                    self->removeUntilGone(member, -1);
+                  }
+                  return;
+                }
+                self->createInFlight_ = false;
+                switch (err) {
+                  case ZkError::Ok:
+                    self->freshQueueMember_ = baseName(member);
+                    return self->onRegistered(member);
+                  case ZkError::ConnectionLoss:
+                    self->replyLost_ = true;  // as in onCreated: adopt on reconnect
+                    return;
+                  case ZkError::SessionExpired:
+                  case ZkError::Closing:
+                    return;
+                  default:
+                    return self->repairTree(epoch);  // partly there, or the root is missing
+                }
+              });
+}
+
+// Creates each missing level on its own, then registers; retried shortly while that fails (the
+// tree deleted again under us, or the root refused).
+void Elector::repairTree(uint64_t epoch) {
+  zk_.forgetPath(handover_);  // whichever level is missing, this session's memory of it is wrong
+  zk_.forgetPath(members_);
+  zk_.ensurePathOn(strand_, handover_, [self = shared_from_this(), epoch](ZkError) {
+    self->zk_.ensurePathOn(self->strand_, self->members_, [self, epoch](ZkError err) {
+      if (epoch != self->epoch_) return;
+      if (err == ZkError::Ok) return self->registerMember();
+      self->retryTimer_.expires_after(std::chrono::milliseconds(100));
+      self->retryTimer_.async_wait([self, epoch](boost::system::error_code ec) {
+        if (!ec && epoch == self->epoch_) self->registerMember();
+      });
+    });
+  });
 }
 
 // Finds the member node our session created but never heard back about; keeps the lowest, deletes
@@ -395,9 +459,11 @@ void Elector::verifyMember() {
 
 // ---- evaluation ------------------------------------------------------------------------------
 
-void Elector::requestEvaluate() {
+void Elector::requestEvaluate(Change change) {
   if (evaluating_) {
-    dirty_ = true;
+    const bool seenAnyway = (change == Change::Members && listingPending_) ||
+                            (change == Change::Active && activePending_);
+    if (!seenAnyway) dirty_ = true;
     return;
   }
   evaluate();
@@ -405,6 +471,7 @@ void Elector::requestEvaluate() {
 
 void Elector::finishEvaluate() {
   evaluating_ = false;
+  listingPending_ = activePending_ = false;
   if (dirty_) {
     dirty_ = false;
     evaluate();
@@ -415,9 +482,21 @@ void Elector::evaluate() {
   if (memberName_.empty() || !zk_.usable()) return;
   evaluating_ = true;
   dirty_ = false;
+  listingPending_ = activePending_ = true;
+  predecessor_.clear();
+  predecessorIsHead_ = false;
   const uint64_t epoch = epoch_;
+  if (freshQueueMember_ == memberName_) {
+    // Our member came in the same transaction as its members node: nobody is ahead of us, and
+    // the handover record was created empty with it.
+    freshQueueMember_.clear();
+    listingPending_ = false;
+    watchOwnMember();
+    return acquire(epoch, std::string());
+  }
   zk_.childrenOn(strand_, members_, nullptr, nullptr,
                  [self = shared_from_this(), epoch](ZkError err, std::vector<std::string> names) {
+                   self->listingPending_ = false;
                    if (epoch != self->epoch_) return self->finishEvaluate();
                    if (err == ZkError::NoNode) {  // the members node itself was deleted
                      self->evaluating_ = false;
@@ -441,23 +520,65 @@ void Elector::evaluate() {
                    self->watchOwnMember();
                    if (own == queue.begin()) return self->acquire(epoch);
                    // Watch only the predecessor: no herd when the leader goes (seed 001 §3.2).
-                   const std::string predecessor = self->members_ + "/" + std::prev(own)->second;
+                   const std::string predecessor = std::prev(own)->second;
+                   const bool predecessorIsHead = std::prev(own) == queue.begin();
                    self->zk_.existsOn(
-                       self->strand_, predecessor, self.get(),
+                       self->strand_, self->members_ + "/" + predecessor, self.get(),
                        [weak = self->weak_from_this()] {
-                         if (auto s = weak.lock()) s->requestEvaluate();
+                         if (auto s = weak.lock()) s->onPredecessorGone();
                        },
-                       [self, epoch](ZkError e2, std::optional<NodeStat> stat) {
+                       [self, epoch, predecessor, predecessorIsHead](ZkError e2,
+                                                                     std::optional<NodeStat> stat) {
                          if (epoch != self->epoch_) return self->finishEvaluate();
                          if (e2 == ZkError::Ok && !stat) {
                            self->dirty_ = true;  // gone already: look again
                          } else if (e2 == ZkError::Ok) {
+                           self->predecessor_ = predecessor;
+                           self->predecessorIsHead_ = predecessorIsHead;
                            self->feed(Event::MustWait, LossReason::Drift);
                            self->watchActive(epoch);
                          }
                          self->finishEvaluate();
                        });
                  });
+}
+
+// The member we waited behind is gone. When it was first in the queue we are first now (sequence
+// numbers only grow, so nobody can have queued ahead of us since): take `active` without listing
+// the queue again. That saves a round trip and a request per account on every handover.
+void Elector::onPredecessorGone() {
+  if (!evaluating_ && role_ == Role::Waiting && predecessorIsHead_ && !memberName_.empty() &&
+      zk_.usable()) {
+    predecessor_.clear();
+    predecessorIsHead_ = false;
+    evaluating_ = true;
+    dirty_ = false;
+    listingPending_ = false;
+    activePending_ = true;
+    return acquire(epoch_);
+  }
+  requestEvaluate(Change::Members);
+}
+
+// Behind a predecessor `active` is not ours to take, whatever happens to it; only the leader named
+// in our status is out of date. Read it again a little later, by when the successor has most
+// likely taken it, instead of re-listing the queue (a thousand accounts failing over at once
+// would otherwise cost a thousand listings nobody needs).
+void Elector::onActiveChanged() {
+  if (!evaluating_ && role_ == Role::Waiting && !predecessor_.empty()) return refreshLeaderSoon();
+  requestEvaluate(Change::Active);
+}
+
+void Elector::refreshLeaderSoon() {
+  leaderRefresh_.expires_after(kLeaderRefreshDelay);
+  leaderRefresh_.async_wait(
+      [self = shared_from_this(), epoch = epoch_](boost::system::error_code ec) {
+        if (ec || epoch != self->epoch_ || self->evaluating_ || self->role_ != Role::Waiting ||
+            self->predecessor_.empty()) {
+          return;  // an evaluation since has read `active` (or will)
+        }
+        self->watchActive(epoch);
+      });
 }
 
 // Seed 001 signal one: our own member node must stay; watch it directly. Armed once per member
@@ -471,34 +592,39 @@ void Elector::watchOwnMember() {
       [weak = weak_from_this()] {
         if (auto s = weak.lock()) {
           s->ownWatch_ = {};
-          s->requestEvaluate();
+          s->requestEvaluate(Change::Members);
         }
       },
       [](ZkError, std::optional<NodeStat>) {});
 }
 
-// Non-leaders watch `active` too: an operator deleting or editing it must trigger re-evaluation,
-// and refusals name the current leader.
+// Non-leaders read `active` so refusals name the current leader, and watch it to stay current. The
+// candidate right behind the head reads it without a watch: the head is the leader, and when it
+// goes that candidate hears it from its predecessor watch and leads itself; a watch there would
+// only double the notifications the server sends when a thousand accounts fail over at once.
 void Elector::watchActive(uint64_t epoch) {
-  zk_.getOn(
-      strand_, active_, &active_,
-      [weak = weak_from_this()] {
-        if (auto s = weak.lock()) s->requestEvaluate();
-      },
-      [self = shared_from_this(), epoch](ZkError err, std::string data, NodeStat) {
-        if (epoch != self->epoch_) return;
-        if (err == ZkError::Ok) {
-          self->noteLeader(parseActive(data));
-        } else if (err == ZkError::NoNode) {
-          self->noteLeader(std::nullopt);
-          self->zk_.existsOn(
-              self->strand_, self->active_, &self->active_,
-              [weak = self->weak_from_this()] {
-                if (auto s = weak.lock()) s->requestEvaluate();
-              },
-              [](ZkError, std::optional<NodeStat>) {});
-        }
-      });
+  const bool watch = !predecessorIsHead_;
+  Session::Watch onChange;
+  if (watch) {
+    onChange = [weak = weak_from_this()] {
+      if (auto s = weak.lock()) s->onActiveChanged();
+    };
+  }
+  zk_.getOn(strand_, active_, watch ? &active_ : nullptr, std::move(onChange),
+            [self = shared_from_this(), epoch, watch](ZkError err, std::string data, NodeStat) {
+              if (epoch != self->epoch_) return;
+              if (err == ZkError::Ok) {
+                self->noteLeader(parseActive(data));
+              } else if (err == ZkError::NoNode && watch) {
+                self->noteLeader(std::nullopt);
+                self->zk_.existsOn(
+                    self->strand_, self->active_, &self->active_,
+                    [weak = self->weak_from_this()] {
+                      if (auto s = weak.lock()) s->onActiveChanged();
+                    },
+                    [](ZkError, std::optional<NodeStat>) {});
+              }
+            });
 }
 
 void Elector::noteLeader(std::optional<ActiveInfo> leader) {
@@ -507,17 +633,19 @@ void Elector::noteLeader(std::optional<ActiveInfo> leader) {
   status_.leader = std::move(leader);
 }
 
-// We are the smallest member: `active` is ours to hold. The create and the read of the
-// predecessor's handover record go out together; a node this session just created is ours by
-// construction, so only an exists (arming the watch) follows, and leadership is announced without
-// waiting for it. NodeExists sends us to confirm(), which tells our own node (a lost reply, a
-// reconnect) from someone else's.
-void Elector::acquire(uint64_t epoch) {
+// We are the smallest member: `active` is ours to hold. The create (batched with other accounts'
+// creates into one multi) and the read of the predecessor's handover record go out together. A
+// node this session just created is ours by construction, so leadership is announced on those two
+// answers; the exists that arms the watch on `active` follows the create's answer (sent before
+// it, it could arrive first) and only checks nobody touched the node in between. NodeExists sends
+// us to confirm(), which tells our own node (a lost reply, a reconnect) from someone else's.
+void Elector::acquire(uint64_t epoch, std::optional<std::string> knownHandover) {
   struct Pending {
     std::optional<ZkError> created;
     std::optional<std::string> handover;  // "" when missing
   };
   auto pending = std::make_shared<Pending>();
+  pending->handover = std::move(knownHandover);
   const bool aboutToLead = role_ != Role::Leader;
   const uint64_t linkAtCreate = zk_.linkEpoch();
   auto settle = [self = shared_from_this(), epoch, pending, aboutToLead, linkAtCreate] {
@@ -532,17 +660,19 @@ void Elector::acquire(uint64_t epoch) {
       self->feed(Event::Drift, LossReason::Drift);
     }
     self->activeVersion_ = 0;
-    self->armActiveWatch(epoch);
     self->prepareAnnouncement(pending->handover ? &*pending->handover : nullptr, linkAtCreate);
     self->feed(Event::Elected);
     self->finishEvaluate();
   };
-  zk_.createOn(strand_, active_, toJson(ownRecord()), NodeKind::Ephemeral,
-               [pending, settle](ZkError err, std::string) {
-                 pending->created = err;
-                 settle();
-               });
-  if (aboutToLead) {
+  zk_.createBatchedOn(
+      strand_, active_, toJson(ownRecord()), NodeKind::Ephemeral,
+      [self = shared_from_this(), epoch, pending, settle](ZkError err, std::string) {
+        self->activePending_ = false;
+        pending->created = err;
+        if (err == ZkError::Ok) self->armActiveWatch(epoch);
+        settle();
+      });
+  if (aboutToLead && !pending->handover) {
     zk_.getOn(strand_, handover_, nullptr, nullptr,
               [pending, settle](ZkError err, std::string data, NodeStat) {
                 pending->handover = err == ZkError::Ok ? std::move(data) : std::string();
@@ -557,12 +687,12 @@ void Elector::armActiveWatch(uint64_t epoch) {
   zk_.existsOn(
       strand_, active_, &active_,
       [weak = weak_from_this()] {
-        if (auto s = weak.lock()) s->requestEvaluate();
+        if (auto s = weak.lock()) s->onActiveChanged();
       },
       [self = shared_from_this(), epoch](ZkError err, std::optional<NodeStat> stat) {
         if (epoch != self->epoch_ || err != ZkError::Ok) return;
         if (!stat || stat->version != 0 || stat->ephemeralOwner != self->zk_.sessionId()) {
-          self->requestEvaluate();
+          self->requestEvaluate(Change::Active);
         }
       });
 }
@@ -581,6 +711,7 @@ void Elector::confirm(uint64_t epoch) {
   const bool aboutToLead = role_ != Role::Leader;
   reads->pending = aboutToLead ? 2 : 1;
   const uint64_t linkAtRead = zk_.linkEpoch();
+  activePending_ = true;
   auto settle = [self = shared_from_this(), epoch, reads, linkAtRead] {
     if (--reads->pending > 0) return;
     if (epoch != self->epoch_) return self->finishEvaluate();
@@ -606,9 +737,10 @@ void Elector::confirm(uint64_t epoch) {
   zk_.getOn(
       strand_, active_, &active_,
       [weak = weak_from_this()] {
-        if (auto s = weak.lock()) s->requestEvaluate();
+        if (auto s = weak.lock()) s->onActiveChanged();
       },
-      [reads, settle](ZkError err, std::string data, NodeStat stat) {
+      [self = shared_from_this(), reads, settle](ZkError err, std::string data, NodeStat stat) {
+        self->activePending_ = false;
         reads->activeErr = err;
         reads->active = std::move(data);
         reads->activeStat = stat;
@@ -654,27 +786,26 @@ void Elector::prepareAnnouncement(const std::string* handover, uint64_t linkAtRe
 
 // ---- leaving ---------------------------------------------------------------------------------
 
-// Gate first (closed by the role change already), then one multi deleting `active` and our
-// member, so the successor's watch fires at once and nothing can half-succeed.
+// Gate first (closed by the role change already), then one multi writing the handover record and
+// deleting our member and `active`, so the successor's watch fires at once and nothing can
+// half-succeed.
 void Elector::releaseLeadership(LossReason reason, bool standAgain, std::function<void()> done) {
   reportLoss(reason);
-  const std::string member = members_ + "/" + memberName_;
-  const int32_t version = activeVersion_;
-  writeHandover(seq_, reason);
+  auto ops = releaseOps(reason);
   ++epoch_;
   memberName_.clear();
   seq_ = -1;
   activeVersion_ = -1;
-  std::vector<MultiOp> ops{{MultiOp::Kind::Remove, active_, "", version},
-                           {MultiOp::Kind::Remove, member, "", -1}};
-  zk_.multiOn(strand_, std::move(ops),
-              [self = shared_from_this(), member, version, standAgain,
-               done = std::move(done)](ZkError err) {
+  zk_.multiOn(strand_, ops,
+              [self = shared_from_this(), ops, standAgain, done = std::move(done)](
+                  ZkError err, const std::vector<ZkSession::MultiResult>&) {
                 if (err != ZkError::Ok) {
-                  // Partly gone already, or the reply was lost: delete each until gone
-                  // (CURATOR-202), never leave a node that blocks the queue.
-                  self->removeUntilGone(self->active_, version);
-                  self->removeUntilGone(member, -1);
+                  // Partly gone already, the record's node deleted, or the reply lost: delete
+                  // each until gone (CURATOR-202), never leave a node that blocks the queue.
+                  const auto& [record, member, active] = std::tie(ops[0], ops[1], ops[2]);
+                  self->zk_.set(record.path, record.data, -1, [](ZkError, NodeStat) {});
+                  self->removeUntilGone(member.path, member.version);
+                  self->removeUntilGone(active.path, active.version);
                 }
                 if (standAgain && self->standing_) self->registerMember();
                 done();

@@ -30,8 +30,10 @@ class Elector : public std::enable_shared_from_this<Elector> {
   void withdraw();
   void resign();
   void sessionChanged(const SessionEvent& event);
-  // Reports Lost(stopped), writes the handover record and deletes our nodes; `done` on the strand.
-  void stop(std::function<void()> done);
+  // Reports Lost(stopped) and stops standing. `done` (on the strand) gets the operations that hand
+  // the account over (handover record, member and `active` deleted) when we led it, else none; the
+  // group sends them batched into multis before it closes the session.
+  void stop(std::function<void(std::vector<MultiOp>)> done);
 
   GateDecision check() const;
   void checkStrict(std::function<void(GateDecision)> done);
@@ -44,15 +46,24 @@ class Elector : public std::enable_shared_from_this<Elector> {
 
   void registerMember();
   void onCreated(uint64_t epoch, int64_t session, ZkError err, std::string path);
+  void onRegistered(const std::string& path);
+  void createTree(uint64_t epoch);
+  void repairTree(uint64_t epoch);
   void adoptOrRegister();
   void verifyMember();
-  void requestEvaluate();
+  // What changed: the member queue, `active` (both from watches), or not known (anything else).
+  enum class Change { Members, Active, Unknown };
+  void requestEvaluate(Change change = Change::Unknown);
   void evaluate();
   void finishEvaluate();
-  void acquire(uint64_t epoch);
+  void onPredecessorGone();
+  void onActiveChanged();
+  void refreshLeaderSoon();
+  // `knownHandover`: the predecessor's handover record when already known (no read needed).
+  void acquire(uint64_t epoch, std::optional<std::string> knownHandover = std::nullopt);
   void armActiveWatch(uint64_t epoch);
   void watchOwnMember();
-  void writeHandover(int64_t seq, LossReason reason, std::function<void()> written = {});
+  std::vector<MultiOp> releaseOps(LossReason reason) const;
   void confirm(uint64_t epoch);
   void prepareAnnouncement(const std::string* handover, uint64_t linkAtRead);
   void watchActive(uint64_t epoch);
@@ -69,6 +80,7 @@ class Elector : public std::enable_shared_from_this<Elector> {
 
   Strand strand_;
   boost::asio::steady_timer retryTimer_;
+  boost::asio::steady_timer leaderRefresh_;
   std::shared_ptr<const ElectorContext> ctx_;
   ZkSession& zk_;
   const std::string account_;
@@ -84,11 +96,17 @@ class Elector : public std::enable_shared_from_this<Elector> {
   uint64_t createEpoch_ = 0;
   bool replyLost_ = false;  // ...and its reply was lost: adopt by ephemeralOwner
   bool evaluating_ = false, dirty_ = false;
+  // Within an evaluation: the listing, or the read/create of `active`, has not been answered yet.
+  // A watch event that arrives before that answer is already reflected in it (ZooKeeper delivers
+  // an event before any reply sent after the change), so it needs no second evaluation.
+  bool listingPending_ = false, activePending_ = false;
+  std::string freshQueueMember_;  // our member, made together with its members node (see evaluate)
+  std::string predecessor_;       // the member we wait behind; empty when first in the queue
+  bool predecessorIsHead_ = false;  // ...and it was first in the queue at our last listing
   uint64_t epoch_ = 0;          // bumped on every registration/session change: stale replies drop
   int32_t activeVersion_ = -1;  // version of our own active node
-  std::optional<ActiveInfo> lastLeaderSeen_;
-  std::pair<std::string, uint64_t> ownWatch_;  // (member, link epoch) the own-member watch is on //
-                                               // the last `active` record read or written
+  std::optional<ActiveInfo> lastLeaderSeen_;   // the last `active` record read or written
+  std::pair<std::string, uint64_t> ownWatch_;  // (member, link epoch) the own-member watch is on
   std::vector<std::pair<std::string, int32_t>> pendingRemovals_;  // deletes to retry on reconnect
   // What the next AnnounceLeader reports (set just before the Elected event is fed).
   std::optional<ActiveInfo> pendingPrevious_;

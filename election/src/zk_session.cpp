@@ -6,11 +6,16 @@
 #include <boost/asio/post.hpp>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
 namespace zkagent::election::detail {
 namespace asio = boost::asio;
 
 namespace {
+
+constexpr int kResolveEveryMs = 10000;  // see openHandle
+// Bytes of creates per multi: far below the server's 1 MiB request limit (jute.maxbuffer).
+constexpr size_t kCreateBatchBytes = 64 * 1024;
 
 // The watcher context of one handle: lives until that handle is closed (threads joined).
 struct HandleContext {
@@ -163,7 +168,13 @@ void ZkSession::openHandle() {
                   std::strerror(errno));
     auto timer = std::make_shared<asio::steady_timer>(strand_, std::chrono::seconds(1));
     timer->async_wait([self = shared_from_this(), timer](auto) { self->openHandle(); });
+    return;
   }
+  // By default the C client resolves the host list again on every turn of its I/O loop: a
+  // getaddrinfo (netlink socket, /etc/hosts, ...) per request sent or reply read, which was most of
+  // its CPU time with thousands of requests in flight. Re-resolving every 10 s still follows DNS
+  // changes; a lost connection resolves at once regardless.
+  zoo_set_servers_resolution_delay(zh_, kResolveEveryMs);
 }
 
 void ZkSession::onWatcherEvent(uint64_t generation, int type, int state, const char* path) {
@@ -430,6 +441,70 @@ void ZkSession::createOn(Executor ex, std::string path, std::string data, NodeKi
          });
 }
 
+void ZkSession::createBatchedOn(Executor ex, std::string path, std::string data, NodeKind kind,
+                                std::function<void(ZkError, std::string)> done) {
+  bool first = false;
+  {
+    std::lock_guard lock(mu_);
+    first = pendingCreates_.empty();
+    pendingCreates_.push_back(
+        {std::move(ex), std::move(path), std::move(data), kind, std::move(done)});
+  }
+  // Everything already queued on the io_context (a burst of watch events) runs before this flush
+  // and joins the batch.
+  if (first) asio::post(strand_, [self = shared_from_this()] { self->flushCreates(); });
+}
+
+void ZkSession::flushCreates() {
+  std::vector<PendingCreate> creates;
+  {
+    std::lock_guard lock(mu_);
+    creates.swap(pendingCreates_);
+  }
+  std::vector<PendingCreate> batch;
+  size_t bytes = 0;
+  for (auto& c : creates) {
+    bytes += c.path.size() + c.data.size() + 64;  // + header, ACL, flags
+    batch.push_back(std::move(c));
+    if (bytes >= kCreateBatchBytes) {
+      sendCreateBatch(std::move(batch));
+      batch.clear();
+      bytes = 0;
+    }
+  }
+  if (!batch.empty()) sendCreateBatch(std::move(batch));
+}
+
+void ZkSession::sendCreateBatch(std::vector<PendingCreate> creates) {
+  if (creates.size() == 1) {
+    auto& c = creates.front();
+    return createOn(std::move(c.executor), std::move(c.path), std::move(c.data), c.kind,
+                    std::move(c.done));
+  }
+  std::vector<MultiOp> ops;
+  ops.reserve(creates.size());
+  for (auto& c : creates) ops.push_back({MultiOp::Kind::Create, c.path, c.data, -1, c.kind});
+  multiOn(
+      strand_, std::move(ops),
+      [self = shared_from_this(), creates = std::move(creates)](
+          ZkError err, std::vector<MultiResult> results) mutable {
+        for (size_t i = 0; i < creates.size(); ++i) {
+          auto& one = creates[i];
+          const int rc = results[i].rc;
+          if (err == ZkError::Ok || linkLost(err) || (rc != ZOK && rc != ZRUNTIMEINCONSISTENCY)) {
+            // Created, the link's fate, or this create is the one that failed.
+            const ZkError mine = err == ZkError::Ok || linkLost(err) ? err : fromRc(rc);
+            asio::post(one.executor, [done = std::move(one.done), mine,
+                                      path = std::move(results[i].path)] { done(mine, path); });
+          } else {
+            // Rolled back because another create failed: send it again on its own.
+            self->createOn(std::move(one.executor), std::move(one.path), std::move(one.data),
+                           one.kind, std::move(one.done));
+          }
+        }
+      });
+}
+
 // Watches are recorded on the completion thread, before any event for them can be processed.
 void ZkSession::getOn(Executor ex, std::string path, const void* owner, Watch watch,
                       std::function<void(ZkError, std::string, NodeStat)> done) {
@@ -517,59 +592,106 @@ void ZkSession::ensurePathOn(Executor ex, std::string path, std::function<void(Z
     prefixes.push_back(path.substr(0, pos));
   }
   prefixes.push_back(path);
+  // Prefixes this session created or saw exist (or has a create on the way for) are skipped: the
+  // server handles a session's requests in order, so a create sent after another one's finds its
+  // parent. Ten thousand accounts thus create the shared root once, not ten thousand times.
+  std::vector<std::string> missing;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& p : prefixes) {
+      if (knownPaths_.insert(p).second) missing.push_back(p);
+    }
+  }
+  if (missing.empty()) return asio::post(ex, [done = std::move(done)] { done(ZkError::Ok); });
   struct Join {
     size_t pending;
     ZkError result = ZkError::Ok;
     std::function<void(ZkError)> done;
   };
-  auto join = std::make_shared<Join>(Join{prefixes.size(), ZkError::Ok, std::move(done)});
-  for (auto& p : prefixes) {
-    createOn(ex, p, "", NodeKind::Persistent, [join](ZkError err, std::string) {
-      if (err != ZkError::Ok && err != ZkError::NodeExists && join->result == ZkError::Ok) {
-        join->result = err;
-      }
-      if (--join->pending == 0) join->done(join->result);
-    });
+  auto join = std::make_shared<Join>(Join{missing.size(), ZkError::Ok, std::move(done)});
+  for (auto& p : missing) {
+    createOn(ex, p, "", NodeKind::Persistent,
+             [self = shared_from_this(), join, prefixes](ZkError err, std::string) {
+               if (err != ZkError::Ok && err != ZkError::NodeExists) {
+                 // Not there after all (the tree was deleted under us, CURATOR-724): forget the
+                 // whole path so the next attempt creates every level again.
+                 std::lock_guard lock(self->mu_);
+                 for (auto& p2 : prefixes) self->knownPaths_.erase(p2);
+                 if (join->result == ZkError::Ok) join->result = err;
+               }
+               if (--join->pending == 0) join->done(join->result);
+             });
   }
 }
 
-void ZkSession::multiOn(Executor ex, std::vector<MultiOp> ops, std::function<void(ZkError)> done) {
+void ZkSession::forgetPath(const std::string& path) {
+  std::lock_guard lock(mu_);
+  for (size_t pos = path.find('/', 1); pos != std::string::npos; pos = path.find('/', pos + 1)) {
+    knownPaths_.erase(path.substr(0, pos));
+  }
+  knownPaths_.erase(path);
+}
+
+void ZkSession::multiOn(Executor ex, std::vector<MultiOp> ops, MultiDone done) {
   struct MultiCall {
+    ZkSession* session;
     std::vector<MultiOp> ops;
     std::vector<zoo_op_t> zops;
     std::vector<zoo_op_result_t> results;
+    std::vector<std::string> created;  // buffers for the paths Create ops make
     Executor executor;
-    std::function<void(ZkError)> done;
+    MultiDone done;
   };
-  std::unique_lock lock(mu_);  // held while submitting: a handle is never closed under a call
-  zhandle_t* zh = zh_;
-  auto* call = new MultiCall{std::move(ops), {}, {}, ex, std::move(done)};
-  call->zops.resize(call->ops.size());
-  call->results.resize(call->ops.size());
-  for (size_t i = 0; i < call->ops.size(); ++i) {
+  auto* call = new MultiCall{this, std::move(ops), {}, {}, {}, ex, std::move(done)};
+  const size_t n = call->ops.size();
+  call->zops.resize(n);
+  call->results.resize(n);
+  call->created.resize(n);
+  for (size_t i = 0; i < n; ++i) {
     const auto& op = call->ops[i];
-    if (op.kind == MultiOp::Kind::Remove) {
-      zoo_delete_op_init(&call->zops[i], op.path.c_str(), op.version);
-    } else {
-      zoo_set_op_init(&call->zops[i], op.path.c_str(), op.data.data(),
-                      static_cast<int>(op.data.size()), op.version, nullptr);
+    switch (op.kind) {
+      case MultiOp::Kind::Create:
+        call->created[i].assign(op.path.size() + 16, '\0');  // room for a sequence suffix
+        zoo_create_op_init(&call->zops[i], op.path.c_str(), op.data.data(),
+                           static_cast<int>(op.data.size()), &ZOO_OPEN_ACL_UNSAFE,
+                           createMode(op.nodeKind), call->created[i].data(),
+                           static_cast<int>(call->created[i].size()));
+        break;
+      case MultiOp::Kind::Remove:
+        zoo_delete_op_init(&call->zops[i], op.path.c_str(), op.version);
+        break;
+      case MultiOp::Kind::Set:
+        zoo_set_op_init(&call->zops[i], op.path.c_str(), op.data.data(),
+                        static_cast<int>(op.data.size()), op.version, nullptr);
+        break;
     }
   }
-  int rc =
-      zh == nullptr
+  std::unique_lock lock(mu_);  // held while submitting: a handle is never closed under a call
+  const int rc =
+      zh_ == nullptr
           ? ZINVALIDSTATE
           : zoo_amulti(
-                zh, static_cast<int>(call->zops.size()), call->zops.data(), call->results.data(),
+                zh_, static_cast<int>(n), call->zops.data(), call->results.data(),
                 [](int rc2, const void* p) {
-                  auto* c = static_cast<MultiCall*>(const_cast<void*>(p));
-                  asio::post(c->executor,
-                             [done = std::move(c->done), rc2] { done(ZkSession::fromRc(rc2)); });
-                  delete c;
+                  std::unique_ptr<MultiCall> c(static_cast<MultiCall*>(const_cast<void*>(p)));
+                  const ZkError err = fromRc(rc2);
+                  if (!linkLost(err)) c->session->noteContact();
+                  std::vector<MultiResult> results(c->ops.size());
+                  for (size_t i = 0; i < results.size(); ++i) {
+                    results[i].rc = linkLost(err) ? rc2 : c->results[i].err;
+                    if (err == ZkError::Ok && c->ops[i].kind == MultiOp::Kind::Create) {
+                      results[i].path = c->created[i].c_str();
+                    }
+                  }
+                  asio::post(c->executor, [done = std::move(c->done), err,
+                                           results = std::move(results)]() mutable {
+                    done(err, std::move(results));
+                  });
                 },
                 call);
   lock.unlock();
   if (rc != ZOK) {
-    refuse(ex, std::move(call->done), fromRc(rc));
+    refuse(std::move(call->executor), std::move(call->done), fromRc(rc));
     delete call;
   }
 }

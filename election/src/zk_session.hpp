@@ -13,6 +13,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "zkagent/election.hpp"
 
@@ -25,10 +26,11 @@ using Clock = std::chrono::steady_clock;
 
 // One operation of an atomic multi (only the kinds the election needs).
 struct MultiOp {
-  enum class Kind { Remove, Set } kind;
+  enum class Kind { Create, Remove, Set } kind;
   std::string path;
-  std::string data;  // Set
+  std::string data;  // Create, Set
   int32_t version = -1;
+  NodeKind nodeKind = NodeKind::Persistent;  // Create
 };
 
 class ZkSession : public Session, public std::enable_shared_from_this<ZkSession> {
@@ -76,9 +78,24 @@ class ZkSession : public Session, public std::enable_shared_from_this<ZkSession>
                 std::function<void(ZkError, std::optional<NodeStat>)> done);
   void childrenOn(Executor ex, std::string path, const void* owner, Watch watch,
                   std::function<void(ZkError, std::vector<std::string>)> done);
+  // Like createOn, but creates issued close together (within one turn of the io_context) go out
+  // as one multi: one request and one transaction for many accounts instead of one each. When the
+  // multi fails, the create that failed gets its error and the others are sent again one by one.
+  void createBatchedOn(Executor ex, std::string path, std::string data, NodeKind kind,
+                       std::function<void(ZkError, std::string)> done);
   void removeOn(Executor ex, std::string path, int32_t version, std::function<void(ZkError)> done);
   void ensurePathOn(Executor ex, std::string path, std::function<void(ZkError)> done);
-  void multiOn(Executor ex, std::vector<MultiOp> ops, std::function<void(ZkError)> done);
+  // Makes ensurePathOn create `path` and every level above it again: a create found it missing.
+  void forgetPath(const std::string& path);
+  // `done` gets one result per operation: its own error (on failure ZooKeeper reports the one
+  // that failed; the others say RuntimeInconsistency or Ok, rolled back either way) and the path
+  // a Create made.
+  struct MultiResult {
+    int rc = 0;  // the C client's code for this operation
+    std::string path;
+  };
+  using MultiDone = std::function<void(ZkError, std::vector<MultiResult>)>;
+  void multiOn(Executor ex, std::vector<MultiOp> ops, MultiDone done);
   // Makes the next read on this session see everything the ensemble leader has committed.
   void syncOn(Executor ex, std::string path, std::function<void(ZkError)> done);
 
@@ -97,6 +114,19 @@ class ZkSession : public Session, public std::enable_shared_from_this<ZkSession>
     Watch watch;
   };
   using WatchTable = std::unordered_map<std::string, std::vector<WatchEntry>>;
+
+  struct PendingCreate {
+    Executor executor;
+    std::string path, data;
+    NodeKind kind;
+    std::function<void(ZkError, std::string)> done;
+  };
+  void flushCreates();
+  void sendCreateBatch(std::vector<PendingCreate> creates);
+  static bool linkLost(ZkError err) {
+    return err == ZkError::ConnectionLoss || err == ZkError::SessionExpired ||
+           err == ZkError::Closing;
+  }
 
   template <typename Done, typename Issue>
   void submit(Executor ex, Done done, const void* owner, Watch watch, std::string path,
@@ -123,6 +153,8 @@ class ZkSession : public Session, public std::enable_shared_from_this<ZkSession>
   WatchTable dataWatches_;
   WatchTable childWatches_;
   std::vector<std::thread> closers_;
+  std::vector<PendingCreate> pendingCreates_;   // createBatchedOn, until the next flushCreates
+  std::unordered_set<std::string> knownPaths_;  // ensurePathOn: created, seen, or on the way
 
   std::atomic<SessionState> state_{SessionState::Connecting};
   std::atomic<bool> connected_{false};

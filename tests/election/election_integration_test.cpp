@@ -207,20 +207,38 @@ TEST_F(ElectionTest, ThousandAccountsOnOneSessionAllFailOverOnStop) {
   EXPECT_EQ(a->leadingCount(), 0);
 }
 
-TEST_F(ElectionTest, DeletedElectionTreeIsRecreatedAndALeaderElectedAgain) {
-  Contender a(hosts(), root, "host-a");
-  Contender admin(hosts(), root + "-admin", "admin");
+// An operator deletes `subtree` of a led account (children first, as deleteall does): the missing
+// levels are created again and the account is led again, settled on one member node and `active`.
+// The elector may re-create nodes while the removal runs; it is retried until the subtree was gone
+// once, and a retry may take a node just re-created, which the elector then notices and replaces.
+void expectLedAgainAfterRemoving(const std::string& hosts, const std::string& root,
+                                 const std::string& subtree) {
+  Contender a(hosts, root, "host-a");
+  Contender admin(hosts, root + "-admin", "admin");
   a.join("acct");
   ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 10s));
-  // An operator's clean-up: delete the whole account subtree (children first, as deleteall
-  // does). The elector may re-create nodes meanwhile; retry until the subtree was gone once.
-  ASSERT_TRUE(eventually([&] { return admin.removeTree(root + "/acct"); }, 10s));
-  ASSERT_TRUE(eventually([&] { return a.acquisitions("acct") >= 2 && a.leads("acct"); }, 10s))
+  ASSERT_TRUE(eventually([&] { return admin.removeTree(root + subtree); }, 10s));
+  ASSERT_TRUE(eventually(
+      [&] {
+        return a.acquisitions("acct") >= 2 && a.leads("acct") &&
+               admin.children(root + "/acct/members").size() == 1 &&
+               admin.get(root + "/acct/active").has_value();
+      },
+      10s))
       << "role " << el::toString(a.group().status().at(0).role) << " seq "
       << a.group().status().at(0).seq << " reason " << a.group().status().at(0).lastReason
       << " members " << admin.children(root + "/acct/members").size() << " active "
       << admin.get(root + "/acct/active").value_or("none");
-  EXPECT_TRUE(admin.get(root + "/acct/active").has_value());
+}
+
+TEST_F(ElectionTest, DeletedElectionTreeIsRecreatedAndALeaderElectedAgain) {
+  expectLedAgainAfterRemoving(hosts(), root, "/acct");
+}
+
+// The account's node stays: the session created the members path itself, so it must not trust
+// its memory of it.
+TEST_F(ElectionTest, DeletedMembersNodeAloneIsRecreatedAndLedAgain) {
+  expectLedAgainAfterRemoving(hosts(), root, "/acct/members");
 }
 
 TEST_F(ElectionTest, GateRefusesUnknownAccountsAndJoinRejectsBadIds) {
