@@ -83,8 +83,9 @@ ElectionGroup::ElectionGroup(asio::io_context& io, ElectionOptions options)
                                 "' must start with '/' and not end with '/'");
   }
   impl_->session = std::make_shared<ZkSession>(io, options.session);
-  impl_->ctx =
-      std::make_shared<ElectorContext>(ElectorContext{impl_->session, std::move(options), {}});
+  auto marks = std::make_shared<detail::SessionMarks>(impl_->session, options.root);
+  impl_->ctx = std::make_shared<ElectorContext>(
+      ElectorContext{impl_->session, std::move(options), {}, std::move(marks)});
 }
 
 ElectionGroup::~ElectionGroup() = default;
@@ -99,6 +100,9 @@ void ElectionGroup::start() {
   impl_->session->start([weak](const SessionEvent& event) {
     auto impl = weak.lock();
     if (!impl) return;
+    if (event.state == SessionState::Connected && event.newSession) {
+      impl->ctx->marks->announce(impl->session->sessionId());
+    }
     for (auto& e : impl->all()) e->sessionChanged(event);
     if (impl->onSession) impl->onSession(event);
   });
@@ -119,12 +123,14 @@ void ElectionGroup::resign(std::string_view account) {
   if (auto e = impl_->find(account)) e->resign();
 }
 
-// Stop: every elector closes its gate and hands back the operations that hand its account over;
+// Stop: the session's mark says "stopping" (successors then need not read each account's handover
+// record); every elector closes its gate and hands back the operations that hand its account over;
 // those go out batched into multis (one request and one transaction for hundreds of accounts,
 // where one request each was most of a large handover's time), then the session is closed, which
 // removes the rest of our nodes in one more request.
 void ElectionGroup::stop(std::function<void()> done) {
   auto electors = impl_->all();
+  if (impl_->session->usable()) impl_->ctx->marks->markStopping(impl_->session->sessionId());
   struct Stopping {
     size_t unanswered;  // electors that have not handed back their operations yet
     std::vector<std::vector<detail::MultiOp>> releases;

@@ -535,6 +535,7 @@ void Elector::evaluate() {
                          } else if (e2 == ZkError::Ok) {
                            self->predecessor_ = predecessor;
                            self->predecessorIsHead_ = predecessorIsHead;
+                           self->predecessorSession_ = stat->ephemeralOwner;
                            self->feed(Event::MustWait, LossReason::Drift);
                            self->watchActive(epoch);
                          }
@@ -549,13 +550,16 @@ void Elector::evaluate() {
 void Elector::onPredecessorGone() {
   if (!evaluating_ && role_ == Role::Waiting && predecessorIsHead_ && !memberName_.empty() &&
       zk_.usable()) {
+    // The head was the leader we last saw: its session's stop mark can tell a clean stop.
+    const bool headLed = lastLeaderSeen_ && lastLeaderSeen_->sessionId == predecessorSession_ &&
+                         lastLeaderSeen_->seq == seqOf(predecessor_);
     predecessor_.clear();
     predecessorIsHead_ = false;
     evaluating_ = true;
     dirty_ = false;
     listingPending_ = false;
     activePending_ = true;
-    return acquire(epoch_);
+    return acquire(epoch_, std::nullopt, headLed ? predecessorSession_ : 0);
   }
   requestEvaluate(Change::Members);
 }
@@ -639,7 +643,8 @@ void Elector::noteLeader(std::optional<ActiveInfo> leader) {
 // answers; the exists that arms the watch on `active` follows the create's answer (sent before
 // it, it could arrive first) and only checks nobody touched the node in between. NodeExists sends
 // us to confirm(), which tells our own node (a lost reply, a reconnect) from someone else's.
-void Elector::acquire(uint64_t epoch, std::optional<std::string> knownHandover) {
+void Elector::acquire(uint64_t epoch, std::optional<std::string> knownHandover,
+                      int64_t departingSession) {
   struct Pending {
     std::optional<ZkError> created;
     std::optional<std::string> handover;  // "" when missing
@@ -669,16 +674,34 @@ void Elector::acquire(uint64_t epoch, std::optional<std::string> knownHandover) 
       [self = shared_from_this(), epoch, pending, settle](ZkError err, std::string) {
         self->activePending_ = false;
         pending->created = err;
-        if (err == ZkError::Ok) self->armActiveWatch(epoch);
+        if (err == ZkError::Ok) {
+          // The watch only guards against someone else touching our node: it waits until the
+          // takeovers still queued have gone out.
+          self->zk_.whenCreatesIdle(self->strand_, [self, epoch] { self->armActiveWatch(epoch); });
+        }
         settle();
       });
-  if (aboutToLead && !pending->handover) {
-    zk_.getOn(strand_, handover_, nullptr, nullptr,
-              [pending, settle](ZkError err, std::string data, NodeStat) {
-                pending->handover = err == ZkError::Ok ? std::move(data) : std::string();
-                settle();
-              });
-  }
+  if (!aboutToLead || pending->handover) return;
+  auto readRecord = [self = shared_from_this(), pending, settle] {
+    self->zk_.getOn(self->strand_, self->handover_, nullptr, nullptr,
+                    [pending, settle](ZkError err, std::string data, NodeStat) {
+                      pending->handover = err == ZkError::Ok ? std::move(data) : std::string();
+                      settle();
+                    });
+  };
+  if (departingSession == 0 || !lastLeaderSeen_) return readRecord();
+  // The record a stopping leader wrote says exactly this; its session's mark says it stopped.
+  std::string stopped = nlohmann::json{{"seq", lastLeaderSeen_->seq},
+                                       {"instanceId", lastLeaderSeen_->instanceId},
+                                       {"reason", std::string(toString(LossReason::Stopped))}}
+                            .dump();
+  ctx_->marks->isStopping(
+      departingSession, strand_,
+      [pending, settle, readRecord, stopped = std::move(stopped)](bool isStopping) mutable {
+        if (!isStopping) return readRecord();  // resigned, drifted or expired: the record says
+        pending->handover = std::move(stopped);
+        settle();
+      });
 }
 
 // Watches the `active` node we just created; if anyone touched it before the watch was in place

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 
+#include "session_marks.hpp"
 #include "state_table.hpp"
 #include "zk_session.hpp"
 
@@ -16,6 +17,7 @@ struct ElectorContext {
   std::shared_ptr<ZkSession> session;
   ElectionOptions options;
   ElectionGroup::LeadershipHandler onLeadership;
+  std::shared_ptr<SessionMarks> marks;
 };
 
 class Elector : public std::enable_shared_from_this<Elector> {
@@ -60,7 +62,10 @@ class Elector : public std::enable_shared_from_this<Elector> {
   void onActiveChanged();
   void refreshLeaderSoon();
   // `knownHandover`: the predecessor's handover record when already known (no read needed).
-  void acquire(uint64_t epoch, std::optional<std::string> knownHandover = std::nullopt);
+  // `departingSession`: the session of the leader we take over from, whose stop mark can stand
+  // in for the record (0: read the record).
+  void acquire(uint64_t epoch, std::optional<std::string> knownHandover = std::nullopt,
+               int64_t departingSession = 0);
   void armActiveWatch(uint64_t epoch);
   void watchOwnMember();
   std::vector<MultiOp> releaseOps(LossReason reason) const;
@@ -103,6 +108,7 @@ class Elector : public std::enable_shared_from_this<Elector> {
   std::string freshQueueMember_;  // our member, made together with its members node (see evaluate)
   std::string predecessor_;       // the member we wait behind; empty when first in the queue
   bool predecessorIsHead_ = false;  // ...and it was first in the queue at our last listing
+  int64_t predecessorSession_ = 0;  // ...and the session that owns it
   uint64_t epoch_ = 0;          // bumped on every registration/session change: stale replies drop
   int32_t activeVersion_ = -1;  // version of our own active node
   std::optional<ActiveInfo> lastLeaderSeen_;   // the last `active` record read or written

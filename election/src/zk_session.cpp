@@ -443,43 +443,66 @@ void ZkSession::createOn(Executor ex, std::string path, std::string data, NodeKi
 
 void ZkSession::createBatchedOn(Executor ex, std::string path, std::string data, NodeKind kind,
                                 std::function<void(ZkError, std::string)> done) {
-  bool first = false;
+  bool start = false;
   {
     std::lock_guard lock(mu_);
-    first = pendingCreates_.empty();
     pendingCreates_.push_back(
         {std::move(ex), std::move(path), std::move(data), kind, std::move(done)});
+    start = !createsBusy_;
+    createsBusy_ = true;
   }
-  // Everything already queued on the io_context (a burst of watch events) runs before this flush
-  // and joins the batch.
-  if (first) asio::post(strand_, [self = shared_from_this()] { self->flushCreates(); });
+  if (start) asio::post(strand_, [self = shared_from_this()] { self->flushCreates(); });
 }
 
-void ZkSession::flushCreates() {
-  std::vector<PendingCreate> creates;
+void ZkSession::whenCreatesIdle(Executor ex, std::function<void()> fn) {
   {
     std::lock_guard lock(mu_);
-    creates.swap(pendingCreates_);
-  }
-  std::vector<PendingCreate> batch;
-  size_t bytes = 0;
-  for (auto& c : creates) {
-    bytes += c.path.size() + c.data.size() + 64;  // + header, ACL, flags
-    batch.push_back(std::move(c));
-    if (bytes >= kCreateBatchBytes) {
-      sendCreateBatch(std::move(batch));
-      batch.clear();
-      bytes = 0;
+    if (createsBusy_) {
+      afterCreates_.emplace_back(std::move(ex), std::move(fn));
+      return;
     }
   }
+  asio::post(ex, std::move(fn));
+}
+
+// One batch in flight at a time (Nagle's rule): the first create goes out at once, and the ones
+// that arrive while it is answered form the next batch, however they trickle in. When nothing is
+// left, the work deferred by whenCreatesIdle goes.
+void ZkSession::flushCreates() {
+  std::vector<PendingCreate> batch;
+  std::vector<std::pair<Executor, std::function<void()>>> idle;
+  {
+    std::lock_guard lock(mu_);
+    size_t bytes = 0, taken = 0;
+    while (taken < pendingCreates_.size() && bytes < kCreateBatchBytes) {
+      bytes += pendingCreates_[taken].path.size() + pendingCreates_[taken].data.size() + 64;
+      ++taken;
+    }
+    batch.assign(std::make_move_iterator(pendingCreates_.begin()),
+                 std::make_move_iterator(pendingCreates_.begin() + static_cast<long>(taken)));
+    pendingCreates_.erase(pendingCreates_.begin(),
+                          pendingCreates_.begin() + static_cast<long>(taken));
+    if (batch.empty()) {
+      createsBusy_ = false;
+      idle.swap(afterCreates_);
+    }
+  }
+  for (auto& [ex, fn] : idle) asio::post(ex, std::move(fn));
   if (!batch.empty()) sendCreateBatch(std::move(batch));
 }
 
+// Answers each create on its own executor, then flushes the next batch (on the session strand).
 void ZkSession::sendCreateBatch(std::vector<PendingCreate> creates) {
   if (creates.size() == 1) {
     auto& c = creates.front();
-    return createOn(std::move(c.executor), std::move(c.path), std::move(c.data), c.kind,
-                    std::move(c.done));
+    return createOn(strand_, std::move(c.path), std::move(c.data), c.kind,
+                    [self = shared_from_this(), ex = std::move(c.executor),
+                     done = std::move(c.done)](ZkError err, std::string path) mutable {
+                      asio::post(ex, [done = std::move(done), err, path = std::move(path)] {
+                        done(err, path);
+                      });
+                      self->flushCreates();
+                    });
   }
   std::vector<MultiOp> ops;
   ops.reserve(creates.size());
@@ -502,6 +525,7 @@ void ZkSession::sendCreateBatch(std::vector<PendingCreate> creates) {
                            one.kind, std::move(one.done));
           }
         }
+        self->flushCreates();
       });
 }
 

@@ -78,11 +78,14 @@ class ZkSession : public Session, public std::enable_shared_from_this<ZkSession>
                 std::function<void(ZkError, std::optional<NodeStat>)> done);
   void childrenOn(Executor ex, std::string path, const void* owner, Watch watch,
                   std::function<void(ZkError, std::vector<std::string>)> done);
-  // Like createOn, but creates issued close together (within one turn of the io_context) go out
-  // as one multi: one request and one transaction for many accounts instead of one each. When the
+  // Like createOn, but creates issued while an earlier batch is being answered go out together as
+  // one multi: one request and one transaction for many accounts instead of one each. When the
   // multi fails, the create that failed gets its error and the others are sent again one by one.
   void createBatchedOn(Executor ex, std::string path, std::string data, NodeKind kind,
                        std::function<void(ZkError, std::string)> done);
+  // Runs `fn` on `ex` once no batched create is waiting or being answered: work that can wait
+  // (arming watches after a takeover) does not queue ahead of takeovers still to come.
+  void whenCreatesIdle(Executor ex, std::function<void()> fn);
   void removeOn(Executor ex, std::string path, int32_t version, std::function<void(ZkError)> done);
   void ensurePathOn(Executor ex, std::string path, std::function<void(ZkError)> done);
   // Makes ensurePathOn create `path` and every level above it again: a create found it missing.
@@ -153,7 +156,9 @@ class ZkSession : public Session, public std::enable_shared_from_this<ZkSession>
   WatchTable dataWatches_;
   WatchTable childWatches_;
   std::vector<std::thread> closers_;
-  std::vector<PendingCreate> pendingCreates_;   // createBatchedOn, until the next flushCreates
+  std::vector<PendingCreate> pendingCreates_;  // createBatchedOn, until the next flushCreates
+  bool createsBusy_ = false;                   // a flush is posted or a batch being answered
+  std::vector<std::pair<Executor, std::function<void()>>> afterCreates_;  // whenCreatesIdle
   std::unordered_set<std::string> knownPaths_;  // ensurePathOn: created, seen, or on the way
 
   std::atomic<SessionState> state_{SessionState::Connecting};
