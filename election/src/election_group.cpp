@@ -88,7 +88,7 @@ ElectionGroup::ElectionGroup(asio::io_context& io, ElectionOptions options)
       ElectorContext{impl_->session, std::move(options), {}, std::move(marks)});
 }
 
-ElectionGroup::~ElectionGroup() = default;
+ElectionGroup::~ElectionGroup() { impl_->ctx->marks->forget(); }
 
 void ElectionGroup::onLeadership(LeadershipHandler handler) {
   impl_->ctx->onLeadership = std::move(handler);
@@ -141,13 +141,18 @@ void ElectionGroup::stop(std::function<void()> done) {
   };
   auto impl = impl_;
   auto strand = asio::make_strand(impl_->io);
-  auto stopping = std::make_shared<Stopping>(
-      Stopping{electors.size(),
-               {},
-               0,
-               false,
-               [impl, done = std::move(done)]() mutable { impl->session->close(std::move(done)); },
-               asio::steady_timer(strand)});
+  auto stopping =
+      std::make_shared<Stopping>(Stopping{electors.size(),
+                                          {},
+                                          0,
+                                          false,
+                                          [impl, done = std::move(done)]() mutable {
+                                            impl->session->close([impl, done = std::move(done)] {
+                                              impl->ctx->marks->forget();
+                                              if (done) done();
+                                            });
+                                          },
+                                          asio::steady_timer(strand)});
   auto closeOnce = [stopping] {
     if (stopping->closed) return;
     stopping->closed = true;

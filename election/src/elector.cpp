@@ -536,6 +536,8 @@ void Elector::evaluate() {
                            self->predecessor_ = predecessor;
                            self->predecessorIsHead_ = predecessorIsHead;
                            self->predecessorSession_ = stat->ephemeralOwner;
+                           // We take over from it next: learn how it leaves as it happens.
+                           if (predecessorIsHead) self->ctx_->marks->follow(stat->ephemeralOwner);
                            self->feed(Event::MustWait, LossReason::Drift);
                            self->watchActive(epoch);
                          }
@@ -690,16 +692,25 @@ void Elector::acquire(uint64_t epoch, std::optional<std::string> knownHandover,
                     });
   };
   if (departingSession == 0 || !lastLeaderSeen_) return readRecord();
-  // The record a stopping leader wrote says exactly this; its session's mark says it stopped.
+  // What a stopping leader's record says; its session's mark says it stopped.
   std::string stopped = nlohmann::json{{"seq", lastLeaderSeen_->seq},
                                        {"instanceId", lastLeaderSeen_->instanceId},
                                        {"reason", std::string(toString(LossReason::Stopped))}}
                             .dump();
-  ctx_->marks->isStopping(
+  using Departure = SessionMarks::Departure;
+  ctx_->marks->departure(
       departingSession, strand_,
-      [pending, settle, readRecord, stopped = std::move(stopped)](bool isStopping) mutable {
-        if (!isStopping) return readRecord();  // resigned, drifted or expired: the record says
-        pending->handover = std::move(stopped);
+      [pending, settle, readRecord, stopped = std::move(stopped)](Departure how) mutable {
+        switch (how) {
+          case Departure::Stopped:
+            pending->handover = std::move(stopped);
+            break;
+          case Departure::Ended:
+            pending->handover = std::string();  // it left no record: its session ended
+            break;
+          case Departure::Unknown:
+            return readRecord();  // resigned, drifted, or not followed: the record says
+        }
         settle();
       });
 }

@@ -8,13 +8,13 @@ namespace zkagent::election::detail {
 namespace {
 constexpr std::string_view kRunning = "running";
 constexpr std::string_view kStopping = "stopping";
-// Remembered answers; past this many sessions the memory starts afresh (each entry is one peer
-// session that stopped, so this is only reached by a very long-lived process).
-constexpr size_t kMaxRemembered = 256;
+// Peers remembered; past this many the settled ones are forgotten (each is one peer session that
+// went away, so only a very long-lived process gets there).
+constexpr size_t kMaxPeers = 256;
 }  // namespace
 
 SessionMarks::SessionMarks(std::shared_ptr<ZkSession> zk, const std::string& root)
-    : zk_(std::move(zk)), dir_(root + "/@sessions") {}
+    : zk_(std::move(zk)), strand_(boost::asio::make_strand(zk_->io())), dir_(root + "/@sessions") {}
 
 std::string SessionMarks::pathOf(int64_t session) const {
   char hex[17];
@@ -33,39 +33,86 @@ void SessionMarks::markStopping(int64_t session) {
   zk_->set(pathOf(session), std::string(kStopping), -1, [](ZkError, NodeStat) {});
 }
 
-void SessionMarks::isStopping(int64_t session, const Executor& ex, std::function<void(bool)> done) {
+void SessionMarks::follow(int64_t session) {
+  const uint64_t link = zk_->linkEpoch();
   {
     std::lock_guard lock(mu_);
-    auto [it, fresh] = lookups_.try_emplace(session);
-    if (!fresh && it->second.stopping) {
-      return boost::asio::post(ex, [done = std::move(done)] { done(true); });
+    if (peers_.size() > kMaxPeers) {
+      std::erase_if(peers_,
+                    [](const auto& p) { return p.second.fate && p.second.waiting.empty(); });
     }
-    it->second.waiting.emplace_back(ex, std::move(done));
-    if (!fresh) return;  // a read is on its way
-    if (lookups_.size() > kMaxRemembered) {
-      std::erase_if(lookups_, [](const auto& entry) { return entry.second.stopping.has_value(); });
-    }
+    Peer& peer = peers_[session];
+    if (peer.fate || peer.arming || (peer.armed && peer.link == link)) return;
+    peer.arming = true;
+    peer.armed = false;
   }
-  zk_->get(pathOf(session), nullptr,
-           [self = shared_from_this(), session](ZkError err, std::string data, NodeStat) {
-             const bool stopping = err == ZkError::Ok && std::string_view(data) == kStopping;
-             std::vector<std::pair<Executor, std::function<void(bool)>>> waiting;
-             {
+  auto self = shared_from_this();
+  zk_->getWatchingOn(
+      strand_, pathOf(session), this,
+      [self, session, link](WatchEvent event) { self->onEvent(session, link, event); },
+      [self, session, link](ZkError err, std::string data, NodeStat) {
+        std::lock_guard lock(self->mu_);
+        Peer& peer = self->peers_[session];
+        peer.arming = false;
+        if (err != ZkError::Ok) return;  // gone already, or never announced: not followed
+        if (std::string_view(data) == kStopping) {
+          if (!peer.fate) peer.fate = Departure::Stopped;
+        } else if (link == self->zk_->linkEpoch()) {
+          peer.armed = true;
+          peer.link = link;
+        }
+      });
+}
+
+void SessionMarks::onEvent(int64_t session, uint64_t link, WatchEvent event) {
+  std::lock_guard lock(mu_);
+  auto it = peers_.find(session);
+  if (it == peers_.end() || it->second.fate) return;
+  Peer& peer = it->second;
+  peer.armed = false;
+  if (link != zk_->linkEpoch() || peer.link != link) return;  // heard across a link loss: unsure
+  // The first change after "running" can only be the session marking itself stopping.
+  settle(session, event == WatchEvent::Changed ? Departure::Stopped : Departure::Ended,
+         Departure::Unknown);
+}
+
+void SessionMarks::settle(int64_t session, std::optional<Departure> fate, Departure otherwise) {
+  Peer& peer = peers_[session];
+  if (fate && !peer.fate) peer.fate = fate;
+  const Departure answer = peer.fate.value_or(otherwise);
+  for (auto& [ex, done] : peer.waiting) {
+    boost::asio::post(ex, [done = std::move(done), answer] { done(answer); });
+  }
+  peer.waiting.clear();
+}
+
+void SessionMarks::departure(int64_t session, const Executor& ex,
+                             std::function<void(Departure)> done) {
+  {
+    std::lock_guard lock(mu_);
+    Peer& peer = peers_[session];
+    if (peer.fate) {
+      return boost::asio::post(ex, [done = std::move(done), fate = *peer.fate] { done(fate); });
+    }
+    peer.waiting.emplace_back(ex, std::move(done));
+    if (peer.reading) return;
+    peer.reading = true;
+  }
+  zk_->getOn(strand_, pathOf(session), nullptr, nullptr,
+             [self = shared_from_this(), session](ZkError err, std::string data, NodeStat) {
                std::lock_guard lock(self->mu_);
-               auto it = self->lookups_.find(session);
-               if (it == self->lookups_.end()) return;
-               waiting = std::move(it->second.waiting);
-               // Only "stopping" is final; anything else is asked again next time.
-               if (stopping) {
-                 it->second.stopping = true;
-               } else {
-                 self->lookups_.erase(it);
-               }
-             }
-             for (auto& [executor, cb] : waiting) {
-               boost::asio::post(executor, [cb = std::move(cb), stopping] { cb(stopping); });
-             }
-           });
+               self->peers_[session].reading = false;
+               // A watch event that was due arrived before this answer; "stopping" read here is as
+               // good as heard. Anything else: the account's own record decides.
+               const bool stopping = err == ZkError::Ok && std::string_view(data) == kStopping;
+               self->settle(session, stopping ? std::optional(Departure::Stopped) : std::nullopt,
+                            Departure::Unknown);
+             });
+}
+
+void SessionMarks::forget() {
+  std::lock_guard lock(mu_);
+  peers_.clear();
 }
 
 }  // namespace zkagent::election::detail

@@ -1,10 +1,13 @@
-// SessionMarks: how a successor learns that a whole process stopped cleanly without reading one
-// handover record per account. Every session of a group announces itself with an ephemeral node
-// {root}/@sessions/<session id> ("running"); a stopping session marks it "stopping" before it hands
-// its accounts over. A successor taking an account over from the leader that was first in its
-// queue reads that leader's mark once for all the accounts it takes from it: a thousand accounts
-// handed over by one stopping process cost one read instead of a thousand. ('@' is not allowed in
-// account ids, so the node never collides with an account.)
+// SessionMarks: how a successor learns how the leader it takes over from left, without reading
+// one handover record per account. Every session of a group announces itself with an ephemeral
+// node {root}/@sessions/<session id> saying "running"; a stopping session sets it to "stopping"
+// before it hands its accounts over. A candidate waiting right behind the leader follows the
+// leader's mark with a watch. The server sends a session's changes in order, so the first thing
+// that watch hears comes before anything else that session does next: a change means it is
+// stopping (its handovers follow), the mark deleted without that means the session ended without
+// stopping (expired or crashed). Either way one watch per peer session replaces a read per account:
+// a thousand accounts taken over from one process cost no handover reads at all. ('@' is not
+// allowed in account ids, so the node never collides with an account.)
 #pragma once
 
 #include <cstdint>
@@ -23,6 +26,12 @@ namespace zkagent::election::detail {
 
 class SessionMarks : public std::enable_shared_from_this<SessionMarks> {
  public:
+  enum class Departure {
+    Stopped,  // it marked itself stopping: its handovers are clean
+    Ended,    // its mark went while we followed it, without saying stopping: expired or crashed
+    Unknown,  // not followed throughout, or still running (a resign): read the account's record
+  };
+
   SessionMarks(std::shared_ptr<ZkSession> zk, const std::string& root);
 
   // Creates this session's mark (on every new session).
@@ -30,22 +39,37 @@ class SessionMarks : public std::enable_shared_from_this<SessionMarks> {
   // Marks this session as stopping. Sent before the handover operations, so the server applies it
   // first (it keeps a session's order).
   void markStopping(int64_t session);
-  // Whether `session` marked itself stopping; `done` runs on `ex`. One read per session however
-  // many accounts ask at once; a "stopping" answer is remembered (a session never un-stops).
-  void isStopping(int64_t session, const Executor& ex, std::function<void(bool)> done);
+  // Follows `session`'s mark with a watch (once per session and link: a link loss drops it).
+  void follow(int64_t session);
+  // How `session` left; `done` runs on `ex`. Answers from what the watch heard, else after one read
+  // of the mark (shared by every account asking meanwhile), which the server answers only after
+  // any event of the watch that is due.
+  void departure(int64_t session, const Executor& ex, std::function<void(Departure)> done);
+  // Drops everything remembered and everyone waiting (the session is closed: their callbacks
+  // hold the electors, which hold us).
+  void forget();
 
  private:
-  std::string pathOf(int64_t session) const;
-
-  struct Lookup {
-    std::optional<bool> stopping;  // nullopt while the read is on its way
-    std::vector<std::pair<Executor, std::function<void(bool)>>> waiting;
+  struct Peer {
+    uint64_t link = 0;  // link epoch the watch was armed under: valid while it is unchanged
+    bool armed = false;
+    bool arming = false;
+    std::optional<Departure> fate;  // Stopped or Ended, once known (final)
+    bool reading = false;
+    std::vector<std::pair<Executor, std::function<void(Departure)>>> waiting;
   };
 
+  std::string pathOf(int64_t session) const;
+  void onEvent(int64_t session, uint64_t link, WatchEvent event);
+  // Sets the fate (when known) and answers everyone waiting; under mu_, answers posted after.
+  void settle(int64_t session, std::optional<Departure> fate, Departure otherwise);
+
   std::shared_ptr<ZkSession> zk_;
+  // Watch events and read answers run here in the order the server sent them.
+  boost::asio::strand<boost::asio::io_context::executor_type> strand_;
   const std::string dir_;
   std::mutex mu_;
-  std::unordered_map<int64_t, Lookup> lookups_;
+  std::unordered_map<int64_t, Peer> peers_;
 };
 
 }  // namespace zkagent::election::detail

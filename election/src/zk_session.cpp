@@ -45,8 +45,8 @@ NodeStat toNodeStat(const Stat* stat) {
 // ZCLOSING when the handle closes first), and the completion frees it.
 template <typename Done>
 struct Call {
-  Call(ZkSession* s, uint64_t gen, Executor ex, Done d, const void* o = nullptr,
-       Session::Watch w = {}, std::string p = {})
+  Call(ZkSession* s, uint64_t gen, Executor ex, Done d, const void* o = nullptr, TypedWatch w = {},
+       std::string p = {})
       : session(s),
         generation(gen),
         executor(std::move(ex)),
@@ -60,9 +60,15 @@ struct Call {
   Done done;
   // Watch registration, applied on the completion thread so it is ordered before any event.
   const void* owner;
-  Session::Watch watch;
+  TypedWatch watch;
   std::string path;
 };
+
+// The plain watches most callers want, as a typed one.
+TypedWatch typed(Session::Watch watch) {
+  if (!watch) return {};
+  return [watch = std::move(watch)](WatchEvent) { watch(); };
+}
 
 // Closes a handle and frees its watcher context once the C client's threads are joined.
 void closeHandle(zhandle_t* zh) {
@@ -193,11 +199,15 @@ void ZkSession::onWatcherEvent(uint64_t generation, int type, int state, const c
   const bool data =
       type == ZOO_CREATED_EVENT || type == ZOO_DELETED_EVENT || type == ZOO_CHANGED_EVENT;
   const bool child = type == ZOO_CHILD_EVENT || type == ZOO_DELETED_EVENT;
-  fireWatches(generation, data, child, nodePath);
+  const WatchEvent event = type == ZOO_CREATED_EVENT   ? WatchEvent::Created
+                           : type == ZOO_DELETED_EVENT ? WatchEvent::Deleted
+                           : type == ZOO_CHANGED_EVENT ? WatchEvent::Changed
+                                                       : WatchEvent::Children;
+  fireWatches(generation, event, data, child, nodePath);
 }
 
 void ZkSession::addWatch(uint64_t generation, bool childWatch, const std::string& path,
-                         const void* owner, const Executor& ex, Watch watch) {
+                         const void* owner, const Executor& ex, TypedWatch watch) {
   std::lock_guard lock(mu_);
   if (generation != generation_) return;  // the handle that armed it is gone
   auto& entries = (childWatch ? childWatches_ : dataWatches_)[path];
@@ -211,7 +221,8 @@ void ZkSession::addWatch(uint64_t generation, bool childWatch, const std::string
   entries.push_back({owner, ex, std::move(watch)});
 }
 
-void ZkSession::fireWatches(uint64_t generation, bool data, bool child, const std::string& path) {
+void ZkSession::fireWatches(uint64_t generation, WatchEvent event, bool data, bool child,
+                            const std::string& path) {
   std::vector<WatchEntry> fired;
   {
     std::lock_guard lock(mu_);
@@ -224,7 +235,9 @@ void ZkSession::fireWatches(uint64_t generation, bool data, bool child, const st
       }
     }
   }
-  for (auto& e : fired) asio::post(e.executor, std::move(e.watch));
+  for (auto& e : fired) {
+    asio::post(e.executor, [watch = std::move(e.watch), event] { watch(event); });
+  }
 }
 
 void ZkSession::publish(SessionState state, bool newSession) {
@@ -354,13 +367,19 @@ void ZkSession::closeOnStrand(std::function<void()> done) {
   deadlineTimer_.cancel();
   connected_.store(false);
   zhandle_t* zh = nullptr;
+  std::vector<PendingCreate> creates;
   {
     std::lock_guard lock(mu_);
     zh = std::exchange(zh_, nullptr);
     ++generation_;
+    // Callbacks hold their owners, and their owners this session: nothing may keep them here.
     dataWatches_.clear();
     childWatches_.clear();
+    creates.swap(pendingCreates_);
+    afterCreates_.clear();
+    createsBusy_ = false;
   }
+  for (auto& c : creates) refuse(std::move(c.executor), std::move(c.done), ZkError::Closing);
   publish(SessionState::Closed, false);
   sessionId_.store(0);
   std::lock_guard lock(mu_);
@@ -375,8 +394,8 @@ void ZkSession::closeOnStrand(std::function<void()> done) {
 // Every call goes through here: the handle lock is held while the C client queues the request, so
 // a handle is never closed under a call; a request it refuses at once is answered on `ex`.
 template <typename Done, typename Issue>
-void ZkSession::submit(Executor ex, Done done, const void* owner, Watch watch, std::string path,
-                       Issue issue) {
+void ZkSession::submit(Executor ex, Done done, const void* owner, TypedWatch watch,
+                       std::string path, Issue issue) {
   std::unique_lock lock(mu_);
   auto* call = new Call<Done>(this, generation_, std::move(ex), std::move(done), owner,
                               std::move(watch), std::move(path));
@@ -507,31 +526,41 @@ void ZkSession::sendCreateBatch(std::vector<PendingCreate> creates) {
   std::vector<MultiOp> ops;
   ops.reserve(creates.size());
   for (auto& c : creates) ops.push_back({MultiOp::Kind::Create, c.path, c.data, -1, c.kind});
-  multiOn(
-      strand_, std::move(ops),
-      [self = shared_from_this(), creates = std::move(creates)](
-          ZkError err, std::vector<MultiResult> results) mutable {
-        for (size_t i = 0; i < creates.size(); ++i) {
-          auto& one = creates[i];
-          const int rc = results[i].rc;
-          if (err == ZkError::Ok || linkLost(err) || (rc != ZOK && rc != ZRUNTIMEINCONSISTENCY)) {
-            // Created, the link's fate, or this create is the one that failed.
-            const ZkError mine = err == ZkError::Ok || linkLost(err) ? err : fromRc(rc);
-            asio::post(one.executor, [done = std::move(one.done), mine,
-                                      path = std::move(results[i].path)] { done(mine, path); });
-          } else {
-            // Rolled back because another create failed: send it again on its own.
-            self->createOn(std::move(one.executor), std::move(one.path), std::move(one.data),
-                           one.kind, std::move(one.done));
-          }
-        }
-        self->flushCreates();
-      });
+  multiOn(strand_, std::move(ops),
+          [self = shared_from_this(), creates = std::move(creates)](
+              ZkError err, std::vector<MultiResult> results) mutable {
+            // No per-operation results when the client refused the multi outright (handle closed).
+            const bool perOperation = results.size() == creates.size();
+            for (size_t i = 0; i < creates.size(); ++i) {
+              auto& one = creates[i];
+              const int rc = perOperation ? results[i].rc : ZOK;
+              const bool rolledBack = err != ZkError::Ok && !linkLost(err) && perOperation &&
+                                      (rc == ZOK || rc == ZRUNTIMEINCONSISTENCY);
+              if (!rolledBack) {
+                // Created, the link's fate, or this create is the one that failed.
+                const ZkError mine =
+                    err == ZkError::Ok || linkLost(err) || !perOperation ? err : fromRc(rc);
+                std::string path = perOperation ? std::move(results[i].path) : std::string();
+                asio::post(one.executor, [done = std::move(one.done), mine,
+                                          path = std::move(path)] { done(mine, path); });
+              } else {
+                // Rolled back because another create failed: send it again on its own.
+                self->createOn(std::move(one.executor), std::move(one.path), std::move(one.data),
+                               one.kind, std::move(one.done));
+              }
+            }
+            self->flushCreates();
+          });
 }
 
 // Watches are recorded on the completion thread, before any event for them can be processed.
 void ZkSession::getOn(Executor ex, std::string path, const void* owner, Watch watch,
                       std::function<void(ZkError, std::string, NodeStat)> done) {
+  getWatchingOn(std::move(ex), std::move(path), owner, typed(std::move(watch)), std::move(done));
+}
+
+void ZkSession::getWatchingOn(Executor ex, std::string path, const void* owner, TypedWatch watch,
+                              std::function<void(ZkError, std::string, NodeStat)> done) {
   using Done = std::function<void(ZkError, std::string, NodeStat)>;
   submit(std::move(ex), std::move(done), owner, std::move(watch), std::move(path),
          [](zhandle_t* zh, Call<Done>* call) {
@@ -553,7 +582,7 @@ void ZkSession::getOn(Executor ex, std::string path, const void* owner, Watch wa
 void ZkSession::existsOn(Executor ex, std::string path, const void* owner, Watch watch,
                          std::function<void(ZkError, std::optional<NodeStat>)> done) {
   using Done = std::function<void(ZkError, std::optional<NodeStat>)>;
-  submit(std::move(ex), std::move(done), owner, std::move(watch), std::move(path),
+  submit(std::move(ex), std::move(done), owner, typed(std::move(watch)), std::move(path),
          [](zhandle_t* zh, Call<Done>* call) {
            return zoo_aexists(
                zh, call->path.c_str(), call->watch ? 1 : 0,
@@ -574,7 +603,7 @@ void ZkSession::existsOn(Executor ex, std::string path, const void* owner, Watch
 void ZkSession::childrenOn(Executor ex, std::string path, const void* owner, Watch watch,
                            std::function<void(ZkError, std::vector<std::string>)> done) {
   using Done = std::function<void(ZkError, std::vector<std::string>)>;
-  submit(std::move(ex), std::move(done), owner, std::move(watch), std::move(path),
+  submit(std::move(ex), std::move(done), owner, typed(std::move(watch)), std::move(path),
          [](zhandle_t* zh, Call<Done>* call) {
            return zoo_aget_children(
                zh, call->path.c_str(), call->watch ? 1 : 0,

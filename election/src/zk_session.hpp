@@ -24,6 +24,10 @@ namespace zkagent::election::detail {
 using Executor = boost::asio::any_io_executor;
 using Clock = std::chrono::steady_clock;
 
+// What a fired watch saw happen to its node.
+enum class WatchEvent { Created, Deleted, Changed, Children };
+using TypedWatch = std::function<void(WatchEvent)>;
+
 // One operation of an atomic multi (only the kinds the election needs).
 struct MultiOp {
   enum class Kind { Create, Remove, Set } kind;
@@ -46,6 +50,7 @@ class ZkSession : public Session, public std::enable_shared_from_this<ZkSession>
   // caller; `done` runs on the io_context afterwards.
   void close(std::function<void()> done);
 
+  boost::asio::io_context& io() const { return io_; }
   SessionState state() const override { return state_.load(); }
   int64_t sessionId() const override { return sessionId_.load(); }
   Millis negotiatedTimeout() const override { return Millis(negotiatedMs_.load()); }
@@ -74,6 +79,9 @@ class ZkSession : public Session, public std::enable_shared_from_this<ZkSession>
                 std::function<void(ZkError, std::string)> done);
   void getOn(Executor ex, std::string path, const void* owner, Watch watch,
              std::function<void(ZkError, std::string, NodeStat)> done);
+  // getOn whose watch is told what happened (a change, or the node deleted).
+  void getWatchingOn(Executor ex, std::string path, const void* owner, TypedWatch watch,
+                     std::function<void(ZkError, std::string, NodeStat)> done);
   void existsOn(Executor ex, std::string path, const void* owner, Watch watch,
                 std::function<void(ZkError, std::optional<NodeStat>)> done);
   void childrenOn(Executor ex, std::string path, const void* owner, Watch watch,
@@ -105,7 +113,7 @@ class ZkSession : public Session, public std::enable_shared_from_this<ZkSession>
   // Called by the C trampolines (ZooKeeper's threads).
   void onWatcherEvent(uint64_t generation, int type, int state, const char* path);
   void addWatch(uint64_t generation, bool childWatch, const std::string& path, const void* owner,
-                const Executor& ex, Watch watch);
+                const Executor& ex, TypedWatch watch);
 
   static ZkError fromRc(int rc);
   void noteContact() { lastContactTicks_.store(Clock::now().time_since_epoch().count()); }
@@ -114,7 +122,7 @@ class ZkSession : public Session, public std::enable_shared_from_this<ZkSession>
   struct WatchEntry {
     const void* owner;
     Executor executor;
-    Watch watch;
+    TypedWatch watch;
   };
   using WatchTable = std::unordered_map<std::string, std::vector<WatchEntry>>;
 
@@ -132,7 +140,7 @@ class ZkSession : public Session, public std::enable_shared_from_this<ZkSession>
   }
 
   template <typename Done, typename Issue>
-  void submit(Executor ex, Done done, const void* owner, Watch watch, std::string path,
+  void submit(Executor ex, Done done, const void* owner, TypedWatch watch, std::string path,
               Issue issue);
   void openHandle();  // strand
   void closeOnStrand(std::function<void()> done);
@@ -142,7 +150,8 @@ class ZkSession : public Session, public std::enable_shared_from_this<ZkSession>
   void armPing();
   void dropWatchesLocally();
   void armDeadline();
-  void fireWatches(uint64_t generation, bool data, bool child, const std::string& path);
+  void fireWatches(uint64_t generation, WatchEvent event, bool data, bool child,
+                   const std::string& path);
   void publish(SessionState state, bool newSession);
 
   boost::asio::io_context& io_;

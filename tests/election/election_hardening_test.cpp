@@ -2,6 +2,7 @@
 // Every test here fails without the mechanism it names.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <random>
 
@@ -201,6 +202,61 @@ TEST_F(HardeningTest, DestroyingAGroupWithOperationsInFlightIsClean) {
   Contender last(hosts(), root, "host-last");
   last.join("acct-0");
   EXPECT_TRUE(eventually([&] { return last.leads("acct-0"); }, 10s));
+}
+
+// Session marks (our own shortcut, held to the same standard): a successor tells a clean stop
+// from an expired session for every account it takes over, from one watch on the leader's mark
+// instead of a read per account. A stop must not cost the successor its lock-delay; an expiry must
+// (the old leader may still act until it notices).
+TEST_F(HardeningTest, SuccessorTellsACleanStopFromAnExpiredSessionForEveryAccount) {
+  constexpr int kAccounts = 30;
+  auto joinAll = [&](Contender& c) {
+    for (int i = 0; i < kAccounts; ++i) c.join("acct" + std::to_string(i));
+  };
+  // Every account waiting right behind the leader (its mark followed from then on).
+  auto settledBehind = [&](Contender& c) {
+    return eventually(
+        [&] {
+          auto all = c.group().status();
+          return all.size() == static_cast<size_t>(kAccounts) &&
+                 std::all_of(all.begin(), all.end(),
+                             [](const auto& s) { return s.role == el::Role::Waiting && s.leader; });
+        },
+        20s);
+  };
+  auto acquisitionsFrom = [&](const Contender& c, const std::string& previous) {
+    std::vector<el::LeadershipEvent> out;
+    for (auto& e : c.events()) {
+      if (e.kind == el::LeadershipEvent::Kind::Acquired && e.previous &&
+          e.previous->instanceId == previous) {
+        out.push_back(e);
+      }
+    }
+    return out;
+  };
+  auto a = std::make_unique<Contender>(hosts(), root, "host-a");
+  joinAll(*a);
+  ASSERT_TRUE(eventually([&] { return a->leadingCount() == kAccounts; }, 20s));
+  TcpProxy proxy(sharedZooKeeper().port());
+  Contender b(proxy.connectString(), root, "host-b", 1500ms);
+  joinAll(b);
+  ASSERT_TRUE(settledBehind(b));
+
+  a->stop();  // clean: every handover free of lock-delay
+  ASSERT_TRUE(eventually([&] { return b.leadingCount() == kAccounts; }, 20s));
+  const auto fromA = acquisitionsFrom(b, "host-a");
+  ASSERT_EQ(fromA.size(), static_cast<size_t>(kAccounts));
+  for (auto& e : fromA) EXPECT_FALSE(e.previousExpired) << e.account;
+
+  Contender c(hosts(), root, "host-c");
+  joinAll(c);
+  ASSERT_TRUE(settledBehind(c));
+  // b's link goes silent: the server expires its session and deletes all its nodes at once.
+  proxy.setMode(TcpProxy::Mode::blackhole);
+  ASSERT_TRUE(eventually([&] { return c.leadingCount() == kAccounts; }, 20s));
+  const auto fromB = acquisitionsFrom(c, "host-b");
+  ASSERT_EQ(fromB.size(), static_cast<size_t>(kAccounts));
+  for (auto& e : fromB) EXPECT_TRUE(e.previousExpired) << e.account;
 }
 
 }  // namespace
