@@ -173,9 +173,9 @@ void Elector::stop(std::function<void(std::vector<MultiOp>)> done) {
     self->standing_ = false;
     const bool leading = self->role_ == Role::Leader;
     self->feed(Event::Stop, LossReason::Stopped);  // LOST stopped; the gate is closed
-    // Only a led account is handed over explicitly (its successor starts before the session is
-    // closed, and knows from the record that this was clean, so it skips its lock-delay). The
-    // member nodes of the others go with the session close.
+    // Only a led account is handed over explicitly: its successor starts before the session is
+    // closed, and knows this was clean (from our session mark, else the record), so it skips its
+    // lock-delay. The member nodes of the others go with the session close.
     std::vector<MultiOp> ops;
     if (leading && self->zk_.usable()) ops = self->releaseOps(LossReason::Stopped);
     ++self->epoch_;  // nothing of ours runs any more: replies and watches still on the way drop
@@ -278,9 +278,7 @@ void Elector::registerMember() {
   replyLost_ = false;
   const uint64_t epoch = epoch_;
   const int64_t session = zk_.sessionId();
-  MemberInfo me{ctx_->options.instanceId, static_cast<int64_t>(::getpid()), kProcessStartMs,
-                ctx_->options.endpoint, -1};
-  zk_.createOn(strand_, members_ + "/m-", toJson(me), NodeKind::EphemeralSequential,
+  zk_.createOn(strand_, members_ + "/m-", memberRecord(), NodeKind::EphemeralSequential,
                [self = shared_from_this(), epoch, session](ZkError err, std::string path) {
                  self->onCreated(epoch, session, err, std::move(path));
                });
@@ -310,6 +308,11 @@ void Elector::onCreated(uint64_t epoch, int64_t session, ZkError err, std::strin
   }
 }
 
+std::string Elector::memberRecord() const {
+  return toJson(MemberInfo{ctx_->options.instanceId, static_cast<int64_t>(::getpid()),
+                           kProcessStartMs, ctx_->options.endpoint, -1});
+}
+
 void Elector::onRegistered(const std::string& path) {
   memberName_ = baseName(path);
   seq_ = seqOf(memberName_);
@@ -328,13 +331,11 @@ void Elector::createTree(uint64_t epoch) {
   createInFlight_ = true;
   createEpoch_ = epoch;
   zk_.ensurePathOn(strand_, ctx_->options.root, [](ZkError) {});
-  MemberInfo me{ctx_->options.instanceId, static_cast<int64_t>(::getpid()), kProcessStartMs,
-                ctx_->options.endpoint, -1};
   std::vector<MultiOp> ops{
       {MultiOp::Kind::Create, base_, "", -1},
       {MultiOp::Kind::Create, handover_, "", -1},
       {MultiOp::Kind::Create, members_, "", -1},
-      {MultiOp::Kind::Create, members_ + "/m-", toJson(me), -1, NodeKind::EphemeralSequential}};
+      {MultiOp::Kind::Create, members_ + "/m-", memberRecord(), -1, NodeKind::EphemeralSequential}};
   const int64_t session = zk_.sessionId();
   zk_.multiOn(strand_, std::move(ops),
               [self = shared_from_this(), epoch, session](

@@ -49,6 +49,7 @@ class Elector : public std::enable_shared_from_this<Elector> {
   void registerMember();
   void onCreated(uint64_t epoch, int64_t session, ZkError err, std::string path);
   void onRegistered(const std::string& path);
+  std::string memberRecord() const;  // our member node's data
   void createTree(uint64_t epoch);
   void repairTree(uint64_t epoch);
   void adoptOrRegister();

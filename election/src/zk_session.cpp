@@ -377,7 +377,6 @@ void ZkSession::closeOnStrand(std::function<void()> done) {
     childWatches_.clear();
     creates.swap(pendingCreates_);
     afterCreates_.clear();
-    createsBusy_ = false;
   }
   for (auto& c : creates) refuse(std::move(c.executor), std::move(c.done), ZkError::Closing);
   publish(SessionState::Closed, false);
@@ -462,21 +461,21 @@ void ZkSession::createOn(Executor ex, std::string path, std::string data, NodeKi
 
 void ZkSession::createBatchedOn(Executor ex, std::string path, std::string data, NodeKind kind,
                                 std::function<void(ZkError, std::string)> done) {
-  bool start = false;
+  bool flushNow = false;
   {
     std::lock_guard lock(mu_);
     pendingCreates_.push_back(
         {std::move(ex), std::move(path), std::move(data), kind, std::move(done)});
-    start = !createsBusy_;
-    createsBusy_ = true;
+    flushNow = !flushPosted_ && createsInFlight_ == 0;
+    flushPosted_ = flushPosted_ || flushNow;
   }
-  if (start) asio::post(strand_, [self = shared_from_this()] { self->flushCreates(); });
+  if (flushNow) asio::post(strand_, [self = shared_from_this()] { self->flushCreates(); });
 }
 
 void ZkSession::whenCreatesIdle(Executor ex, std::function<void()> fn) {
   {
     std::lock_guard lock(mu_);
-    if (createsBusy_) {
+    if (flushPosted_ || createsInFlight_ > 0 || !pendingCreates_.empty()) {
       afterCreates_.emplace_back(std::move(ex), std::move(fn));
       return;
     }
@@ -484,30 +483,42 @@ void ZkSession::whenCreatesIdle(Executor ex, std::function<void()> fn) {
   asio::post(ex, std::move(fn));
 }
 
-// One batch in flight at a time (Nagle's rule): the first create goes out at once, and the ones
-// that arrive while it is answered form the next batch, however they trickle in. When nothing is
-// left, the work deferred by whenCreatesIdle goes.
+// Nagle's rule: the first create goes out at once; those that arrive while batches are being
+// answered wait for the next answer and go out together (in as many multis as their size needs,
+// all pipelined), however they trickle in. When nothing is pending or in flight, the work deferred
+// by whenCreatesIdle goes.
 void ZkSession::flushCreates() {
-  std::vector<PendingCreate> batch;
+  std::vector<std::vector<PendingCreate>> batches;
   std::vector<std::pair<Executor, std::function<void()>>> idle;
   {
     std::lock_guard lock(mu_);
-    size_t bytes = 0, taken = 0;
-    while (taken < pendingCreates_.size() && bytes < kCreateBatchBytes) {
-      bytes += pendingCreates_[taken].path.size() + pendingCreates_[taken].data.size() + 64;
-      ++taken;
+    flushPosted_ = false;
+    size_t bytes = kCreateBatchBytes;
+    for (auto& c : pendingCreates_) {
+      if (bytes >= kCreateBatchBytes) {
+        batches.emplace_back();
+        bytes = 0;
+      }
+      bytes += c.path.size() + c.data.size() + 64;  // + header, ACL, flags
+      batches.back().push_back(std::move(c));
     }
-    batch.assign(std::make_move_iterator(pendingCreates_.begin()),
-                 std::make_move_iterator(pendingCreates_.begin() + static_cast<long>(taken)));
-    pendingCreates_.erase(pendingCreates_.begin(),
-                          pendingCreates_.begin() + static_cast<long>(taken));
-    if (batch.empty()) {
-      createsBusy_ = false;
-      idle.swap(afterCreates_);
-    }
+    pendingCreates_.clear();
+    createsInFlight_ += batches.size();
+    if (createsInFlight_ == 0) idle.swap(afterCreates_);
   }
   for (auto& [ex, fn] : idle) asio::post(ex, std::move(fn));
-  if (!batch.empty()) sendCreateBatch(std::move(batch));
+  for (auto& batch : batches) sendCreateBatch(std::move(batch));
+}
+
+// A batch was answered (on the session strand): send what accumulated meanwhile, or, when
+// nothing is left anywhere, release the deferred work.
+void ZkSession::createBatchAnswered() {
+  {
+    std::lock_guard lock(mu_);
+    --createsInFlight_;
+    if (pendingCreates_.empty() && createsInFlight_ > 0) return;
+  }
+  flushCreates();
 }
 
 // Answers each create on its own executor, then flushes the next batch (on the session strand).
@@ -520,7 +531,7 @@ void ZkSession::sendCreateBatch(std::vector<PendingCreate> creates) {
                       asio::post(ex, [done = std::move(done), err, path = std::move(path)] {
                         done(err, path);
                       });
-                      self->flushCreates();
+                      self->createBatchAnswered();
                     });
   }
   std::vector<MultiOp> ops;
@@ -549,7 +560,7 @@ void ZkSession::sendCreateBatch(std::vector<PendingCreate> creates) {
                                one.kind, std::move(one.done));
               }
             }
-            self->flushCreates();
+            self->createBatchAnswered();
           });
 }
 

@@ -86,8 +86,8 @@ class ZkSession : public Session, public std::enable_shared_from_this<ZkSession>
                 std::function<void(ZkError, std::optional<NodeStat>)> done);
   void childrenOn(Executor ex, std::string path, const void* owner, Watch watch,
                   std::function<void(ZkError, std::vector<std::string>)> done);
-  // Like createOn, but creates issued while an earlier batch is being answered go out together as
-  // one multi: one request and one transaction for many accounts instead of one each. When the
+  // Like createOn, but creates issued while earlier batches are being answered go out together in
+  // multis: one request and one transaction for many accounts instead of one each. When the
   // multi fails, the create that failed gets its error and the others are sent again one by one.
   void createBatchedOn(Executor ex, std::string path, std::string data, NodeKind kind,
                        std::function<void(ZkError, std::string)> done);
@@ -133,6 +133,7 @@ class ZkSession : public Session, public std::enable_shared_from_this<ZkSession>
     std::function<void(ZkError, std::string)> done;
   };
   void flushCreates();
+  void createBatchAnswered();
   void sendCreateBatch(std::vector<PendingCreate> creates);
   static bool linkLost(ZkError err) {
     return err == ZkError::ConnectionLoss || err == ZkError::SessionExpired ||
@@ -166,7 +167,8 @@ class ZkSession : public Session, public std::enable_shared_from_this<ZkSession>
   WatchTable childWatches_;
   std::vector<std::thread> closers_;
   std::vector<PendingCreate> pendingCreates_;  // createBatchedOn, until the next flushCreates
-  bool createsBusy_ = false;                   // a flush is posted or a batch being answered
+  bool flushPosted_ = false;                   // a flushCreates is on its way
+  size_t createsInFlight_ = 0;                 // batches sent and not answered yet
   std::vector<std::pair<Executor, std::function<void()>>> afterCreates_;  // whenCreatesIdle
   std::unordered_set<std::string> knownPaths_;  // ensurePathOn: created, seen, or on the way
 
