@@ -2,8 +2,11 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <shared_mutex>
 #include <stdexcept>
+#include <utility>
 
 #include "elector.hpp"
 
@@ -22,23 +25,11 @@ void requireValidAccount(std::string_view account) {
 // large enough that a thousand accounts go in a handful of requests.
 constexpr size_t kReleaseBatchBytes = 16 * 1024;
 
-// Groups the accounts' release operations into multis of at most kReleaseBatchBytes (an account's
-// operations are never split: each account's handover stays atomic).
-std::vector<std::vector<std::vector<detail::MultiOp>>> batchReleases(
-    std::vector<std::vector<detail::MultiOp>> releases) {
-  std::vector<std::vector<std::vector<detail::MultiOp>>> batches;
-  size_t bytes = kReleaseBatchBytes;
-  for (auto& ops : releases) {
-    size_t size = 0;
-    for (auto& op : ops) size += op.path.size() + op.data.size() + 32;  // + header, version
-    if (bytes + size > kReleaseBatchBytes) {
-      batches.emplace_back();
-      bytes = 0;
-    }
-    batches.back().push_back(std::move(ops));
-    bytes += size;
-  }
-  return batches;
+// Request bytes of one account's hand-over operations (+ header and version per operation).
+size_t releaseBytes(const std::vector<detail::MultiOp>& ops) {
+  size_t size = 0;
+  for (const auto& op : ops) size += op.path.size() + op.data.size() + 32;
+  return size;
 }
 }  // namespace
 
@@ -125,79 +116,107 @@ void ElectionGroup::resign(std::string_view account) {
 
 // Stop: the session's mark says "stopping" (successors then need not read each account's handover
 // record); every elector closes its gate and hands back the operations that hand its account over;
-// those go out batched into multis (one request and one transaction for hundreds of accounts,
-// where one request each was most of a large handover's time), then the session is closed, which
-// removes the rest of our nodes in one more request.
+// those go out batched into multis as soon as a batch is full (one request and one transaction for
+// hundreds of accounts, and the first successors start while the other electors still answer),
+// then the session is closed, which removes the rest of our nodes in one more request.
 void ElectionGroup::stop(std::function<void()> done) {
   auto electors = impl_->all();
   if (impl_->session->usable()) impl_->ctx->marks->markStopping(impl_->session->sessionId());
+  // Electors answer on their own strands and multis on the group's; one mutex guards the tally.
   struct Stopping {
-    size_t unanswered;  // electors that have not handed back their operations yet
-    std::vector<std::vector<detail::MultiOp>> releases;
+    std::mutex mu;
+    size_t unanswered = 0;  // electors that have not handed back their operations yet
+    std::vector<std::vector<detail::MultiOp>> batch;  // accounts of the multi being filled
+    size_t batchBytes = 0;
     size_t inFlight = 0;  // multis sent and not answered
     bool closed = false;
     std::function<void()> closeSession;
-    asio::steady_timer deadline;
+    std::unique_ptr<asio::steady_timer> deadline;
   };
   auto impl = impl_;
   auto strand = asio::make_strand(impl_->io);
-  auto stopping =
-      std::make_shared<Stopping>(Stopping{electors.size(),
-                                          {},
-                                          0,
-                                          false,
-                                          [impl, done = std::move(done)]() mutable {
-                                            impl->session->close([impl, done = std::move(done)] {
-                                              impl->ctx->marks->forget();
-                                              if (done) done();
-                                            });
-                                          },
-                                          asio::steady_timer(strand)});
-  auto closeOnce = [stopping] {
-    if (stopping->closed) return;
-    stopping->closed = true;
-    stopping->deadline.cancel();
+  auto stopping = std::make_shared<Stopping>();
+  stopping->unanswered = electors.size();
+  stopping->closeSession = [impl, done = std::move(done)]() mutable {
+    impl->session->close([impl, done = std::move(done)] {
+      impl->ctx->marks->forget();
+      if (done) done();
+    });
+  };
+  stopping->deadline = std::make_unique<asio::steady_timer>(strand);
+  // Closes the session once, when everything is handed over (every elector and every multi
+  // answered) or `force`d by the deadline. Called under no lock.
+  auto closeIf = [stopping](bool force) {
+    {
+      std::lock_guard lock(stopping->mu);
+      const bool allAnswered = stopping->unanswered == 0 && stopping->inFlight == 0;
+      if (stopping->closed || !(allAnswered || force)) return;
+      stopping->closed = true;
+    }
+    stopping->deadline->cancel();
     stopping->closeSession();
   };
   // The handover is a courtesy; closing the session is what frees the nodes. Do not wait for an
   // unreachable ZooKeeper longer than this.
-  stopping->deadline.expires_after(std::chrono::seconds(2));
-  stopping->deadline.async_wait([closeOnce](boost::system::error_code ec) {
-    if (!ec) closeOnce();
+  stopping->deadline->expires_after(std::chrono::seconds(2));
+  stopping->deadline->async_wait([closeIf](boost::system::error_code ec) {
+    if (!ec) closeIf(true);
   });
-  auto answered = [closeOnce, stopping](ZkError, const std::vector<ZkSession::MultiResult>&) {
-    if (--stopping->inFlight == 0) closeOnce();
-  };
-  auto sendReleases = [impl, strand, stopping, answered, closeOnce] {
-    auto batches = batchReleases(std::move(stopping->releases));
-    if (batches.empty()) return closeOnce();
-    for (auto& batch : batches) {
-      ++stopping->inFlight;
-      std::vector<detail::MultiOp> flat;
-      for (auto& ops : batch) flat.insert(flat.end(), ops.begin(), ops.end());
-      impl->session->multiOn(
-          strand, std::move(flat),
-          [impl, strand, stopping, answered, batch = std::move(batch)](
-              ZkError err, std::vector<ZkSession::MultiResult> results) {
-            if (err != ZkError::Ok && err != ZkError::ConnectionLoss && !stopping->closed) {
-              // One account's node was not as expected (touched by hand, lost meanwhile): hand
-              // the others over one multi each; the close removes whatever is left.
-              for (auto& ops : batch) {
-                ++stopping->inFlight;
-                impl->session->multiOn(strand, ops, answered);
-              }
-            }
-            answered(err, results);
-          });
+  auto answered = [stopping, closeIf](ZkError, const std::vector<ZkSession::MultiResult>&) {
+    {
+      std::lock_guard lock(stopping->mu);
+      --stopping->inFlight;
     }
+    closeIf(false);
   };
-  auto collect = [strand, stopping, sendReleases](std::vector<detail::MultiOp> ops) {
-    asio::post(strand, [stopping, sendReleases, ops = std::move(ops)]() mutable {
-      if (!ops.empty()) stopping->releases.push_back(std::move(ops));
-      if (--stopping->unanswered == 0) sendReleases();
-    });
+  // Sends a taken batch; the fallback sends each account's operations on their own.
+  auto send = [impl, strand, stopping, answered](std::vector<std::vector<detail::MultiOp>> batch) {
+    std::vector<detail::MultiOp> flat;
+    for (auto& ops : batch) flat.insert(flat.end(), ops.begin(), ops.end());
+    impl->session->multiOn(strand, std::move(flat),
+                           [impl, strand, stopping, answered, batch = std::move(batch)](
+                               ZkError err, std::vector<ZkSession::MultiResult> results) {
+                             bool retry = false;
+                             {
+                               std::lock_guard lock(stopping->mu);
+                               retry = err != ZkError::Ok && err != ZkError::ConnectionLoss &&
+                                       !stopping->closed;
+                               if (retry) stopping->inFlight += batch.size();
+                             }
+                             if (retry) {
+                               // One account's node was not as expected (touched by hand, lost
+                               // meanwhile): hand the others over one multi each; the close removes
+                               // whatever is left.
+                               for (auto& ops : batch)
+                                 impl->session->multiOn(strand, ops, answered);
+                             }
+                             answered(err, results);
+                           });
   };
-  if (electors.empty()) return asio::post(strand, sendReleases);
+  // Runs on the answering elector's strand: a full batch goes out from there at once.
+  auto collect = [stopping, send, closeIf](std::vector<detail::MultiOp> ops) {
+    std::vector<std::vector<std::vector<detail::MultiOp>>> ready;
+    {
+      std::lock_guard lock(stopping->mu);
+      if (!ops.empty()) {
+        // An account's operations are never split: each hand-over stays atomic.
+        const size_t size = releaseBytes(ops);
+        if (stopping->batchBytes + size > kReleaseBatchBytes && !stopping->batch.empty()) {
+          ready.push_back(std::exchange(stopping->batch, {}));
+          stopping->batchBytes = 0;
+        }
+        stopping->batch.push_back(std::move(ops));
+        stopping->batchBytes += size;
+      }
+      if (--stopping->unanswered == 0 && !stopping->batch.empty()) {
+        ready.push_back(std::exchange(stopping->batch, {}));
+      }
+      stopping->inFlight += ready.size();
+    }
+    for (auto& batch : ready) send(std::move(batch));
+    closeIf(false);
+  };
+  if (electors.empty()) return asio::post(strand, [closeIf] { closeIf(false); });
   for (auto& e : electors) e->stop(collect);
 }
 
