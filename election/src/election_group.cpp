@@ -146,14 +146,15 @@ void ElectionGroup::stop(std::function<void()> done) {
   stopping->deadline = std::make_unique<asio::steady_timer>(strand);
   // Closes the session once, when everything is handed over (every elector and every multi
   // answered) or `force`d by the deadline. Called under no lock.
-  auto closeIf = [stopping](bool force) {
+  auto closeIf = [stopping, strand](bool force) {
     {
       std::lock_guard lock(stopping->mu);
       const bool allAnswered = stopping->unanswered == 0 && stopping->inFlight == 0;
       if (stopping->closed || !(allAnswered || force)) return;
       stopping->closed = true;
     }
-    stopping->deadline->cancel();
+    // The timer belongs to the strand (it may be firing there right now).
+    asio::post(strand, [stopping] { stopping->deadline->cancel(); });
     stopping->closeSession();
   };
   // The handover is a courtesy; closing the session is what frees the nodes. Do not wait for an
