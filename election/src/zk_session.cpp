@@ -79,7 +79,7 @@ void closeHandle(zhandle_t* zh) {
 
 template <typename Done, typename... Args>
 void deliver(Call<Done>* call, ZkError err, Args&&... args) {
-  if (err != ZkError::ConnectionLoss && err != ZkError::SessionExpired && err != ZkError::Closing) {
+  if (!ZkSession::linkLost(err)) {
     call->session->noteContact();  // any answer proves the server still knows our session
   }
   asio::post(call->executor,

@@ -116,6 +116,11 @@ class ZkSession : public Session, public std::enable_shared_from_this<ZkSession>
                 const Executor& ex, TypedWatch watch);
 
   static ZkError fromRc(int rc);
+  // The answer says the link or session failed, not the operation (no proof of server contact).
+  static bool linkLost(ZkError err) {
+    return err == ZkError::ConnectionLoss || err == ZkError::SessionExpired ||
+           err == ZkError::Closing;
+  }
   void noteContact() { lastContactTicks_.store(Clock::now().time_since_epoch().count()); }
 
  private:
@@ -135,10 +140,6 @@ class ZkSession : public Session, public std::enable_shared_from_this<ZkSession>
   void flushCreates();
   void createBatchAnswered();
   void sendCreateBatch(std::vector<PendingCreate> creates);
-  static bool linkLost(ZkError err) {
-    return err == ZkError::ConnectionLoss || err == ZkError::SessionExpired ||
-           err == ZkError::Closing;
-  }
 
   template <typename Done, typename Issue>
   void submit(Executor ex, Done done, const void* owner, TypedWatch watch, std::string path,
