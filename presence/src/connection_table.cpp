@@ -21,21 +21,24 @@ ConnectionTable::ConnectionTable(Clock& clock, const Params& params, GatewayIden
   scheduleRenewal(true);
 }
 
-Epoch ConnectionTable::connect(DeviceKey key) {
+Epoch ConnectionTable::connect(DeviceKey key, std::uint64_t leaderToken) {
   if (crashed_)
     throw std::logic_error("gateway " + identity_.name + " crashed: connect to another");
-  const Epoch epoch{identity_.leaderToken, ++lastCounter_};
+  // One counter for every leadership of this table: still monotonic within each of them.
+  const Epoch epoch{leaderToken, ++lastCounter_};
   const LeaseEntry entry{key, epoch};
-  auto it = connections_.emplace(epoch.connection, Connection{std::move(key), {}}).first;
+  byUser_[key.user].insert(epoch.connection);
+  auto it =
+      connections_.emplace(epoch.connection, Connection{std::move(key), leaderToken, {}}).first;
   recordPing(epoch.connection, it->second);
   store_.renew(identity_.name, std::span(&entry, 1));
   return epoch;
 }
 
 ConnectionTable::Connection* ConnectionTable::find(Epoch connection) {
-  if (connection.leaderToken != identity_.leaderToken) return nullptr;
   auto it = connections_.find(connection.connection);
-  return it == connections_.end() ? nullptr : &it->second;
+  if (it == connections_.end() || it->second.leaderToken != connection.leaderToken) return nullptr;
+  return &it->second;
 }
 
 bool ConnectionTable::ping(Epoch connection) {
@@ -56,9 +59,23 @@ bool ConnectionTable::close(Epoch connection) {
   return true;
 }
 
+std::vector<LeaseEntry> ConnectionTable::release(const std::string& user) {
+  std::vector<LeaseEntry> released;
+  auto owned = byUser_.find(user);
+  if (owned == byUser_.end()) return released;
+  for (std::uint64_t counter : owned->second) {
+    auto it = connections_.find(counter);
+    released.push_back(LeaseEntry{std::move(it->second.key), Epoch{it->second.leaderToken, counter}});
+    connections_.erase(it);  // its entries in pings_ are skipped as unknown
+  }
+  byUser_.erase(owned);
+  return released;
+}
+
 void ConnectionTable::crash() {
   timers_.cancelAll();
   connections_.clear();
+  byUser_.clear();
   pings_.clear();
   crashed_ = true;
 }
@@ -66,8 +83,12 @@ void ConnectionTable::crash() {
 void ConnectionTable::end(std::uint64_t counter, LeaveReason reason) {
   auto it = connections_.find(counter);
   const DeviceKey key = std::move(it->second.key);
+  const Epoch epoch{it->second.leaderToken, counter};
   connections_.erase(it);
-  const Epoch epoch{identity_.leaderToken, counter};
+  if (auto owned = byUser_.find(key.user); owned != byUser_.end()) {
+    owned->second.erase(counter);
+    if (owned->second.empty()) byUser_.erase(owned);
+  }
   store_.remove(key, epoch, reason);
   if (reason == LeaveReason::PingTimeout && onTimeout_) onTimeout_(key, epoch);
 }
@@ -103,7 +124,7 @@ void ConnectionTable::renewAll() {
   std::vector<LeaseEntry> batch;
   batch.reserve(connections_.size());
   for (const auto& [counter, connection] : connections_) {
-    batch.push_back(LeaseEntry{connection.key, Epoch{identity_.leaderToken, counter}});
+    batch.push_back(LeaseEntry{connection.key, Epoch{connection.leaderToken, counter}});
   }
   if (!batch.empty()) store_.renew(identity_.name, batch);
   scheduleRenewal(false);

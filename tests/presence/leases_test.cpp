@@ -168,5 +168,41 @@ TEST(ConnectionTable, DisabledPingTimeoutKeepsSilentConnectionsAlive) {
   EXPECT_EQ(world.changesOf("alice").size(), 1u);
 }
 
+TEST(ConnectionTable, OneTableServesManyLeadershipsEachWithItsOwnTokenInOneRenewalBatch) {
+  Scenario world(withoutHeartbeats());
+  const Epoch alice = world.gateway.connect({"alice", "phone"}, 7);
+  const Epoch bob = world.gateway.connect({"bob", "phone"}, 3);
+  EXPECT_EQ(alice.leaderToken, 7u);
+  EXPECT_EQ(bob.leaderToken, 3u);
+  EXPECT_LT(alice.connection, bob.connection);
+  EXPECT_FALSE(world.gateway.ping(Epoch{3, alice.connection}));  // the token is part of the id
+  const std::size_t before = world.renewals.batchTimes.size();
+  world.runUntil(61);  // the first renewal falls within one interval
+  EXPECT_EQ(world.renewals.batchTimes.size(), before + 1);  // both accounts in one batch
+  world.runUntil(400);  // past the TTL: only renewals under each account's own token kept them
+  ASSERT_NE(world.service.leases().find({"alice", "phone"}), nullptr);
+  ASSERT_NE(world.service.leases().find({"bob", "phone"}), nullptr);
+  EXPECT_EQ(world.service.leases().find({"alice", "phone"})->epoch, alice);
+  EXPECT_EQ(world.service.leases().find({"bob", "phone"})->epoch, bob);
+  EXPECT_EQ(world.service.leases().counters().staleRenewalsRejected, 0u);
+}
+
+TEST(ConnectionTable, ReleasedLeadershipWritesNothingMoreForItsConnections) {
+  Scenario world(withoutHeartbeats());
+  const Epoch alicePhone = world.gateway.connect({"alice", "phone"}, 7);
+  const Epoch aliceLaptop = world.gateway.connect({"alice", "laptop"}, 7);
+  world.gateway.connect({"bob", "phone"}, 3);
+  const auto released = world.gateway.release("alice");
+  ASSERT_EQ(released.size(), 2u);
+  EXPECT_EQ(world.gateway.size(), 1u);
+  EXPECT_FALSE(world.gateway.close(alicePhone));  // gone from the table, and no removal sent
+  EXPECT_FALSE(world.gateway.ping(aliceLaptop));
+  EXPECT_EQ(world.service.leases().counters().removals, 0u);
+  EXPECT_TRUE(world.gateway.release("alice").empty());
+  world.runUntil(200);  // renewals go on for bob only: alice's leases expire after their TTL
+  EXPECT_EQ(world.service.leases().find({"alice", "phone"}), nullptr);
+  EXPECT_NE(world.service.leases().find({"bob", "phone"}), nullptr);
+}
+
 }  // namespace
 }  // namespace zkagent::presence::testing

@@ -8,6 +8,8 @@
 #include <functional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 #include "zkagent/presence/clock.hpp"
 #include "zkagent/presence/leases.hpp"
@@ -17,8 +19,10 @@
 namespace zkagent::presence {
 
 struct GatewayIdentity {
-  std::string name;           // seeds the renewal jitter (CRC32), names the lease holder
-  std::uint64_t leaderToken;  // fencing token of the leadership this table lives under
+  std::string name;  // seeds the renewal jitter (CRC32), names the lease holder
+  // Fencing token for connect(key): a table that lives under one leadership. An agent leading
+  // many accounts passes each account's own token to connect(key, token) instead.
+  std::uint64_t leaderToken;
 };
 
 class ConnectionTable {
@@ -35,11 +39,17 @@ class ConnectionTable {
 
   // Registers a new connection and announces its lease at once; the returned epoch identifies it.
   // Throws std::logic_error after crash().
-  Epoch connect(DeviceKey key);
+  Epoch connect(DeviceKey key) { return connect(std::move(key), identity_.leaderToken); }
+  // The same under the leadership whose fencing token is `leaderToken` (the account's, key.user).
+  Epoch connect(DeviceKey key, std::uint64_t leaderToken);
   // Records a heartbeat; false if the connection is unknown (closed, timed out, or crashed).
   bool ping(Epoch connection);
   // The device closed the connection: its lease is removed at once. False if unknown.
   bool close(Epoch connection);
+  // The leadership of `user`'s account is gone: its connections are forgotten at once and nothing
+  // more is written for them, not even a removal (the new leader's higher epochs take the leases
+  // over; leases nobody takes over expire). Returns them so the owner can close the sockets.
+  std::vector<LeaseEntry> release(const std::string& user);
   // Models the whole agent dying: every timer stops and nothing more reaches the store.
   void crash();
 
@@ -49,6 +59,7 @@ class ConnectionTable {
  private:
   struct Connection {
     DeviceKey key;
+    std::uint64_t leaderToken;
     TimePoint lastPing;
   };
 
@@ -68,6 +79,8 @@ class ConnectionTable {
   std::uint64_t lastCounter_ = 0;
   bool crashed_ = false;
   std::unordered_map<std::uint64_t, Connection> connections_;  // by Epoch::connection
+  // Epoch::connection of every connection, by user, so release() touches only that account.
+  std::unordered_map<std::string, std::unordered_set<std::uint64_t>> byUser_;
   // (ping time, connection) in time order, so a check touches only connections that may be due;
   // an entry is stale once that connection pinged again.
   std::deque<std::pair<TimePoint, std::uint64_t>> pings_;
