@@ -310,7 +310,8 @@ void Elector::onCreated(uint64_t epoch, int64_t session, ZkError err, std::strin
 
 std::string Elector::memberRecord() const {
   return toJson(MemberInfo{ctx_->options.instanceId, static_cast<int64_t>(::getpid()),
-                           kProcessStartMs, ctx_->options.endpoint, -1});
+                           kProcessStartMs, ctx_->options.endpoint, -1,
+                           ctx_->options.deviceEndpoint});
 }
 
 void Elector::onRegistered(const std::string& path) {
@@ -928,7 +929,7 @@ void Elector::setRole(Role role, std::string reason) {
 
 ActiveInfo Elector::ownRecord() const {
   return ActiveInfo{seq_, ctx_->options.instanceId, zk_.sessionId(), unixMillis(),
-                    ctx_->options.endpoint};
+                    ctx_->options.endpoint, ctx_->options.deviceEndpoint};
 }
 
 bool Elector::isOwnRecord(const ActiveInfo& a) const {

@@ -20,20 +20,22 @@ std::optional<std::string> accountIdError(std::string_view id) {
 }
 
 std::string toJson(const MemberInfo& m) {
-  return nlohmann::json{{"instanceId", m.instanceId},
-                        {"pid", m.pid},
-                        {"startTime", m.startTime},
-                        {"endpoint", m.endpoint}}
-      .dump();
+  nlohmann::json j{{"instanceId", m.instanceId},
+                   {"pid", m.pid},
+                   {"startTime", m.startTime},
+                   {"endpoint", m.endpoint}};
+  if (!m.deviceEndpoint.empty()) j["deviceEndpoint"] = m.deviceEndpoint;
+  return j.dump();
 }
 
 std::string toJson(const ActiveInfo& a) {
-  return nlohmann::json{{"seq", a.seq},
-                        {"instanceId", a.instanceId},
-                        {"sessionId", a.sessionId},
-                        {"activeSince", a.activeSince},
-                        {"endpoint", a.endpoint}}
-      .dump();
+  nlohmann::json j{{"seq", a.seq},
+                   {"instanceId", a.instanceId},
+                   {"sessionId", a.sessionId},
+                   {"activeSince", a.activeSince},
+                   {"endpoint", a.endpoint}};
+  if (!a.deviceEndpoint.empty()) j["deviceEndpoint"] = a.deviceEndpoint;
+  return j.dump();
 }
 
 std::optional<MemberInfo> parseMember(std::string_view json) {
@@ -48,6 +50,8 @@ std::optional<MemberInfo> parseMember(std::string_view json) {
   }
   if (auto it = j.find("endpoint"); it != j.end() && it->is_string())
     m.endpoint = it->get<std::string>();
+  if (auto it = j.find("deviceEndpoint"); it != j.end() && it->is_string())
+    m.deviceEndpoint = it->get<std::string>();
   return m;
 }
 
@@ -70,6 +74,8 @@ std::optional<ActiveInfo> parseActive(std::string_view json) {
   }
   if (auto it = j.find("endpoint"); it != j.end() && it->is_string())
     a.endpoint = it->get<std::string>();
+  if (auto it = j.find("deviceEndpoint"); it != j.end() && it->is_string())
+    a.deviceEndpoint = it->get<std::string>();
   return a;
 }
 

@@ -47,6 +47,15 @@ TEST(Records, RejectsActiveRecordsMissingTheIdentityTriple) {
   EXPECT_FALSE(parseActive(R"([1,2,3])"));
 }
 
+TEST(Records, DeviceEndpointRoundTripsAndIsLeftOutWhenThereIsNone) {
+  ActiveInfo a{7, "host-a", 1, 2, "http://127.0.0.1:8470", "ws://127.0.0.1:8471"};
+  EXPECT_EQ(parseActive(toJson(a))->deviceEndpoint, "ws://127.0.0.1:8471");
+  MemberInfo m{"host-b", 1, 2, "http://b", -1, "ws://b:8471"};
+  EXPECT_EQ(parseMember(toJson(m))->deviceEndpoint, "ws://b:8471");
+  EXPECT_EQ(toJson(ActiveInfo{7, "host-a", 1, 2, "http://a", ""}).find("deviceEndpoint"),
+            std::string::npos);
+}
+
 TEST(Records, MemberRoundTrips) {
   MemberInfo m{"host-b", 4242, 1700000000000, "http://b", -1};
   auto parsed = parseMember(toJson(m));

@@ -107,7 +107,8 @@ struct MemberInfo {
   int64_t pid = 0;
   int64_t startTime = 0;  // unix ms
   std::string endpoint;
-  int64_t seq = -1;  // from the node name, not the data
+  int64_t seq = -1;            // from the node name, not the data
+  std::string deviceEndpoint;  // where devices connect (ws://host:port); empty: none
 };
 
 struct ActiveInfo {
@@ -116,6 +117,7 @@ struct ActiveInfo {
   int64_t sessionId = 0;
   int64_t activeSince = 0;  // unix ms
   std::string endpoint;
+  std::string deviceEndpoint;  // where the leader takes the account's devices; empty: none
 };
 
 std::string toJson(const MemberInfo& member);
@@ -148,7 +150,8 @@ struct ElectionOptions {
   SessionOptions session;
   std::string root = "/wx-accounts";
   std::string instanceId;
-  std::string endpoint;  // advertised in member and active data (e.g. the admin URL)
+  std::string endpoint;        // advertised in member and active data (e.g. the admin URL)
+  std::string deviceEndpoint;  // advertised as deviceEndpoint when not empty
 };
 
 struct AccountStatus {
