@@ -802,7 +802,7 @@ void Elector::prepareAnnouncement(const std::string* handover, uint64_t linkAtRe
   std::optional<ActiveInfo> handedOver;
   if (j.is_object() && j.value("seq", int64_t{-1}) >= 0) {
     handedOver =
-        ActiveInfo{j.value("seq", int64_t{-1}), j.value("instanceId", std::string()), 0, 0, ""};
+        ActiveInfo{j.value("seq", int64_t{-1}), j.value("instanceId", std::string()), 0, 0, "", ""};
   }
   if (prev && prev->seq == seq_ && prev->instanceId == ctx_->options.instanceId) {
     pendingHandoverReason_ = "drift";  // we lost it ourselves and took it back

@@ -22,7 +22,7 @@ TEST(AccountId, RejectsWhatCouldEscapeOrBreakAZnodePath) {
 }
 
 TEST(Records, ActiveRoundTripsInSeed001Shape) {
-  ActiveInfo a{7, "host-a-001", 1234567890, 1699999999000, "http://127.0.0.1:8080"};
+  ActiveInfo a{7, "host-a-001", 1234567890, 1699999999000, "http://127.0.0.1:8080", ""};
   auto parsed = parseActive(toJson(a));
   ASSERT_TRUE(parsed);
   EXPECT_EQ(parsed->seq, 7);
@@ -57,7 +57,7 @@ TEST(Records, DeviceEndpointRoundTripsAndIsLeftOutWhenThereIsNone) {
 }
 
 TEST(Records, MemberRoundTrips) {
-  MemberInfo m{"host-b", 4242, 1700000000000, "http://b", -1};
+  MemberInfo m{"host-b", 4242, 1700000000000, "http://b", -1, ""};
   auto parsed = parseMember(toJson(m));
   ASSERT_TRUE(parsed);
   EXPECT_EQ(parsed->instanceId, "host-b");
