@@ -47,9 +47,13 @@ void SessionMarks::follow(int64_t session) {
     peer.armed = false;
   }
   auto self = shared_from_this();
+  // The watch stays in the session's table until it fires: a strong reference there would keep
+  // this, and so the session and its nodes, alive after the group is gone.
   zk_->getWatchingOn(
       strand_, pathOf(session), this,
-      [self, session, link](WatchEvent event) { self->onEvent(session, link, event); },
+      [weak = weak_from_this(), session, link](WatchEvent event) {
+        if (auto marks = weak.lock()) marks->onEvent(session, link, event);
+      },
       [self, session, link](ZkError err, std::string data, NodeStat) {
         std::lock_guard lock(self->mu_);
         Peer& peer = self->peers_[session];

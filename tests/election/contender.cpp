@@ -30,6 +30,11 @@ Contender::~Contender() {
   group_.reset();
 }
 
+void Contender::abandon() {
+  stopped_ = true;
+  group_.reset();
+}
+
 void Contender::stop() {
   if (stopped_) return;
   stopped_ = true;

@@ -29,6 +29,9 @@ class Contender {
   void join(const std::string& account) { group_->join(account); }
   // Graceful stop; returns once the session is closed (or after a deadline).
   void stop();
+  // Destroys the group without stop(), the io thread still running (completions in flight find
+  // nothing dangling). Only the events remain usable afterwards.
+  void abandon();
 
   el::GateDecision check(const std::string& account) const { return group_->check(account); }
   el::GateDecision checkStrict(const std::string& account);

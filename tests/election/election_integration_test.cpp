@@ -82,6 +82,35 @@ TEST_F(ElectionTest, GracefulStopHandsOverWithoutWaitingForTheSessionTimeout) {
   EXPECT_FALSE(a->leads("acct"));
 }
 
+// ~ElectionGroup without stop() closes the session, so the server drops its nodes at once rather
+// than at expiry. The group under test also waits right behind another session's leader, so it
+// follows that session's mark with a watch: a watch must not keep the session alive.
+TEST_F(ElectionTest, DestroyingALeadingGroupWithoutStopFreesItsAccountsForASuccessorAtOnce) {
+  constexpr auto kSessionTimeout = 20000ms;
+  Contender x(hosts(), root, "host-x");
+  x.join("followed");
+  ASSERT_TRUE(eventually([&] { return x.leads("followed"); }, 10s));
+  auto a = std::make_unique<Contender>(hosts(), root, "host-a", kSessionTimeout);
+  a->join("acct");
+  ASSERT_TRUE(eventually([&] { return a->leads("acct"); }, 10s));
+  a->join("followed");
+  ASSERT_TRUE(eventually(
+      [&] {
+        return sharedZooKeeper().fourLetter("wchp").find(root + "/@sessions/") != std::string::npos;
+      },
+      10s))
+      << "a should watch x's session mark";
+  Contender b(hosts(), root, "host-b");
+  b.join("acct");
+  ASSERT_TRUE(eventually([&] { return b.group().status().at(0).seq >= 0; }, 10s));
+
+  a->abandon();
+  // Expiry would take the session timeout; a closed session frees the account in a round trip.
+  EXPECT_TRUE(eventually([&] { return b.leads("acct"); }, kSessionTimeout / 4))
+      << "the abandoned session was not closed";
+  EXPECT_TRUE(x.leads("followed"));
+}
+
 TEST_F(ElectionTest, ActiveDeletedByHandIsReacquired) {
   Contender a(hosts(), root, "host-a");
   a.join("acct");
@@ -97,7 +126,10 @@ TEST_F(ElectionTest, ActiveOverwrittenByAnotherIdentityMakesLeaderStepDown) {
   Contender a(hosts(), root, "host-a");
   a.join("acct");
   ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 10s));
-  el::ActiveInfo forged{a.check("acct").token, "intruder", 42, 0, ""};
+  el::ActiveInfo forged;
+  forged.seq = a.check("acct").token;
+  forged.instanceId = "intruder";
+  forged.sessionId = 42;
   ASSERT_EQ(a.set(root + "/acct/active", el::toJson(forged)), el::ZkError::Ok);
   ASSERT_TRUE(eventually([&] { return !a.leads("acct"); }, 5s));
   EXPECT_EQ(a.lastLoss("acct"), LossReason::Drift);
