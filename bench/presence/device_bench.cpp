@@ -1,0 +1,473 @@
+// device_bench: whole-system presence numbers (real ZooKeeper, fencing-gateway, zk-agent and
+// zk-device simulator processes), printed as a table and one JSON object on the last line.
+//
+//   load       one agent leading A accounts holds N simulated devices (heartbeat 1 s): agent RSS
+//              per connection, agent CPU per heartbeat (heartbeats/s per core), heartbeat RTT
+//              p50/p99 as the devices measure it;
+//   migration  D devices over A accounts on a leader; SIGTERM it: time from the signal until each
+//              device is connected to the successor (p50/max), and whether any device's lease was
+//              missing at the gateway meanwhile.
+//
+// usage: device_bench [--devices N] [--accounts A] [--migration-devices D] [--seconds S]
+//                     [--skip-load] [--skip-migration]
+#include <signal.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "zkagent/http.hpp"
+#include "zktest/child_process.hpp"
+#include "zktest/deadline.hpp"
+#include "zktest/zookeeper_server.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using zktest::ChildProcess;
+
+struct Options {
+  size_t devices = 50000;
+  size_t accounts = 1000;
+  size_t migrationDevices = 10000;
+  int seconds = 10;
+  bool load = true;
+  bool migration = true;
+};
+
+// Devices per simulator process and per source address: one source address gives at most the
+// ephemeral port range (about 28 000) connections to one agent port.
+constexpr size_t kDevicesPerSimulator = 12500;
+
+uint16_t portOf(const std::string& line) {
+  return static_cast<uint16_t>(std::stoi(line.substr(line.rfind(':') + 1)));
+}
+
+uint16_t freeLoopbackPort() {
+  // Bind to port 0 and read the port back; released at once.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  socklen_t length = sizeof address;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+long rssKiB(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("VmRSS:")) return std::stol(line.substr(6));
+  }
+  return -1;
+}
+
+// utime + stime of a process, in seconds.
+double cpuSeconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream fields(text.substr(text.rfind(')') + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) stime = std::stoull(field);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+double sampleOf(const std::string& metrics, const std::string& name) {
+  std::istringstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with(name + " ")) return std::stod(line.substr(name.size() + 1));
+  }
+  return 0;
+}
+
+// Parses "STATS connected=.. reconnects=.. ..." into its fields.
+std::map<std::string, double> statsOf(const std::string& line) {
+  std::map<std::string, double> out;
+  std::istringstream in(line);
+  for (std::string word; in >> word;) {
+    const auto eq = word.find('=');
+    if (eq != std::string::npos) out[word.substr(0, eq)] = std::stod(word.substr(eq + 1));
+  }
+  return out;
+}
+
+std::unique_ptr<zkagent::http::Client> clientFor(uint16_t port) {
+  zkagent::http::ClientOptions o;
+  o.port = port;
+  o.requestTimeout = 10000ms;
+  return std::make_unique<zkagent::http::Client>(o);
+}
+
+// Lets every child hold tens of thousands of sockets (the limits are inherited through exec).
+void raiseFileLimit(rlim_t wanted) {
+  rlimit limit{};
+  ::getrlimit(RLIMIT_NOFILE, &limit);
+  rlimit raised{std::max(limit.rlim_cur, wanted), std::max(limit.rlim_max, wanted)};
+  if (::setrlimit(RLIMIT_NOFILE, &raised) != 0) {
+    raised = {limit.rlim_max, limit.rlim_max};
+    ::setrlimit(RLIMIT_NOFILE, &raised);
+    std::cerr << "could not raise the fd limit to " << wanted << "; using " << limit.rlim_max
+              << "\n";
+  }
+}
+
+std::vector<std::string> accountNames(size_t n) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < n; ++i) out.push_back("acct-" + std::to_string(i));
+  return out;
+}
+
+struct AgentProcess {
+  std::unique_ptr<ChildProcess> process;
+  std::string deviceUrl;
+  std::unique_ptr<zkagent::http::Client> admin;
+
+  size_t leading() const {
+    auto r = admin->get("/v1/status");
+    if (!r.delivered() || r.status != 200) return 0;
+    size_t n = 0;
+    for (const auto& a : json::parse(r.body, nullptr, false).value("accounts", json::array())) {
+      if (a["role"] == "LEADER") ++n;
+    }
+    return n;
+  }
+  double metric(const std::string& name) const {
+    auto r = admin->get("/metrics");
+    return r.delivered() ? sampleOf(r.body, name) : 0;
+  }
+};
+
+class Bench {
+ public:
+  explicit Bench(Options options) : options_(options) {
+    dir_ = std::filesystem::temp_directory_path() / ("device-bench-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_ / "gateway");
+    gateway_ = std::make_unique<ChildProcess>(
+        zktest::binaryPath("fencing-gateway").string(),
+        std::vector<std::string>{"--listen", "127.0.0.1:0", "--data-dir",
+                                 (dir_ / "gateway").string(), "--zk", zk_.connectString(), "--root",
+                                 "/bench/accounts", "--log-level", "warn"},
+        dir_ / "gateway.log");
+    for (auto deadline = Clock::now() + 30s; Clock::now() < deadline && gatewayPort_ == 0;) {
+      std::ifstream in(dir_ / "gateway.log");
+      for (std::string line; std::getline(in, line);) {
+        if (line.starts_with("LISTENING ")) gatewayPort_ = portOf(line);
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    if (gatewayPort_ == 0) throw std::runtime_error("gateway did not start");
+    gateway = clientFor(gatewayPort_);
+  }
+  ~Bench() {
+    simulators_.clear();
+    agents_.clear();
+    gateway_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  AgentProcess& startAgent(const std::string& id, const std::vector<std::string>& accounts) {
+    const uint16_t devicePort = freeLoopbackPort();
+    json config{{"instance_id", id},
+                {"zookeeper",
+                 {{"hosts", zk_.connectString()},
+                  {"session_timeout_ms", 4000},
+                  {"root", "/bench/accounts"},
+                  {"agents_path", "/bench/agents"}}},
+                {"accounts", accounts},
+                {"gateway", {{"url", "http://127.0.0.1:" + std::to_string(gatewayPort_)}}},
+                {"admin", {{"listen", "127.0.0.1:0"}}},
+                {"presence",
+                 {{"listen", "127.0.0.1:" + std::to_string(devicePort)},
+                  {"heartbeat_ms", 1000},
+                  {"ping_timeout_ms", 5000},
+                  {"check_interval_ms", 1000},
+                  {"renew_interval_ms", 5000},
+                  {"lease_ttl_ms", 150000}}},
+                {"log", {{"level", "warn"}}}};
+    const auto path = dir_ / (id + ".json");
+    std::ofstream(path) << config.dump(2);
+    auto process = std::make_unique<ChildProcess>(zktest::binaryPath("zk-agent").string(),
+                                                  std::vector<std::string>{"--config", path});
+    auto admin = clientFor(portOf(process->waitForLine("LISTENING ", 30s)));
+    agents_.push_back(std::make_unique<AgentProcess>(AgentProcess{
+        std::move(process), "ws://127.0.0.1:" + std::to_string(devicePort), std::move(admin)}));
+    return *agents_.back();
+  }
+
+  // Simulators of `total` devices over `accounts`, each bound to its own source address.
+  std::vector<ChildProcess*> startDevices(const std::vector<std::string>& urls,
+                                          const std::filesystem::path& accountsFile, size_t total,
+                                          bool events) {
+    std::vector<ChildProcess*> started;
+    std::string connect;
+    for (const auto& url : urls) connect += (connect.empty() ? "" : ",") + url;
+    for (size_t first = 0, index = 0; first < total; first += kDevicesPerSimulator, ++index) {
+      const size_t count = std::min(kDevicesPerSimulator, total - first);
+      std::vector<std::string> args{"--connect",      connect,
+                                    "--accounts-file", accountsFile.string(),
+                                    "--device",        "sim" + std::to_string(index),
+                                    "--devices",       std::to_string(count),
+                                    "--heartbeat-ms",  "1000",
+                                    "--timeout-ms",    "5000",
+                                    "--source-addresses", "127.0.1." + std::to_string(index + 1)};
+      if (events) args.push_back("--events");
+      simulators_.push_back(
+          std::make_unique<ChildProcess>(zktest::binaryPath("zk-device").string(), args));
+      started.push_back(simulators_.back().get());
+    }
+    return started;
+  }
+
+  // Waits until the simulators report `total` connected; returns the last STATS of each.
+  std::vector<std::map<std::string, double>> awaitConnected(const std::vector<ChildProcess*>& sims,
+                                                            size_t total, milliseconds timeout) {
+    std::vector<std::map<std::string, double>> last(sims.size());
+    const auto deadline = Clock::now() + timeout;
+    size_t connected = 0;
+    auto lastPrint = Clock::now();
+    while (Clock::now() < deadline) {
+      connected = 0;
+      for (size_t i = 0; i < sims.size(); ++i) {
+        while (auto line = sims[i]->tryReadLine(0ms)) {
+          if (line->starts_with("STATS ")) last[i] = statsOf(*line);
+        }
+        connected += static_cast<size_t>(last[i]["connected"]);
+      }
+      if (connected >= total) return last;
+      if (Clock::now() - lastPrint > 2s) {
+        std::cerr << "  connected " << connected << " of " << total << "\n";
+        lastPrint = Clock::now();
+      }
+      std::this_thread::sleep_for(200ms);
+    }
+    throw std::runtime_error("only " + std::to_string(connected) + " of " + std::to_string(total) +
+                             " devices connected in time");
+  }
+
+  std::filesystem::path writeAccounts(const std::vector<std::string>& accounts) {
+    const auto path = dir_ / "accounts.txt";
+    std::ofstream out(path);
+    for (const auto& a : accounts) out << a << "\n";
+    return path;
+  }
+
+  json load() {
+    const auto accounts = accountNames(options_.accounts);
+    auto& agent = startAgent("load-a", accounts);
+    waitLeading(agent, accounts.size());
+    const long rssBefore = rssKiB(agent.process->pid());
+    auto sims = startDevices({agent.deviceUrl}, writeAccounts(accounts), options_.devices, false);
+    awaitConnected(sims, options_.devices, 300s);
+    std::this_thread::sleep_for(3s);  // let connection set-up work drain before measuring
+    const long rssAfter = rssKiB(agent.process->pid());
+
+    const double beatsBefore = agent.metric("zkagent_presence_heartbeats_total");
+    const double cpuBefore = cpuSeconds(agent.process->pid());
+    const auto started = Clock::now();
+    std::this_thread::sleep_for(std::chrono::seconds(options_.seconds));
+    const double beats = agent.metric("zkagent_presence_heartbeats_total") - beatsBefore;
+    const double cpu = cpuSeconds(agent.process->pid()) - cpuBefore;
+    const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
+    auto stats = awaitConnected(sims, options_.devices, 30s);
+    double p50 = 0, p99 = 0;
+    for (auto& s : stats) {
+      p50 = std::max(p50, s["rtt_p50_ms"]);
+      p99 = std::max(p99, s["rtt_p99_ms"]);
+    }
+    json result{{"devices", options_.devices},
+                {"accounts", options_.accounts},
+                {"agent_rss_kib_before", rssBefore},
+                {"agent_rss_kib_after", rssAfter},
+                {"agent_bytes_per_connection",
+                 static_cast<double>(rssAfter - rssBefore) * 1024.0 /
+                     static_cast<double>(options_.devices)},
+                {"heartbeats_per_second", beats / elapsed},
+                {"agent_cpu_cores", cpu / elapsed},
+                {"heartbeats_per_cpu_second", cpu > 0 ? beats / cpu : 0},
+                {"rtt_p50_ms_worst_simulator", p50},
+                {"rtt_p99_ms_worst_simulator", p99}};
+    simulators_.clear();
+    agents_.clear();
+    return result;
+  }
+
+  json migration() {
+    const auto accounts = accountNames(options_.accounts);
+    auto& a = startAgent("mig-a", accounts);
+    waitLeading(a, accounts.size());
+    auto& b = startAgent("mig-b", accounts);
+    std::this_thread::sleep_for(3s);  // b registers as a candidate everywhere
+    auto sims = startDevices({a.deviceUrl, b.deviceUrl}, writeAccounts(accounts),
+                             options_.migrationDevices, true);
+    awaitConnected(sims, options_.migrationDevices, 120s);
+    for (auto* sim : sims) {
+      while (sim->tryReadLine(0ms)) {
+      }
+    }
+
+    // Watch every account's leases while the devices move.
+    std::atomic<bool> watching{true};
+    std::atomic<size_t> rounds{0}, missingSeen{0};
+    std::thread watcher([&] {
+      while (watching) {
+        size_t devices = 0;
+        for (const auto& account : accounts) {
+          auto r = gateway->get("/v1/presence/" + account);
+          if (r.status == 200) {
+            devices += json::parse(r.body, nullptr, false).value("devices", json::array()).size();
+          }
+        }
+        if (devices < options_.migrationDevices) ++missingSeen;
+        ++rounds;
+      }
+    });
+
+    const auto signalled = std::chrono::system_clock::now();
+    a.process->signal(SIGTERM);
+    std::vector<double> moveMs;
+    std::set<std::string> moved;
+    const auto deadline = Clock::now() + 120s;
+    while (moved.size() < options_.migrationDevices && Clock::now() < deadline) {
+      bool any = false;
+      for (auto* sim : sims) {
+        while (auto line = sim->tryReadLine(0ms)) {
+          any = true;
+          if (!line->starts_with("CONNECTED ") || line->find(" mig-b ") == std::string::npos) {
+            continue;
+          }
+          std::istringstream in(*line);
+          std::string word, account, device, agent, epoch;
+          long long unixNs = 0;
+          in >> word >> account >> device >> agent >> epoch >> unixNs;
+          if (!moved.insert(account + "/" + device).second) continue;
+          const auto at = std::chrono::system_clock::time_point(std::chrono::nanoseconds(unixNs));
+          moveMs.push_back(std::chrono::duration<double, std::milli>(at - signalled).count());
+        }
+      }
+      if (!any) std::this_thread::sleep_for(10ms);
+    }
+    watching = false;
+    watcher.join();
+    std::sort(moveMs.begin(), moveMs.end());
+    auto at = [&](double q) {
+      return moveMs.empty() ? -1.0 : moveMs[std::min(moveMs.size() - 1,
+                                                     static_cast<size_t>(q * moveMs.size()))];
+    };
+    json result{{"devices", options_.migrationDevices},
+                {"accounts", options_.accounts},
+                {"moved", moveMs.size()},
+                {"move_ms_p50", at(0.5)},
+                {"move_ms_p99", at(0.99)},
+                {"move_ms_max", moveMs.empty() ? -1.0 : moveMs.back()},
+                {"lease_poll_rounds", rounds.load()},
+                {"rounds_with_a_lease_missing", missingSeen.load()}};
+    simulators_.clear();
+    agents_.clear();
+    return result;
+  }
+
+  std::unique_ptr<zkagent::http::Client> gateway;
+
+ private:
+  void waitLeading(AgentProcess& agent, size_t accounts) {
+    const auto deadline = Clock::now() + 120s;
+    while (agent.leading() < accounts) {
+      if (Clock::now() > deadline) throw std::runtime_error("agent never led every account");
+      std::this_thread::sleep_for(100ms);
+    }
+  }
+
+  Options options_;
+  zktest::ZooKeeperServer zk_;
+  std::filesystem::path dir_;
+  std::unique_ptr<ChildProcess> gateway_;
+  uint16_t gatewayPort_ = 0;
+  std::vector<std::unique_ptr<AgentProcess>> agents_;
+  std::vector<std::unique_ptr<ChildProcess>> simulators_;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto next = [&]() -> size_t {
+      if (i + 1 >= argc) throw std::invalid_argument(arg + ": needs a value");
+      return std::stoul(argv[++i]);
+    };
+    if (arg == "--devices") {
+      o.devices = next();
+    } else if (arg == "--accounts") {
+      o.accounts = next();
+    } else if (arg == "--migration-devices") {
+      o.migrationDevices = next();
+    } else if (arg == "--seconds") {
+      o.seconds = static_cast<int>(next());
+    } else if (arg == "--skip-load") {
+      o.load = false;
+    } else if (arg == "--skip-migration") {
+      o.migration = false;
+    } else {
+      throw std::invalid_argument("unknown argument " + arg);
+    }
+  }
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  try {
+    options = parse(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "device_bench: " << e.what() << "\n";
+    return 2;
+  }
+  raiseFileLimit(200000);
+  json report;
+  try {
+    Bench bench(options);
+    if (options.load) {
+      std::cerr << "load: " << options.devices << " devices over " << options.accounts
+                << " accounts on one agent\n";
+      report["load"] = bench.load();
+      std::cout << "load      " << report["load"].dump() << "\n";
+    }
+    if (options.migration) {
+      std::cerr << "migration: " << options.migrationDevices << " devices, leader SIGTERM\n";
+      report["migration"] = bench.migration();
+      std::cout << "migration " << report["migration"].dump() << "\n";
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "device_bench failed: " << e.what() << "\n";
+    return 1;
+  }
+  std::cout << report.dump() << std::endl;
+  return 0;
+}

@@ -1,0 +1,419 @@
+// Presence as it runs: real ZooKeeper, a real fencing-gateway, real zk-agent processes and zk-device
+// processes, real faults (SIGTERM, SIGSTOP/SIGCONT, kill -9). Parameters are compressed (heartbeat
+// 200 ms, ping timeout 600 ms, renewal 400 ms, lease TTL 1200 ms) so that each way of leaving is
+// seen in about a second; which way a lease ended is read from the gateway's counters, never from
+// how long it took.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "zkagent/http.hpp"
+#include "zktest/child_process.hpp"
+#include "zktest/deadline.hpp"
+#include "zktest/zookeeper_server.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using std::chrono::milliseconds;
+using zktest::ChildProcess;
+using zktest::eventually;
+
+constexpr int kSessionTimeoutMs = 1500;
+constexpr int kHeartbeatMs = 200;
+constexpr int kPingTimeoutMs = 600;
+constexpr int kCheckIntervalMs = 100;
+constexpr int kRenewIntervalMs = 400;
+constexpr int kLeaseTtlMs = 1200;
+constexpr int kSweepMs = 100;
+
+uint16_t portOf(const std::string& listeningLine) {
+  return static_cast<uint16_t>(std::stoi(listeningLine.substr(listeningLine.rfind(':') + 1)));
+}
+
+// A loopback port that was free a moment ago (for listeners whose port a test must know before
+// the process starts, such as an agent's device endpoint).
+uint16_t freeLoopbackPort() {
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor acceptor(
+      io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  return acceptor.local_endpoint().port();
+}
+
+// One "CONNECTED <account> <device> <agent> <token>.<counter> <unix_ns>" line.
+struct Connected {
+  std::string account, device, agent;
+  uint64_t token = 0, counter = 0;
+};
+
+Connected parseConnected(const std::string& line) {
+  std::istringstream in(line);
+  std::string word, epoch;
+  Connected c;
+  in >> word >> c.account >> c.device >> c.agent >> epoch;
+  const auto dot = epoch.find('.');
+  c.token = std::stoull(epoch.substr(0, dot));
+  c.counter = std::stoull(epoch.substr(dot + 1));
+  return c;
+}
+
+// The value of one sample of Prometheus text, 0 when absent.
+double sampleOf(const std::string& metrics, const std::string& sample) {
+  std::istringstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with(sample + " ")) return std::stod(line.substr(sample.size() + 1));
+  }
+  return 0;
+}
+
+struct Agent {
+  std::string id;
+  std::unique_ptr<ChildProcess> process;
+  std::string deviceUrl;  // ws://127.0.0.1:port
+  std::unique_ptr<zkagent::http::Client> admin;
+
+  json account(const std::string& name) const {
+    auto r = admin->get("/v1/status");
+    if (!r.delivered() || r.status != 200) return json();
+    for (const auto& a : json::parse(r.body, nullptr, false).value("accounts", json::array())) {
+      if (a["account"] == name) return a;
+    }
+    return json();
+  }
+  bool leads(const std::string& name) const { return account(name).value("role", "") == "LEADER"; }
+  int64_t seq(const std::string& name) const { return account(name).value("seq", int64_t{-1}); }
+};
+
+class PresenceProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    zk_ = &zktest::sharedZooKeeper();
+    root_ = zktest::uniqueTestRoot();
+    dir_ = std::filesystem::temp_directory_path() /
+           ("zk-presence-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
+    std::filesystem::create_directories(dir_ / "gateway");
+    gateway_ = std::make_unique<ChildProcess>(
+        zktest::binaryPath("fencing-gateway").string(),
+        std::vector<std::string>{"--listen", "127.0.0.1:0", "--data-dir",
+                                 (dir_ / "gateway").string(), "--zk", zk_->connectString(),
+                                 "--root", root_ + "/accounts", "--lease-ttl-ms",
+                                 std::to_string(kLeaseTtlMs), "--lease-sweep-ms",
+                                 std::to_string(kSweepMs)});
+    const auto port = portOf(gateway_->waitForLine("LISTENING ", 30s));
+    zkagent::http::ClientOptions options;
+    options.port = port;
+    options.requestTimeout = 3000ms;
+    gatewayPort_ = port;
+    gatewayClient_ = std::make_unique<zkagent::http::Client>(options);
+  }
+
+  void TearDown() override {
+    devices_.clear();
+    agents_.clear();
+    gateway_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  json agentConfig(const std::string& id, const std::vector<std::string>& accounts,
+                   uint16_t devicePort) {
+    return {{"instance_id", id},
+            {"zookeeper",
+             {{"hosts", zk_->connectString()},
+              {"session_timeout_ms", kSessionTimeoutMs},
+              {"root", root_ + "/accounts"},
+              {"agents_path", root_ + "/agents"}}},
+            {"accounts", accounts},
+            {"gateway",
+             {{"url", "http://127.0.0.1:" + std::to_string(gatewayPort_)},
+              {"heartbeat_interval_ms", 200},
+              {"heartbeat_timeout_ms", 700},
+              {"request_timeout_ms", 1000}}},
+            {"admin", {{"listen", "127.0.0.1:0"}}},
+            {"presence",
+             {{"listen", "127.0.0.1:" + std::to_string(devicePort)},
+              {"heartbeat_ms", kHeartbeatMs},
+              {"ping_timeout_ms", kPingTimeoutMs},
+              {"check_interval_ms", kCheckIntervalMs},
+              {"renew_interval_ms", kRenewIntervalMs},
+              {"lease_ttl_ms", kLeaseTtlMs}}},
+            {"health", {{"interval_ms", 200}, {"ttl_ms", 1000}}},
+            {"shutdown_timeout_ms", 3000}};
+  }
+
+  Agent& startAgent(const std::string& id, const std::vector<std::string>& accounts,
+                    const std::function<void(json&)>& adjust = {}) {
+    const uint16_t devicePort = freeLoopbackPort();
+    auto config = agentConfig(id, accounts, devicePort);
+    if (adjust) adjust(config);
+    const auto path = dir_ / (id + ".json");
+    std::ofstream(path) << config.dump(2);
+    auto process = std::make_unique<ChildProcess>(zktest::binaryPath("zk-agent").string(),
+                                                  std::vector<std::string>{"--config", path});
+    zkagent::http::ClientOptions options;
+    options.port = portOf(process->waitForLine("LISTENING ", 20s));
+    options.requestTimeout = 3000ms;
+    agents_.push_back(std::make_unique<Agent>(
+        Agent{id, std::move(process), "ws://127.0.0.1:" + std::to_string(devicePort),
+              std::make_unique<zkagent::http::Client>(options)}));
+    return *agents_.back();
+  }
+
+  ChildProcess& startDevice(const std::vector<std::string>& urls, const std::string& account,
+                            const std::string& device, std::vector<std::string> extra = {}) {
+    std::string connect;
+    for (const auto& url : urls) connect += (connect.empty() ? "" : ",") + url;
+    std::vector<std::string> args{"--connect",      connect,
+                                  "--account",      account,
+                                  "--device",       device,
+                                  "--heartbeat-ms", std::to_string(kHeartbeatMs),
+                                  "--timeout-ms",   std::to_string(kPingTimeoutMs)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    devices_.push_back(
+        std::make_unique<ChildProcess>(zktest::binaryPath("zk-device").string(), args));
+    return *devices_.back();
+  }
+
+  // The gateway's lease table for one account.
+  json leases(const std::string& account) const {
+    auto r = gatewayClient_->get("/v1/presence/" + account);
+    if (!r.delivered() || r.status != 200) return json();
+    return json::parse(r.body, nullptr, false);
+  }
+  // The device's lease at the gateway, or null.
+  json leaseOf(const std::string& account, const std::string& device) const {
+    const auto table = leases(account);
+    for (const auto& d : table.value("devices", json::array())) {
+      if (d["device"] == device) return d;
+    }
+    return json();
+  }
+  double gatewaySample(const std::string& sample) const {
+    auto r = gatewayClient_->get("/metrics");
+    return r.delivered() ? sampleOf(r.body, sample) : 0;
+  }
+  double removalsAccepted() const {
+    return gatewaySample(
+        R"(zkagent_gateway_presence_lease_entries_total{op="remove",result="accepted"})");
+  }
+  double expirations() const {
+    return gatewaySample("zkagent_gateway_presence_lease_expirations_total");
+  }
+
+  zktest::ZooKeeperServer* zk_ = nullptr;
+  std::string root_;
+  std::filesystem::path dir_;
+  std::unique_ptr<ChildProcess> gateway_;
+  uint16_t gatewayPort_ = 0;
+  std::unique_ptr<zkagent::http::Client> gatewayClient_;
+  std::vector<std::unique_ptr<Agent>> agents_;
+  std::vector<std::unique_ptr<ChildProcess>> devices_;
+  static inline int counter_ = 0;
+};
+
+TEST_F(PresenceProcessTest, DeviceSentToANonLeaderIsRedirectedAndHoldsALeaseUnderTheLeadersToken) {
+  auto& a = startAgent("host-a", {"acct-0"});
+  ASSERT_TRUE(eventually([&] { return a.leads("acct-0"); }, 15s));
+  auto& b = startAgent("host-b", {"acct-0"});
+  ASSERT_TRUE(eventually([&] { return b.account("acct-0").value("role", "") == "WAITING"; }, 15s));
+
+  auto& device = startDevice({b.deviceUrl}, "acct-0", "phone");
+  const auto redirected = device.waitForLine("REDIRECTED ", 10s);
+  EXPECT_NE(redirected.find(a.deviceUrl), std::string::npos) << redirected;
+  const auto connected = parseConnected(device.waitForLine("CONNECTED ", 10s));
+  EXPECT_EQ(connected.agent, "host-a");
+  EXPECT_EQ(static_cast<int64_t>(connected.token), a.seq("acct-0"));
+
+  ASSERT_TRUE(eventually([&] { return !leaseOf("acct-0", "phone").is_null(); }, 5s));
+  const auto lease = leaseOf("acct-0", "phone");
+  EXPECT_EQ(lease["agent"], "host-a");
+  EXPECT_EQ(lease["epoch"]["token"].get<uint64_t>(), connected.token);
+  EXPECT_EQ(lease["epoch"]["counter"].get<uint64_t>(), connected.counter);
+  EXPECT_TRUE(leases("acct-0")["online"].get<bool>());
+  // Renewals keep it past several TTLs while the device heartbeats.
+  ASSERT_FALSE(eventually([&] { return leaseOf("acct-0", "phone").is_null(); },
+                          milliseconds(3 * kLeaseTtlMs)));
+}
+
+TEST_F(PresenceProcessTest, DeviceThatClosesOrIsKilledHasItsLeaseRemovedAtOnceNotExpired) {
+  auto& a = startAgent("host-a", {"acct-0"});
+  ASSERT_TRUE(eventually([&] { return a.leads("acct-0"); }, 15s));
+  auto& closing = startDevice({a.deviceUrl}, "acct-0", "phone");
+  auto& killed = startDevice({a.deviceUrl}, "acct-0", "laptop");
+  closing.waitForLine("CONNECTED ", 10s);
+  killed.waitForLine("CONNECTED ", 10s);
+  ASSERT_TRUE(eventually([&] { return leases("acct-0")["devices"].size() == 2; }, 5s));
+  const double removalsBefore = removalsAccepted();
+  const double expiredBefore = expirations();
+
+  closing.signal(SIGTERM);  // sends a close frame
+  EXPECT_TRUE(closing.wait(5s).exitedWith(0));
+  ASSERT_TRUE(eventually([&] { return leaseOf("acct-0", "phone").is_null(); }, 5s));
+  killed.kill();  // the kernel closes the socket: the agent reads EOF
+  ASSERT_TRUE(eventually([&] { return leaseOf("acct-0", "laptop").is_null(); }, 5s));
+
+  EXPECT_EQ(removalsAccepted() - removalsBefore, 2);
+  EXPECT_EQ(expirations() - expiredBefore, 0) << "removed by the agent, not left to expire";
+  EXPECT_FALSE(leases("acct-0")["online"].get<bool>());
+}
+
+TEST_F(PresenceProcessTest, HalfOpenDeviceIsTimedOutByTheAgentAndItsLeaseRemoved) {
+  auto& a = startAgent("host-a", {"acct-0"});
+  ASSERT_TRUE(eventually([&] { return a.leads("acct-0"); }, 15s));
+  auto& device = startDevice({a.deviceUrl}, "acct-0", "phone");
+  device.waitForLine("CONNECTED ", 10s);
+  ASSERT_TRUE(eventually([&] { return !leaseOf("acct-0", "phone").is_null(); }, 5s));
+  const double removalsBefore = removalsAccepted();
+  const double expiredBefore = expirations();
+
+  device.signal(SIGSTOP);  // the socket stays open, heartbeats stop
+  ASSERT_TRUE(eventually([&] { return leaseOf("acct-0", "phone").is_null(); }, 10s));
+  EXPECT_EQ(removalsAccepted() - removalsBefore, 1) << "the agent's ping timeout removed it";
+  EXPECT_EQ(expirations() - expiredBefore, 0);
+  device.signal(SIGCONT);
+  // The device finds its connection closed (4002) or silent, and comes back by itself.
+  device.waitForLine("DISCONNECTED ", 10s);
+  device.waitForLine("CONNECTED ", 10s);
+  EXPECT_TRUE(eventually([&] { return !leaseOf("acct-0", "phone").is_null(); }, 5s));
+}
+
+TEST_F(PresenceProcessTest, LeaderSigtermMovesDevicesToTheSuccessorAndALateOldRemovalIsRejected) {
+  const std::vector<std::string> accounts{"acct-0", "acct-1", "acct-2"};
+  auto& a = startAgent("host-a", accounts);
+  ASSERT_TRUE(eventually(
+      [&] { return a.leads("acct-0") && a.leads("acct-1") && a.leads("acct-2"); }, 15s));
+  auto& b = startAgent("host-b", accounts);
+  ASSERT_TRUE(eventually([&] { return b.account("acct-2").value("role", "") == "WAITING"; }, 15s));
+
+  std::map<std::string, Connected> first;
+  std::vector<ChildProcess*> devices;
+  for (const auto& account : accounts) {
+    auto& d = startDevice({a.deviceUrl, b.deviceUrl}, account, "phone");
+    first[account] = parseConnected(d.waitForLine("CONNECTED ", 10s));
+    EXPECT_EQ(first[account].agent, "host-a");
+    devices.push_back(&d);
+  }
+  a.process->signal(SIGTERM);
+  EXPECT_TRUE(a.process->wait(10s).exitedWith(0));
+
+  for (size_t i = 0; i < accounts.size(); ++i) {
+    const auto moved = parseConnected(devices[i]->waitForLine(
+        [](std::string_view l) { return l.starts_with("CONNECTED ") && l.find(" host-b ") != l.npos; },
+        10s, "CONNECTED to host-b"));
+    EXPECT_GT(moved.token, first[accounts[i]].token) << accounts[i];
+    ASSERT_TRUE(eventually(
+        [&] {
+          auto lease = leaseOf(accounts[i], "phone");
+          return !lease.is_null() && lease["agent"] == "host-b" &&
+                 lease["epoch"]["token"].get<uint64_t>() == moved.token;
+        },
+        5s))
+        << leases(accounts[i]).dump();
+  }
+
+  // A removal from the old leader's epoch arriving late (held up in the network) must not end
+  // the new leader's lease.
+  const auto& old = first["acct-0"];
+  json late{{"instanceId", "host-a"},
+            {"sessionId", "0x1"},
+            {"renew", json::array()},
+            {"remove", {{{"account", "acct-0"},
+                         {"device", "phone"},
+                         {"token", old.token},
+                         {"counter", old.counter},
+                         {"reason", "close"}}}}};
+  auto answer = gatewayClient_->post("/v1/presence/leases", late.dump());
+  ASSERT_EQ(answer.status, 200) << answer.body;
+  EXPECT_EQ(json::parse(answer.body).value("removed", -1), 0) << answer.body;
+  EXPECT_FALSE(leaseOf("acct-0", "phone").is_null());
+  EXPECT_EQ(leaseOf("acct-0", "phone")["agent"], "host-b");
+}
+
+TEST_F(PresenceProcessTest, PausedLeaderLosesItsDevicesToTheSuccessorAndCannotWritePresenceAfter) {
+  auto& a = startAgent("host-a", {"acct-0"});
+  ASSERT_TRUE(eventually([&] { return a.leads("acct-0"); }, 15s));
+  auto& b = startAgent("host-b", {"acct-0"});
+  ASSERT_TRUE(eventually([&] { return b.account("acct-0").value("role", "") == "WAITING"; }, 15s));
+  auto& device = startDevice({a.deviceUrl, b.deviceUrl}, "acct-0", "phone");
+  const auto before = parseConnected(device.waitForLine("CONNECTED ", 10s));
+  ASSERT_EQ(before.agent, "host-a");
+
+  a.process->signal(SIGSTOP);  // past its session: host-b takes over
+  device.waitForLine("DISCONNECTED ", 10s);  // the device's own timeout noticed the silence
+  const auto after = parseConnected(device.waitForLine(
+      [](std::string_view l) { return l.starts_with("CONNECTED ") && l.find(" host-b ") != l.npos; },
+      milliseconds(kSessionTimeoutMs + 10000), "CONNECTED to host-b"));
+  EXPECT_GT(after.token, before.token);
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto lease = leaseOf("acct-0", "phone");
+        return !lease.is_null() && lease["epoch"]["token"].get<uint64_t>() == after.token;
+      },
+      5s));
+
+  a.process->signal(SIGCONT);
+  // The old leader learns it lost the account and serves no devices; nothing it might still send
+  // displaces the new leader's lease.
+  ASSERT_TRUE(eventually([&] { return !a.leads("acct-0"); }, 10s));
+  EXPECT_TRUE(eventually([&] { return a.account("acct-0").value("devices", -1) == 0; }, 5s))
+      << a.account("acct-0").dump();
+  EXPECT_FALSE(eventually(
+      [&] {
+        auto lease = leaseOf("acct-0", "phone");
+        return lease.is_null() || lease["epoch"]["token"].get<uint64_t>() != after.token;
+      },
+      milliseconds(2 * kLeaseTtlMs)))
+      << leases("acct-0").dump();
+}
+
+TEST_F(PresenceProcessTest, AgentKilledWhileItsDevicesAreGoneHasTheirLeasesExpireAfterTheTtl) {
+  auto& a = startAgent("host-a", {"acct-0"});
+  ASSERT_TRUE(eventually([&] { return a.leads("acct-0"); }, 15s));
+  auto& device = startDevice({a.deviceUrl}, "acct-0", "phone");
+  device.waitForLine("CONNECTED ", 10s);
+  ASSERT_TRUE(eventually([&] { return !leaseOf("acct-0", "phone").is_null(); }, 5s));
+  const double expiredBefore = expirations();
+  const double removalsBefore = removalsAccepted();
+
+  device.signal(SIGSTOP);  // gone too: it will not reconnect anywhere
+  a.process->kill();
+  ASSERT_TRUE(eventually([&] { return leaseOf("acct-0", "phone").is_null(); },
+                         milliseconds(kLeaseTtlMs + kSweepMs + 5000)));
+  EXPECT_EQ(expirations() - expiredBefore, 1) << "nobody removed it: the TTL did";
+  EXPECT_EQ(removalsAccepted() - removalsBefore, 0);
+}
+
+TEST_F(PresenceProcessTest, HeartbeatsDisabledWithZeroKeepAQuietConnectionAndTheCheckStillWorks) {
+  auto& quiet = startAgent("host-a", {"acct-0"}, [](json& c) {
+    c["presence"]["heartbeat_ms"] = 0;
+    c["presence"]["ping_timeout_ms"] = 0;  // the agent's check off
+  });
+  ASSERT_TRUE(eventually([&] { return quiet.leads("acct-0"); }, 15s));
+  auto& silent = startDevice({quiet.deviceUrl}, "acct-0", "phone",
+                             {"--heartbeat-ms", "0", "--timeout-ms", "0"});
+  silent.waitForLine("CONNECTED ", 10s);
+  // Many ping timeouts long: neither side gives up on the other.
+  EXPECT_FALSE(silent.tryReadLine(milliseconds(5 * kPingTimeoutMs)).has_value());
+  EXPECT_FALSE(leaseOf("acct-0", "phone").is_null());
+
+  // Negative control: the same silent device on an agent whose check is on is timed out.
+  auto& checking = startAgent("host-b", {"acct-1"});
+  ASSERT_TRUE(eventually([&] { return checking.leads("acct-1"); }, 15s));
+  auto& unchecked = startDevice({checking.deviceUrl}, "acct-1", "phone",
+                                {"--heartbeat-ms", "0", "--timeout-ms", "0"});
+  unchecked.waitForLine("CONNECTED ", 10s);
+  const auto closed = unchecked.waitForLine("DISCONNECTED ", 10s);
+  EXPECT_NE(closed.find("ping_timeout"), std::string::npos) << closed;
+}
+
+}  // namespace
