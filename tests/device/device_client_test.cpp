@@ -1,0 +1,205 @@
+// DeviceClient against a fake agent endpoint that speaks the device protocol.
+#include <gtest/gtest.h>
+
+#include <boost/asio/ip/tcp.hpp>
+
+#include "device_harness.hpp"
+#include "fake_agent.hpp"
+
+namespace zkagent::device::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+DeviceOptions optionsFor(std::vector<std::string> endpoints, std::string device = "phone-1") {
+  DeviceOptions options;
+  options.endpoints = std::move(endpoints);
+  options.account = "acme";
+  options.device = std::move(device);
+  options.heartbeat = 50ms;
+  options.timeout = 400ms;
+  options.backoffInitial = 20ms;
+  options.backoffMax = 200ms;
+  options.connectTimeout = 2000ms;
+  return options;
+}
+
+// A local port nobody listens on: bound once, then released.
+std::string deadEndpoint() {
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor acceptor(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  return "ws://127.0.0.1:" + std::to_string(acceptor.local_endpoint().port());
+}
+
+TEST(DeviceClient, ConnectsAndReportsTheWelcomesEpoch) {
+  FakeAgent agent("agent-a", 7);
+  DeviceHarness device(optionsFor({agent.endpoint()}));
+  ASSERT_TRUE(device.waitFor("CONNECTED"));
+  EXPECT_EQ(device.eventsStartingWith("CONNECTED").front(), "CONNECTED agent-a 7.1 " + agent.endpoint());
+  ASSERT_EQ(agent.targets().size(), 1u);
+  EXPECT_EQ(agent.targets().front(), "/v1/devices?account=acme&device=phone-1");
+}
+
+TEST(DeviceClient, FollowsARedirectToTheLeader) {
+  FakeAgent follower("agent-a", 7);
+  FakeAgent leader("agent-b", 9);
+  const std::string location = leader.endpoint() + "/v1/devices?account=acme&device=phone-1";
+  follower.redirect(location);
+  DeviceHarness device(optionsFor({follower.endpoint()}));
+  ASSERT_TRUE(device.waitFor("CONNECTED"));
+  EXPECT_EQ(device.events().front(), "REDIRECTED " + location);
+  EXPECT_EQ(device.eventsStartingWith("CONNECTED").front(), "CONNECTED agent-b 9.1 " + leader.endpoint());
+  EXPECT_EQ(follower.accepted(), 0);
+  EXPECT_EQ(leader.targets().front(), "/v1/devices?account=acme&device=phone-1");
+  EXPECT_EQ(device.stats().redirects, 1u);
+}
+
+TEST(DeviceClient, RedirectsAreCappedPerEndpoint) {
+  FakeAgent agent;
+  // A redirect loop: the agent sends the device back to itself.
+  agent.redirect(agent.endpoint() + "/v1/devices?account=acme&device=phone-1");
+  auto options = optionsFor({agent.endpoint()});
+  options.maxRedirects = 2;
+  DeviceHarness device(options);
+  ASSERT_TRUE(device.waitFor("DISCONNECTED too_many_redirects"));
+  const auto events = device.events();
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events[0].rfind("REDIRECTED", 0), 0u);
+  EXPECT_EQ(events[1].rfind("REDIRECTED", 0), 0u);
+  EXPECT_EQ(events[2], "DISCONNECTED too_many_redirects");
+}
+
+TEST(DeviceClient, RetriesAfterServiceUnavailableUntilALeaderIsKnown) {
+  FakeAgent agent;
+  agent.refuse(503);
+  DeviceHarness device(optionsFor({agent.endpoint()}));
+  ASSERT_TRUE(device.waitFor("DISCONNECTED upgrade_refused:503", 3));
+  EXPECT_TRUE(device.eventsStartingWith("CONNECTED").empty());
+  agent.accept();
+  ASSERT_TRUE(device.waitFor("CONNECTED"));
+}
+
+TEST(DeviceClient, MovesOnToTheNextEndpointWhenOneIsDown) {
+  FakeAgent agent("agent-a", 7);
+  DeviceHarness device(optionsFor({deadEndpoint(), agent.endpoint()}));
+  ASSERT_TRUE(device.waitFor("CONNECTED"));
+  const auto events = device.events();
+  EXPECT_EQ(events.front().rfind("DISCONNECTED connect_failed: ", 0), 0u) << events.front();
+  EXPECT_EQ(events[1], "CONNECTED agent-a 7.1 " + agent.endpoint());
+}
+
+TEST(DeviceClient, LeaderMovedCloseReconnectsToTheReasonsEndpointFirst) {
+  FakeAgent oldLeader("agent-a", 7);
+  FakeAgent newLeader("agent-b", 8);
+  DeviceHarness device(optionsFor({oldLeader.endpoint(), newLeader.endpoint()}));
+  ASSERT_TRUE(device.waitFor("CONNECTED agent-a"));
+  oldLeader.closeAll(4001, newLeader.endpoint());
+  ASSERT_TRUE(device.waitFor("CONNECTED agent-b"));
+  EXPECT_EQ(device.eventsStartingWith("DISCONNECTED"), std::vector<std::string>{"DISCONNECTED leader_moved"});
+  // The old leader, first in the list, was not asked again.
+  EXPECT_EQ(oldLeader.upgradeRequests(), 1);
+}
+
+TEST(DeviceClient, AgentClosesAreReportedByTheirMeaningAndReconnected) {
+  FakeAgent agent;
+  DeviceHarness device(optionsFor({agent.endpoint()}));
+  ASSERT_TRUE(device.waitFor("CONNECTED"));
+  agent.closeAll(4002, "ping timeout");
+  ASSERT_TRUE(device.waitFor("CONNECTED", 2));
+  agent.closeAll(1001, "shutting down");
+  ASSERT_TRUE(device.waitFor("CONNECTED", 3));
+  EXPECT_EQ(device.eventsStartingWith("DISCONNECTED"),
+            (std::vector<std::string>{"DISCONNECTED ping_timeout", "DISCONNECTED closed_by_agent:1001"}));
+  EXPECT_EQ(device.stats().connects, 3u);
+}
+
+TEST(DeviceClient, SilentAgentIsDetectedAfterTheTimeoutAndReconnected) {
+  FakeAgent agent;
+  auto options = optionsFor({agent.endpoint()});
+  options.heartbeat = 50ms;
+  options.timeout = 300ms;
+  agent.answerPings(false);
+  DeviceHarness device(options);
+  ASSERT_TRUE(device.waitFor("DISCONNECTED agent_silent"));
+  // Never before the timeout: the welcome is the last frame the agent sent.
+  EXPECT_GE(*device.firstTime("DISCONNECTED agent_silent") - *device.firstTime("CONNECTED"), options.timeout);
+  EXPECT_GE(agent.pingSeqs("phone-1").size(), 3u);
+  // It reconnects, and the device told the silent agent it was leaving.
+  ASSERT_TRUE(device.waitFor("CONNECTED", 2));
+  EXPECT_TRUE(zktest::eventually([&] { return !agent.closeCodesFromDevices().empty(); }, 5000ms));
+  EXPECT_EQ(agent.closeCodesFromDevices().front(), 1000);
+}
+
+TEST(DeviceClient, AnsweringAgentIsNotReportedSilent) {
+  FakeAgent agent;
+  auto options = optionsFor({agent.endpoint()});
+  options.heartbeat = 20ms;
+  options.timeout = 100ms;
+  DeviceHarness device(options);
+  ASSERT_TRUE(device.waitFor("CONNECTED"));
+  // Twenty pings span four timeouts; pongs keep the agent alive all along.
+  ASSERT_TRUE(zktest::eventually([&] { return agent.pingSeqs("phone-1").size() >= 20; }, 10000ms));
+  EXPECT_TRUE(device.eventsStartingWith("DISCONNECTED").empty());
+}
+
+TEST(DeviceClient, HeartbeatsCarryRisingSeqsAndTheirRoundTripIsMeasured) {
+  FakeAgent agent;
+  DeviceHarness device(optionsFor({agent.endpoint()}));
+  ASSERT_TRUE(zktest::eventually([&] { return device.stats().heartbeatsAnswered >= 3; }, 10000ms));
+  const auto seqs = agent.pingSeqs("phone-1");
+  ASSERT_GE(seqs.size(), 3u);
+  for (std::size_t i = 0; i < seqs.size(); ++i) EXPECT_EQ(seqs[i], i + 1);
+  const auto stats = device.stats();
+  EXPECT_GE(stats.heartbeatsSent, stats.heartbeatsAnswered);
+  EXPECT_GT(stats.lastRtt.count(), 0);
+}
+
+TEST(DeviceClient, HeartbeatZeroSendsNoPings) {
+  FakeAgent agent;
+  auto quiet = optionsFor({agent.endpoint()}, "quiet");
+  quiet.heartbeat = 0ms;
+  quiet.timeout = 0ms;
+  DeviceHarness silentDevice(quiet);
+  ASSERT_TRUE(silentDevice.waitFor("CONNECTED"));
+  // A device with heartbeats on the same agent shows how much time has passed.
+  DeviceHarness clock(optionsFor({agent.endpoint()}, "clock"));
+  ASSERT_TRUE(zktest::eventually([&] { return agent.pingSeqs("clock").size() >= 5; }, 10000ms));
+  EXPECT_TRUE(agent.pingSeqs("quiet").empty());
+  EXPECT_EQ(silentDevice.stats().heartbeatsSent, 0u);
+  EXPECT_TRUE(silentDevice.eventsStartingWith("DISCONNECTED").empty());
+}
+
+TEST(DeviceClient, StopSendsANormalCloseAndReportsNoDisconnect) {
+  FakeAgent agent;
+  DeviceHarness device(optionsFor({agent.endpoint()}));
+  ASSERT_TRUE(device.waitFor("CONNECTED"));
+  device.stop();
+  EXPECT_TRUE(zktest::eventually([&] { return !agent.closeCodesFromDevices().empty(); }, 5000ms));
+  EXPECT_EQ(agent.closeCodesFromDevices(), std::vector<std::uint16_t>{1000});
+  EXPECT_TRUE(device.eventsStartingWith("DISCONNECTED").empty());
+  EXPECT_EQ(agent.accepted(), 1);
+}
+
+TEST(DeviceClient, ManyDevicesShareOneIoContext) {
+  FakeAgent agent;
+  boost::asio::io_context io;
+  std::vector<std::unique_ptr<DeviceClient>> devices;
+  std::atomic<int> connected{0};
+  constexpr int kDevices = 500;
+  for (int i = 0; i < kDevices; ++i) {
+    devices.push_back(std::make_unique<DeviceClient>(io, optionsFor({agent.endpoint()}, "d-" + std::to_string(i))));
+    devices.back()->onConnected([&](const ConnectedInfo&) { ++connected; });
+    devices.back()->start();
+  }
+  std::thread runner([&] { io.run(); });
+  EXPECT_TRUE(zktest::eventually([&] { return connected.load() == kDevices; }, 20000ms)) << connected.load();
+  boost::asio::post(io, [&] {
+    for (auto& device : devices) device->stop();
+  });
+  EXPECT_TRUE(zktest::eventually([&] { return agent.closeCodesFromDevices().size() == kDevices; }, 20000ms));
+  io.stop();
+  runner.join();
+}
+
+}  // namespace
+}  // namespace zkagent::device::testing
