@@ -24,6 +24,8 @@ Options:
   --zk-untrusted POLICY     while ZooKeeper is unreachable: hwm_only (default) or refuse
   --commit-mode MODE        group (default) or per_operation (one fsync per operation)
   --config FILE             JSON config file; flags given on the command line override it
+  --lease-ttl-ms N          presence lease lifetime after its last renewal (default 150000)
+  --lease-sweep-ms N        how often expired leases are swept (default 5000, at most the TTL)
   --log-level LEVEL         trace, debug, info (default), warn, error
   --log-format FORMAT       text (default) or json
   --help, --version
@@ -35,6 +37,31 @@ Environment:
 
 [[noreturn]] void fail(std::string_view field, std::string_view problem) {
   throw std::invalid_argument(std::string(field) + ": " + std::string(problem));
+}
+
+constexpr int64_t kMaxLeaseMs = 86400000;  // a day; longer means a lease outlives any incident
+// The model wants TTL > 2 x the writer's renewal interval, and that interval is >= 1 ms.
+constexpr int64_t kMinLeaseTtlMs = 3;
+
+int64_t parseInteger(std::string_view field, std::string_view text, int64_t low, int64_t high) {
+  int64_t value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || value < low || value > high) {
+    fail(field, "must be an integer from " + std::to_string(low) + " to " + std::to_string(high) +
+                    ", got '" + std::string(text) + "'");
+  }
+  return value;
+}
+
+// Checks between fields, on the final config (after the file and the flags): each field alone was
+// checked where it was set.
+void validateConfig(const Config& config) {
+  if (config.leaseSweepMs > config.leaseTtlMs) {
+    fail("presence.sweep_ms (--lease-sweep-ms)", "must not exceed presence.lease_ttl_ms (" +
+                                  std::to_string(config.leaseSweepMs) + " > " +
+                                  std::to_string(config.leaseTtlMs) +
+                                  "): a lease would outlive its TTL by more than the TTL");
+  }
 }
 
 void setListen(Config& config, std::string_view field, std::string_view value) {
@@ -132,7 +159,7 @@ Config parseConfigJson(std::string_view text, Config config) {
   }
   requireKnownKeys(root, "",
                    {"listen", "dataDir", "zookeeper", "token", "accounts", "commitMode",
-                    "handlerThreads", "ioThreads", "agentTimeoutMs", "log"});
+                    "handlerThreads", "ioThreads", "agentTimeoutMs", "presence", "log"});
   if (root.contains("listen")) setListen(config, "listen", stringField(root, "listen", "listen"));
   if (root.contains("dataDir")) config.dataDir = stringField(root, "dataDir", "dataDir");
   if (root.contains("token")) config.bearerToken = stringField(root, "token", "token");
@@ -175,6 +202,18 @@ Config parseConfigJson(std::string_view text, Config config) {
     if (zk.contains("untrusted")) {
       setUntrusted(config, "zookeeper.untrusted",
                    stringField(zk, "untrusted", "zookeeper.untrusted"));
+    }
+  }
+  if (root.contains("presence")) {
+    const auto& presence = root["presence"];
+    requireKnownKeys(presence, "presence", {"lease_ttl_ms", "sweep_ms"});
+    if (presence.contains("lease_ttl_ms")) {
+      config.leaseTtlMs = static_cast<int>(
+          integerField(presence, "lease_ttl_ms", "presence.lease_ttl_ms", kMinLeaseTtlMs, kMaxLeaseMs));
+    }
+    if (presence.contains("sweep_ms")) {
+      config.leaseSweepMs = static_cast<int>(
+          integerField(presence, "sweep_ms", "presence.sweep_ms", 1, kMaxLeaseMs));
     }
   }
   if (root.contains("log")) {
@@ -228,6 +267,11 @@ CommandLine parseCommandLine(const std::vector<std::string>& args,
         setUntrusted(config, flag, value);
       } else if (flag == "--commit-mode") {
         setCommitMode(config, flag, value);
+      } else if (flag == "--lease-ttl-ms") {
+        config.leaseTtlMs =
+            static_cast<int>(parseInteger(flag, value, kMinLeaseTtlMs, kMaxLeaseMs));
+      } else if (flag == "--lease-sweep-ms") {
+        config.leaseSweepMs = static_cast<int>(parseInteger(flag, value, 1, kMaxLeaseMs));
       } else if (flag == "--log-level") {
         setLogLevel(config, flag, value);
       } else if (flag == "--log-format") {
@@ -238,6 +282,7 @@ CommandLine parseCommandLine(const std::vector<std::string>& args,
     }
     if (environmentToken && !environmentToken->empty()) config.bearerToken = *environmentToken;
     if (config.dataDir.empty()) fail("--data-dir", "required: the HWM must survive restarts");
+    validateConfig(config);
     result.config = std::move(config);
   } catch (const std::invalid_argument& error) {
     result.message = std::string("fencing-gateway: ") + error.what() + "\n";

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "presence_store.hpp"
+
 namespace zkagent::gateway {
 namespace {
 
@@ -32,11 +34,12 @@ std::string_view toString(CheckMode mode) {
 }
 
 Gateway::Gateway(const Config& config, fencing::TokenValidator& validator, LeaderSource* leaders,
-                 metrics::Registry& registry)
+                 metrics::Registry& registry, PresenceStore* presence)
     : config_(config),
       validator_(validator),
       leaders_(leaders),
       registry_(registry),
+      presence_(presence),
       mode_(CheckMode::HwmOnly),
       ops_(registry.counter("zkagent_gateway_ops_total",
                             "Operations decided, by result (accepted, stale_token, "
@@ -141,6 +144,12 @@ http::Router Gateway::router() {
   router.add(http::Method::Get, "/healthz",
              [this](const http::Request& request) { return health(request); });
   router.add(http::Method::Get, "/v1/agents", [this](const http::Request&) { return agents(); });
+  if (presence_ != nullptr) {
+    router.add(http::Method::Post, "/v1/presence/leases",
+               [this](const http::Request& request) { return presenceLeases(request); });
+    router.add(http::Method::Get, "/v1/presence/{account}",
+               [this](const http::Request& request) { return presenceOf(request); });
+  }
   return router;
 }
 
@@ -148,6 +157,12 @@ http::Response Gateway::submitOperation(const http::Request& request) {
   auto started = std::chrono::steady_clock::now();
   if (storageFailed_) {
     return http::Response::error(503, "durable log failed; restart the gateway to recover");
+  }
+  // The server takes bodies up to a lease batch's size; an operation must stay much smaller.
+  if (request.body.size() > fencing::kMaxOperationBytes) {
+    badRequests_.inc();
+    return http::Response::error(413, "operation larger than " +
+                                          std::to_string(fencing::kMaxOperationBytes) + " bytes");
   }
   fencing::Operation operation;
   try {
@@ -329,9 +344,46 @@ http::Response Gateway::agents() {
   return jsonResponse(200, {{"agents", list}, {"timeout_ms", config_.agentTimeoutMs}});
 }
 
+http::Response Gateway::presenceLeases(const http::Request& request) {
+  const CheckMode mode = refreshCheckMode();
+  if (mode == CheckMode::Refusing) {
+    return presence_->refuseLeases(
+        "ZooKeeper is unreachable and the gateway is configured to refuse writes meanwhile");
+  }
+  // Lease writes are fenced like operations (an old leader can write neither), but they do not
+  // raise the HWM: presence is soft state and leaves nothing in the durable log.
+  return presence_->postLeases(
+      request.body, [this, mode](const std::string& account) -> std::optional<AccountFence> {
+        AccountFence fence{.active = fencing::ActiveView::unknown(),
+                           .hwm = validator_.status(account).value_or(fencing::AccountStatus{}).hwm};
+        if (mode == CheckMode::ZooKeeper) {
+          fence.active = leaders_->active(account);
+          if (fence.active.state == fencing::ActiveView::State::unknown &&
+              config_.untrusted == UntrustedPolicy::Refuse) {
+            return std::nullopt;
+          }
+        }
+        return fence;
+      });
+}
+
+http::Response Gateway::presenceOf(const http::Request& request) {
+  const auto& account = request.params.at("account");
+  if (!fencing::isValidAccountId(account)) {
+    return http::Response::error(400, "account: must match [A-Za-z0-9_.-]{1,128}, not . or ..");
+  }
+  if (!config_.accounts.empty() &&
+      std::find(config_.accounts.begin(), config_.accounts.end(), account) ==
+          config_.accounts.end()) {
+    return http::Response::error(404, "account " + account + " is not served by this gateway");
+  }
+  return presence_->accountPresence(account);
+}
+
 http::Response Gateway::metricsText() {
   refreshCheckMode();
   sweepAgents();
+  if (presence_ != nullptr) presence_->refreshMetrics();
   fencedAccounts_.set(static_cast<double>(validator_.fencedAccounts().size()));
   return http::Response::text(200, registry_.expose(), std::string(metrics::kContentType));
 }

@@ -38,6 +38,10 @@ struct Config {
   size_t handlerThreads = 64;  // concurrent ops waiting on one group commit
   int agentTimeoutMs = 5000;   // an agent silent this long on /healthz counts as gone
   size_t ioThreads = 2;
+  // Presence leases (presence_store.hpp): a lease lives leaseTtlMs after its last renewal, on
+  // the gateway's own monotonic clock, and is swept every leaseSweepMs.
+  int leaseTtlMs = 150000;
+  int leaseSweepMs = 5000;
   std::string logLevel = "info";
   bool jsonLogs = false;
 };
@@ -76,11 +80,14 @@ enum class CheckMode { ZooKeeper, HwmOnly, Refusing };
 std::string_view toString(CheckMode mode);
 
 // The HTTP API over one TokenValidator. Thread-safe: handlers run on many threads at once.
+class PresenceStore;
+
 class Gateway {
  public:
-  // `leaders` is null when ZooKeeper is not configured.
+  // `leaders` is null when ZooKeeper is not configured; without `presence` the presence routes
+  // are not served.
   Gateway(const Config& config, fencing::TokenValidator& validator, LeaderSource* leaders,
-          metrics::Registry& registry);
+          metrics::Registry& registry, PresenceStore* presence = nullptr);
 
   http::Router router();  // handlers refer to this Gateway: keep it alive while serving
   // The current check mode; logs and updates the metrics when it changed since the last call.
@@ -96,11 +103,14 @@ class Gateway {
   http::Response health(const http::Request& request);
   http::Response agents();
   http::Response metricsText();
+  http::Response presenceLeases(const http::Request& request);
+  http::Response presenceOf(const http::Request& request);
 
   Config config_;
   fencing::TokenValidator& validator_;
   LeaderSource* leaders_;
   metrics::Registry& registry_;
+  PresenceStore* presence_;
   std::mutex modeMutex_;  // one check-mode change at a time, so its gauges stay one-hot
   std::atomic<CheckMode> mode_;
   std::atomic<bool> storageFailed_{false};

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "gateway.hpp"
+#include "presence_store.hpp"
 
 namespace {
 
@@ -85,13 +86,15 @@ int run(const gateway::Config& config) {
     spdlog::warn("no ZooKeeper configured: operations are checked on the high-water mark only");
   }
   metrics::Registry registry;
-  gateway::Gateway gateway(config, validator, leaders.get(), registry);
-
   boost::asio::io_context io;
+  gateway::PresenceStore presence(io, config, registry);
+  gateway::Gateway gateway(config, validator, leaders.get(), registry, &presence);
+
+  // One body limit for every route: a lease batch's; /v1/ops refuses larger operations itself.
   http::Server server(io,
                       {.address = config.listenAddress,
                        .port = config.listenPort,
-                       .bodyLimit = fencing::kMaxOperationBytes,
+                       .bodyLimit = gateway::kMaxLeaseBatchBytes,
                        .handlerThreads = config.handlerThreads},
                       gateway.router());
   server.start();
@@ -100,6 +103,8 @@ int run(const gateway::Config& config) {
   std::cout << "LISTENING " << host << ":" << server.port() << std::endl;
   spdlog::info("fencing-gateway {} listening on {}:{}{}", ZKAGENT_VERSION, host, server.port(),
                config.bearerToken.empty() ? " without authentication" : " (bearer token required)");
+  spdlog::info("presence leases: ttl {} ms, swept every {} ms; soft state, warming up for one ttl",
+               config.leaseTtlMs, config.leaseSweepMs);
 
   boost::asio::steady_timer refresh(io);
   refreshPeriodically(refresh, gateway);
@@ -109,6 +114,7 @@ int run(const gateway::Config& config) {
     spdlog::info("signal {}: stopping", signal);
     server.stop();
     refresh.cancel();
+    presence.stop();  // its sweep timers would keep io.run() going
   });
 
   std::vector<std::thread> threads;

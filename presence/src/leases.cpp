@@ -47,8 +47,9 @@ void LeaseStore::renew(std::string_view gateway, std::span<const LeaseEntry> ent
     lease.expires = now + params_.leaseTtl;
     expiries_.emplace_back(lease.expires, entry.key);
     ++counters_.renewalsAccepted;
-    if (created && onChange_) {
-      onChange_(DeviceChange{it->first, true, LeaveReason::Close, now});
+    if (created) {
+      devicesByUser_[entry.key.user].insert(entry.key.device);
+      if (onChange_) onChange_(DeviceChange{it->first, true, LeaveReason::Close, now});
     }
   }
 }
@@ -65,6 +66,7 @@ void LeaseStore::remove(const DeviceKey& key, Epoch epoch, LeaveReason reason) {
   forgets_.emplace_back(now + params_.leaseTtl, key);
   const DeviceKey removedKey = it->first;
   leases_.erase(it);
+  forget(removedKey);
   ++counters_.removals;
   if (onChange_) onChange_(DeviceChange{removedKey, false, reason, now});
 }
@@ -74,6 +76,24 @@ const Lease* LeaseStore::find(const DeviceKey& key) const {
   return it == leases_.end() ? nullptr : &it->second;
 }
 
+void LeaseStore::forEachLeaseOf(
+    std::string_view user, const std::function<void(const DeviceKey&, const Lease&)>& fn) const {
+  auto devices = devicesByUser_.find(std::string(user));
+  if (devices == devicesByUser_.end()) return;
+  DeviceKey key{devices->first, {}};
+  for (const std::string& device : devices->second) {
+    key.device = device;
+    if (auto it = leases_.find(key); it != leases_.end()) fn(it->first, it->second);
+  }
+}
+
+void LeaseStore::forget(const DeviceKey& key) {
+  auto devices = devicesByUser_.find(key.user);
+  if (devices == devicesByUser_.end()) return;
+  devices->second.erase(key.device);
+  if (devices->second.empty()) devicesByUser_.erase(devices);
+}
+
 void LeaseStore::sweep() {
   const TimePoint now = timers_.now();
   for (; !expiries_.empty() && expiries_.front().first <= now; expiries_.pop_front()) {
@@ -81,6 +101,7 @@ void LeaseStore::sweep() {
     auto it = leases_.find(key);
     if (it == leases_.end() || it->second.expires > now) continue;  // renewed or removed since
     leases_.erase(it);
+    forget(key);
     ++counters_.leaseExpirations;
     if (onChange_) onChange_(DeviceChange{key, false, LeaveReason::LeaseExpired, now});
   }

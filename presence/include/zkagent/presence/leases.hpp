@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "zkagent/presence/clock.hpp"
 #include "zkagent/presence/params.hpp"
@@ -90,6 +91,10 @@ class LeaseStore final : public LeaseWriter {
   void remove(const DeviceKey& key, Epoch epoch, LeaveReason reason) override;
 
   const Lease* find(const DeviceKey& key) const;
+  // Calls `fn` for each current lease of `user`, in no particular order (for a per-account read
+  // such as the gateway's GET /v1/presence/{account}).
+  void forEachLeaseOf(std::string_view user,
+                      const std::function<void(const DeviceKey&, const Lease&)>& fn) const;
   std::size_t size() const { return leases_.size(); }
   const LeaseCounters& counters() const { return counters_; }
 
@@ -104,11 +109,14 @@ class LeaseStore final : public LeaseWriter {
   using DeadlineQueue = std::deque<std::pair<TimePoint, DeviceKey>>;
 
   void sweep();
+  void forget(const DeviceKey& key);  // a lease ended: drop it from devicesByUser_
 
   TimerScope timers_;
   Params params_;
   ChangeHandler onChange_;
   std::unordered_map<DeviceKey, Lease, DeviceKeyHash> leases_;
+  // Devices with a lease, by user: touched only when a lease starts or ends, not on renewal.
+  std::unordered_map<std::string, std::unordered_set<std::string>> devicesByUser_;
   std::unordered_map<DeviceKey, Tombstone, DeviceKeyHash> removed_;
   DeadlineQueue expiries_;
   DeadlineQueue forgets_;

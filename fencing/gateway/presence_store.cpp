@@ -1,0 +1,385 @@
+// The presence lease store of the gateway: parsing and fencing happen on the handler's thread,
+// the model is touched only on its strand.
+#include "presence_store.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <future>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <unordered_map>
+
+#include "gateway.hpp"
+#include "zkagent/presence/asio_clock.hpp"
+
+namespace zkagent::gateway {
+namespace {
+
+using nlohmann::json;
+using fencing::BadRequest;
+
+// How long a handler waits for the strand; past it the batch may still be applied, and the agent's
+// next renewal (renew is idempotent) or a repeated removal (then stale) settles it.
+constexpr std::chrono::seconds kStrandTimeout{5};
+constexpr int kMaxJsonDepth = 8;
+
+[[noreturn]] void fail(const std::string& field, std::string_view problem) {
+  throw BadRequest(field + ": " + std::string(problem));
+}
+
+const json& member(const json& object, const std::string& where, const char* key) {
+  auto it = object.find(key);
+  if (it == object.end()) fail(where + key, "missing");
+  return *it;
+}
+
+std::string idField(const json& object, const std::string& where, const char* key,
+                    const std::vector<std::string>* accounts) {
+  const json& value = member(object, where, key);
+  if (!value.is_string() || !fencing::isValidAccountId(value.get<std::string>())) {
+    fail(where + key, "must match [A-Za-z0-9_.-]{1,128}, not . or ..");
+  }
+  auto id = value.get<std::string>();
+  if (accounts && !accounts->empty() &&
+      std::find(accounts->begin(), accounts->end(), id) == accounts->end()) {
+    fail(where + key, "unknown account '" + id + "': not in the gateway's accounts list");
+  }
+  return id;
+}
+
+std::uint64_t unsignedField(const json& object, const std::string& where, const char* key) {
+  const json& value = member(object, where, key);
+  if (!value.is_number_unsigned()) fail(where + key, "must be a non-negative integer");
+  return value.get<std::uint64_t>();
+}
+
+presence::LeaseEntry entryFrom(const json& object, const std::string& where,
+                               const std::vector<std::string>& accounts) {
+  if (!object.is_object()) fail(where.substr(0, where.size() - 1), "must be a JSON object");
+  presence::LeaseEntry entry;
+  entry.key.user = idField(object, where, "account", &accounts);
+  entry.key.device = idField(object, where, "device", nullptr);
+  entry.epoch.leaderToken = unsignedField(object, where, "token");
+  entry.epoch.connection = unsignedField(object, where, "counter");
+  return entry;
+}
+
+const json* optionalArray(const json& body, const char* key) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return nullptr;
+  if (!it->is_array()) fail(key, "must be an array");
+  return &*it;
+}
+
+http::Response unavailable(std::string_view why) {
+  auto response = http::Response::error(503, why);
+  response.headers.emplace_back("Retry-After", "1");
+  return response;
+}
+
+}  // namespace
+
+LeaseBatch parseLeaseBatch(std::string_view text, const std::vector<std::string>& accounts) {
+  json body;
+  try {
+    body = json::parse(text.begin(), text.end(), [](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxJsonDepth) {
+        fail("body", "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+      }
+      return true;
+    });
+  } catch (const json::exception&) {  // the parser's message quotes raw bytes: not echoed
+    fail("body", "not valid JSON");
+  }
+  if (!body.is_object()) fail("body", "must be a JSON object");
+  LeaseBatch batch;
+  const json& instance = member(body, "", "instanceId");
+  const bool printable = instance.is_string() && [&] {
+    const auto& id = instance.get_ref<const std::string&>();
+    return !id.empty() && id.size() <= fencing::kMaxIdBytes &&
+           std::all_of(id.begin(), id.end(), [](char c) { return c > ' ' && c <= '~'; });
+  }();
+  if (!printable) {
+    fail("instanceId", "must be 1 to " + std::to_string(fencing::kMaxIdBytes) +
+                           " printable ASCII characters without spaces");
+  }
+  batch.instanceId = instance.get<std::string>();
+  if (auto session = body.find("sessionId");
+      session != body.end() && !session->is_string() && !session->is_number_integer()) {
+    fail("sessionId", "must be a string or an integer");
+  }
+  if (const json* renew = optionalArray(body, "renew")) {
+    batch.renew.reserve(renew->size());
+    for (size_t i = 0; i < renew->size(); ++i) {
+      batch.renew.push_back(entryFrom((*renew)[i], "renew[" + std::to_string(i) + "].", accounts));
+    }
+  }
+  if (const json* remove = optionalArray(body, "remove")) {
+    batch.remove.reserve(remove->size());
+    for (size_t i = 0; i < remove->size(); ++i) {
+      const std::string where = "remove[" + std::to_string(i) + "].";
+      LeaseRemoval removal{entryFrom((*remove)[i], where, accounts)};
+      const json& reason = member((*remove)[i], where, "reason");
+      if (reason == "close") {
+        removal.reason = presence::LeaveReason::Close;
+      } else if (reason == "ping_timeout") {
+        removal.reason = presence::LeaveReason::PingTimeout;
+      } else {
+        fail(where + "reason", "must be \"close\" or \"ping_timeout\"");
+      }
+      batch.remove.push_back(std::move(removal));
+    }
+  }
+  return batch;
+}
+
+struct PresenceStore::Impl {
+  Impl(boost::asio::io_context& io, const Config& config, metrics::Registry& registry)
+      : strand(boost::asio::make_strand(io)),
+        accounts(config.accounts),
+        params(paramsFrom(config)),
+        clock(strand),
+        service(std::make_unique<presence::PresenceService>(clock, params)),
+        started(clock.now()),
+        leases(registry
+                   .gauge("zkagent_gateway_presence_leases",
+                          "Device leases held now (soft state, rebuilt from renewals after a "
+                          "restart).")
+                   .with({})),
+        requests(registry.counter("zkagent_gateway_presence_lease_requests_total",
+                                  "Lease batches (POST /v1/presence/leases) by result: ok, "
+                                  "bad_request (nothing applied) or refused (503).",
+                                  {"result"})),
+        entries(registry.counter("zkagent_gateway_presence_lease_entries_total",
+                                 "Lease entries by op (renew, remove) and result: accepted, stale "
+                                 "(epoch below the lease's, or not equal for a removal) or fenced "
+                                 "(token not the account's leader).",
+                                 {"op", "result"})),
+        expirations(registry
+                        .counter("zkagent_gateway_presence_lease_expirations_total",
+                                 "Leases that ran out their TTL without a renewal or a removal.")
+                        .with({})),
+        flaps(registry
+                  .counter("zkagent_gateway_presence_device_flaps_total",
+                           "Device-level appearances and disappearances in the lease store, "
+                           "counted apart from user-level changes.")
+                  .with({})) {
+    for (const char* result : {"ok", "bad_request", "refused"}) requests.with({result});
+    for (const char* op : {"renew", "remove"}) {
+      for (const char* result : {"accepted", "stale", "fenced"}) entries.with({op, result});
+    }
+  }
+
+  static presence::Params paramsFrom(const Config& config) {
+    presence::Params params;
+    params.leaseTtl = presence::Millis{config.leaseTtlMs};
+    params.sweepInterval = presence::Millis{config.leaseSweepMs};
+    // The writers' renewal interval is theirs; the model only checks TTL > 2 x it.
+    params.renewInterval = std::max(presence::Millis{1}, params.leaseTtl / 3);
+    return params;
+  }
+
+  // Runs `work` on the strand and waits for it. The promise is shared with the posted task, so a
+  // wait that times out leaves nothing dangling; nullopt then, or once stopped.
+  template <typename Work>
+  auto onStrand(Work work) -> std::optional<decltype(work())> {
+    using Result = decltype(work());
+    auto promise = std::make_shared<std::promise<std::optional<Result>>>();
+    auto future = promise->get_future();
+    boost::asio::post(strand, [this, promise, work = std::move(work)]() mutable {
+      if (stopped) {
+        promise->set_value(std::nullopt);
+        return;
+      }
+      try {
+        promise->set_value(work());
+      } catch (...) {
+        promise->set_exception(std::current_exception());
+      }
+    });
+    if (future.wait_for(kStrandTimeout) != std::future_status::ready) return std::nullopt;
+    return future.get();
+  }
+
+  // On the strand: the metrics that follow the model's own counters.
+  void syncMetrics() {
+    auto& store = service->leases();
+    leases.set(static_cast<double>(store.size()));
+    const auto expired = store.counters().leaseExpirations;
+    expirations.inc(static_cast<double>(expired - seenExpirations));
+    seenExpirations = expired;
+    const auto flapped = service->view().counters().deviceFlaps;
+    flaps.inc(static_cast<double>(flapped - seenFlaps));
+    seenFlaps = flapped;
+  }
+
+  boost::asio::strand<boost::asio::io_context::executor_type> strand;
+  std::vector<std::string> accounts;
+  presence::Params params;
+  presence::AsioClock clock;
+  // Everything below up to the metrics is touched only on the strand.
+  std::unique_ptr<presence::PresenceService> service;
+  presence::TimePoint started;
+  bool stopped = false;
+  std::uint64_t seenExpirations = 0;
+  std::uint64_t seenFlaps = 0;
+
+  metrics::Gauge& leases;
+  metrics::CounterFamily& requests;
+  metrics::CounterFamily& entries;
+  metrics::Counter& expirations;
+  metrics::Counter& flaps;
+};
+
+PresenceStore::PresenceStore(boost::asio::io_context& io, const Config& config,
+                             metrics::Registry& registry)
+    : impl_(std::make_unique<Impl>(io, config, registry)) {}
+
+PresenceStore::~PresenceStore() = default;
+
+void PresenceStore::stop() {
+  boost::asio::post(impl_->strand, [impl = impl_.get()] {
+    impl->stopped = true;
+    impl->clock.cancelAll();
+  });
+}
+
+http::Response PresenceStore::refuseLeases(std::string_view why) {
+  impl_->requests.with({"refused"}).inc();
+  return unavailable(why);
+}
+
+http::Response PresenceStore::postLeases(std::string_view body, const FenceLookup& fence) {
+  Impl& impl = *impl_;
+  if (body.size() > kMaxLeaseBatchBytes) {
+    impl.requests.with({"bad_request"}).inc();
+    return http::Response::error(413, "body: larger than " + std::to_string(kMaxLeaseBatchBytes) +
+                                          " bytes; split the batch");
+  }
+  LeaseBatch batch;
+  try {
+    batch = parseLeaseBatch(body, impl.accounts);
+  } catch (const BadRequest& error) {
+    impl.requests.with({"bad_request"}).inc();
+    return http::Response::error(400, error.what());
+  }
+
+  // One fence lookup per account of the batch, then each entry is checked against it.
+  std::unordered_map<std::string, AccountFence> fences;
+  auto fenceOf = [&](const std::string& account) -> const AccountFence* {
+    auto it = fences.find(account);
+    if (it != fences.end()) return &it->second;
+    auto looked = fence(account);
+    if (!looked) return nullptr;
+    return &fences.emplace(account, *looked).first->second;
+  };
+  std::set<std::pair<std::string, std::uint64_t>> fencedPairs;
+  size_t fencedRenewals = 0, fencedRemovals = 0;
+  bool undecided = false;
+  auto keep = [&](const presence::LeaseEntry& entry, size_t& fencedCount) {
+    const AccountFence* accountFence = fenceOf(entry.key.user);
+    if (!accountFence) {
+      undecided = true;
+      return false;
+    }
+    if (accountFence->accepts(entry.epoch.leaderToken)) return true;
+    ++fencedCount;
+    fencedPairs.emplace(entry.key.user, entry.epoch.leaderToken);
+    return false;
+  };
+  std::erase_if(batch.renew, [&](const auto& entry) { return !keep(entry, fencedRenewals); });
+  std::erase_if(batch.remove,
+                [&](const auto& removal) { return !keep(removal.entry, fencedRemovals); });
+  if (undecided) {
+    return refuseLeases("ZooKeeper cannot tell the leader of an account of this batch now and the "
+                        "gateway is configured to refuse meanwhile; nothing applied");
+  }
+
+  struct Applied {
+    std::uint64_t renewed, staleRenewals, removed, staleRemovals;
+  };
+  auto applied = impl.onStrand([&impl, batch = std::move(batch)] {
+    auto& store = impl.service->leases();
+    const auto before = store.counters();
+    store.renew(batch.instanceId, batch.renew);
+    for (const auto& removal : batch.remove) {
+      store.remove(removal.entry.key, removal.entry.epoch, removal.reason);
+    }
+    const auto after = store.counters();
+    impl.syncMetrics();
+    return Applied{after.renewalsAccepted - before.renewalsAccepted,
+                   after.staleRenewalsRejected - before.staleRenewalsRejected,
+                   after.removals - before.removals, after.rejectedStale - before.rejectedStale};
+  });
+  if (!applied) {
+    return refuseLeases("presence store stopped or did not answer in time; retry the batch");
+  }
+
+  auto count = [&](const char* op, const char* result, std::uint64_t n) {
+    if (n > 0) impl.entries.with({op, result}).inc(static_cast<double>(n));
+  };
+  count("renew", "accepted", applied->renewed);
+  count("renew", "stale", applied->staleRenewals);
+  count("renew", "fenced", fencedRenewals);
+  count("remove", "accepted", applied->removed);
+  count("remove", "stale", applied->staleRemovals);
+  count("remove", "fenced", fencedRemovals);
+  impl.requests.with({"ok"}).inc();
+
+  auto fenced = nlohmann::ordered_json::array();
+  for (const auto& [account, token] : fencedPairs) {
+    spdlog::info("presence lease writes fenced account={} token={}", account, token);
+    fenced.push_back({{"account", account}, {"token", token}});
+  }
+  return http::Response::json(200, nlohmann::ordered_json{{"renewed", applied->renewed},
+                                        {"removed", applied->removed},
+                                        {"stale", applied->staleRenewals + applied->staleRemovals},
+                                        {"fenced", std::move(fenced)}}
+                                       .dump());
+}
+
+http::Response PresenceStore::accountPresence(const std::string& account) {
+  Impl& impl = *impl_;
+  auto answer = impl.onStrand([&impl, account] {
+    const auto now = impl.clock.now();
+    using ordered = nlohmann::ordered_json;
+    auto devices = ordered::array();
+    std::vector<std::pair<std::string, ordered>> sorted;
+    impl.service->leases().forEachLeaseOf(
+        account, [&](const presence::DeviceKey& key, const presence::Lease& lease) {
+          // A lease's deadline is its last renewal + TTL, so the age follows from it.
+          const auto age = std::clamp(impl.params.leaseTtl - (lease.expires - now),
+                                      presence::Millis{0}, impl.params.leaseTtl);
+          sorted.emplace_back(key.device, ordered{{"device", key.device},
+                                               {"agent", lease.gateway},
+                                               {"epoch",
+                                                {{"token", lease.epoch.leaderToken},
+                                                 {"counter", lease.epoch.connection}}},
+                                               {"age_ms", age.count()}});
+        });
+    std::sort(sorted.begin(), sorted.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (auto& [device, entry] : sorted) devices.push_back(std::move(entry));
+    ordered body = {{"account", account}, {"online", !devices.empty()}, {"devices", devices}};
+    // Soft state: a device whose agent has not renewed since the start is missing from a
+    // freshly started store, so "offline" means nothing until one TTL has passed.
+    if (now < impl.started + impl.params.leaseTtl) body["warming_up"] = true;
+    return body.dump();
+  });
+  if (!answer) return unavailable("presence store stopped or did not answer in time");
+  return http::Response::json(200, std::move(*answer));
+}
+
+void PresenceStore::refreshMetrics() {
+  impl_->onStrand([impl = impl_.get()] {
+    impl->syncMetrics();
+    return true;
+  });
+}
+
+}  // namespace zkagent::gateway

@@ -1,0 +1,95 @@
+// The gateway's presence lease store: the model's PresenceService (its LeaseStore; the view inside
+// it is where subscribers plug in) on an AsioClock over a strand of the gateway's io_context, and
+// the two HTTP calls on it, POST /v1/presence/leases and GET /v1/presence/{account}
+// (docs/presence-runtime.md, docs/gateway.md).
+//
+// The model is single-threaded: HTTP handlers run on the server's handler threads, so each one
+// parses and fences its request where it runs, posts the model work onto the strand and waits for
+// the answer. Fencing stays with the Gateway, which knows the check mode; this file only asks it
+// once per account of a batch.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "zkagent/fencing.hpp"
+#include "zkagent/http.hpp"
+#include "zkagent/metrics.hpp"
+#include "zkagent/presence.hpp"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace zkagent::gateway {
+
+struct Config;
+
+// The largest lease batch body (the agent splits its batches at 2000 entries, well below this).
+inline constexpr std::size_t kMaxLeaseBatchBytes = 1024 * 1024;
+
+struct LeaseRemoval {
+  presence::LeaseEntry entry;
+  presence::LeaveReason reason = presence::LeaveReason::Close;
+};
+
+// One POST /v1/presence/leases body.
+struct LeaseBatch {
+  std::string instanceId;  // the agent that holds the connections
+  std::vector<presence::LeaseEntry> renew;
+  std::vector<LeaseRemoval> remove;
+};
+
+// Parses and checks a whole batch; throws fencing::BadRequest whose message starts with the field
+// (`renew[3].device: ...`). `accounts`, when not empty, is the only accounts allowed.
+LeaseBatch parseLeaseBatch(std::string_view body, const std::vector<std::string>& accounts);
+
+// What a lease write for one account must carry, decided once per batch by the Gateway.
+struct AccountFence {
+  fencing::ActiveView active;  // present: token must equal its seq; absent: nothing passes
+  std::uint64_t hwm = 0;       // token must not be below it
+
+  bool accepts(std::uint64_t token) const {
+    if (token < hwm) return false;
+    if (active.state == fencing::ActiveView::State::absent) return false;
+    return active.state == fencing::ActiveView::State::unknown || token == active.seq;
+  }
+};
+
+class PresenceStore {
+ public:
+  // The account's fence; nullopt refuses the whole batch with 503 (the gateway cannot tell now).
+  using FenceLookup = std::function<std::optional<AccountFence>(const std::string& account)>;
+
+  // Builds the model and starts its sweep on a new strand of `io`: construct it before `io` runs,
+  // and destroy it after stop() once `io` no longer runs. Throws std::invalid_argument for bad
+  // presence parameters in `config`.
+  PresenceStore(boost::asio::io_context& io, const Config& config, metrics::Registry& registry);
+  ~PresenceStore();
+  PresenceStore(const PresenceStore&) = delete;
+  PresenceStore& operator=(const PresenceStore&) = delete;
+
+  // POST /v1/presence/leases: 200 with the counts, 400 naming the field (nothing applied), 413,
+  // 503 when the fence lookup cannot tell or the store does not answer in time.
+  http::Response postLeases(std::string_view body, const FenceLookup& fence);
+  // The 503 of a gateway that refuses every write right now (counted as refused).
+  http::Response refuseLeases(std::string_view why);
+  // GET /v1/presence/{account}, account already checked.
+  http::Response accountPresence(const std::string& account);
+  // Brings the lease gauge and the expiration and flap counters up to date (before a scrape).
+  void refreshMetrics();
+  // Cancels the model's timers so that io.run() can return; later calls answer 503.
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zkagent::gateway
