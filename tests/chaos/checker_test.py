@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""The chaos checker on small hand-made histories: a clean one passes, and each kind of
+violation is reported by the check that guards it (and only a broken history fails)."""
+import json
+import os
+import struct
+import sys
+import tempfile
+import unittest
+import zlib
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "chaos"))
+import check  # noqa: E402
+
+
+def text(s):
+    b = s.encode()
+    return struct.pack("<I", len(b)) + b
+
+
+def accepted_record(account, op_id, token, instance, session=7):
+    body = (b"\x01" + text(account) + text(op_id) + struct.pack("<Q", token) + text(instance) +
+            struct.pack("<q", session) + text('{"chaos":1}') + struct.pack("<Q", token))
+    return struct.pack("<II", len(body), zlib.crc32(body) & 0xFFFFFFFF) + body
+
+
+class Run:
+    """acct-0 led by agent-0 (seq 1) from 0 to 1000 ms, then by agent-1 (seq 2)."""
+
+    def __init__(self):
+        self.ops = []
+        self.log = []
+        self.observer = [
+            [10, 0, "acct-0", True, 1, "agent-0", 7, 100],
+            [1000, 0, "acct-0", False, -1, "", 0, 105],
+            [1010, 0, "acct-0", True, 2, "agent-1", 8, 110],
+        ]
+        self.final = {"last_heal_ms": 1500, "accounts": {"acct-0": {"led_ms": 50}}}
+
+    def op(self, op_id, invoked, completed, agent, token, outcome="ok", logged=True,
+           instance=None, status=None):
+        self.ops.append([invoked, completed, agent, "acct-0", op_id,
+                         status if status is not None else (200 if outcome == "ok" else 409),
+                         outcome, token, False])
+        if logged:
+            self.log.append(accepted_record("acct-0", op_id, token,
+                                            instance or "agent-%d" % agent))
+
+    def write(self, directory):
+        os.makedirs(os.path.join(directory, "gateway-data"))
+        with open(os.path.join(directory, "gateway-data", "log.%020d" % 0), "wb") as f:
+            f.write(b"".join(self.log))
+        history = {
+            "meta": {"seed": 1, "events": 1, "accounts": ["acct-0"], "agents": ["agent-0",
+                                                                                "agent-1"],
+                     "session_timeout_ms": 1500, "break_fencing": False, "lock_delay_ms": 0,
+                     "gateway_mode": "zookeeper", "gateway_data": "gateway-data",
+                     "ended_ms": 2000},
+            "schedule": [], "final": self.final, "gateway_runs": [],
+            "events": [{"index": 0, "kinds": "agent_kill", "start_ms": 900, "heal_ms": 1100,
+                        "settled_ms": 1200, "reelect_ms": 100,
+                        "faults": [{"kind": "agent_kill", "start_ms": 900, "heal_ms": 1100}]}],
+            "observer_fields": ["t_ms", "server", "account", "present", "seq", "instance",
+                                "session", "zxid"],
+            "observer": self.observer,
+            "ops_fields": ["invoked_ms", "completed_ms", "agent", "account", "op_id", "status",
+                           "outcome", "token", "probe"],
+            "ops": self.ops,
+        }
+        with open(os.path.join(directory, "history.json"), "w") as f:
+            json.dump(history, f)
+
+
+def clean():
+    r = Run()
+    r.op("a", 100, 110, 0, 1)
+    r.op("b", 200, 210, 0, 1)
+    r.op("c", 1100, 1110, 1, 2)
+    r.op("refused", 1120, 1130, 0, 1, outcome="not_current_leader", logged=False)
+    r.op("lost-answer", 1200, 3200, 1, -1, outcome="timeout", logged=False, status=0)
+    return r
+
+
+class CheckerTest(unittest.TestCase):
+    def violations(self, run):
+        with tempfile.TemporaryDirectory() as d:
+            run.write(d)
+            _, _, _, _, violations, _, _ = check.check(d, slack_ms=50)
+            return {k: v for k, v in violations.items() if v}
+
+    def test_a_clean_history_has_no_violation(self):
+        self.assertEqual(self.violations(clean()), {})
+
+    def test_a_token_that_decreases_in_log_order_violates_check_1(self):
+        r = clean()
+        r.op("late-old", 1150, 1160, 0, 1)  # logged after token 2
+        self.assertIn("1", self.violations(r))
+
+    def test_a_token_used_by_two_instances_violates_check_1(self):
+        r = clean()
+        r.op("forged", 1300, 1310, 1, 2, instance="agent-0")
+        self.assertIn("1", self.violations(r))
+
+    def test_an_acknowledged_operation_missing_from_the_log_violates_check_3(self):
+        r = clean()
+        r.op("lost", 1300, 1310, 1, 2, logged=False)
+        self.assertEqual(set(self.violations(r)), {"3"})
+
+    def test_an_operation_logged_twice_violates_check_3(self):
+        r = clean()
+        r.log.append(r.log[-1])
+        self.assertIn("3", self.violations(r))
+
+    def test_a_refused_operation_in_the_log_violates_check_3(self):
+        r = clean()
+        r.op("refused-but-logged", 1300, 1310, 1, 2, outcome="stale_token")
+        self.assertIn("3", self.violations(r))
+
+    def test_a_token_accepted_after_its_leadership_ended_violates_check_4(self):
+        r = clean()
+        # An old leader's operation decided after its active node was gone, before the successor's
+        # first operation was logged: the tokens in the log still only grow.
+        r.log.insert(2, accepted_record("acct-0", "stale", 1, "agent-0"))
+        r.ops.append([1080, 3000, 0, "acct-0", "stale", 0, "timeout", -1, False])
+        self.assertEqual(set(self.violations(r)), {"4"})
+
+    def test_a_stale_token_accepted_before_the_successor_sent_violates_only_check_4(self):
+        r = Run()
+        r.op("a", 100, 110, 0, 1)
+        r.op("stale", 1300, 1310, 0, 1)  # hwm-only gateway: nothing newer accepted yet
+        r.op("c", 1400, 1410, 1, 2)
+        self.assertEqual(set(self.violations(r)), {"4"})
+
+    def test_a_lower_token_accepted_after_a_higher_one_was_acknowledged_violates_check_2(self):
+        r = Run()
+        r.op("c", 1100, 1110, 1, 2, logged=False)
+        r.op("a", 100, 1200, 0, 1)  # logged first, but invoked... before c was acknowledged
+        r.log.append(accepted_record("acct-0", "c", 2, "agent-1"))
+        r.op("z", 1300, 1310, 0, 1)  # invoked after c's acknowledgement, accepted with token 1
+        self.assertIn("2", self.violations(r))
+
+    def test_an_account_not_led_after_the_last_heal_violates_check_5(self):
+        r = clean()
+        r.final["accounts"] = {}
+        self.assertEqual(set(self.violations(r)), {"5"})
+
+    def test_an_account_led_too_late_after_the_last_heal_violates_check_5(self):
+        r = clean()
+        r.final["accounts"]["acct-0"]["led_ms"] = 1500 + 2000 + 1
+        self.assertEqual(set(self.violations(r)), {"5"})
+
+    def test_a_torn_tail_is_reported_and_the_records_before_it_are_read(self):
+        r = clean()
+        r.log.append(accepted_record("acct-0", "torn", 2, "agent-1")[:-3])
+        with tempfile.TemporaryDirectory() as d:
+            r.write(d)
+            ops, _, notes = check.read_gateway_log(os.path.join(d, "gateway-data"))
+            self.assertEqual([o["opId"] for o in ops], ["a", "b", "c"])
+            self.assertTrue(any("stops at byte" in n for n in notes), notes)
+
+
+if __name__ == "__main__":
+    unittest.main()
