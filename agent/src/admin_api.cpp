@@ -174,6 +174,7 @@ std::string Agent::Impl::statusJson() {
   json out;
   out["instance"] = config.instanceId;
   out["endpoint"] = endpoint;
+  out["device_endpoint"] = devices->endpoint();
   out["version"] = ZKAGENT_VERSION;
   out["session"] = {{"state", election::toString(group->sessionState())},
                     {"id", hexSession(group->sessionId())},
@@ -230,7 +231,8 @@ std::string Agent::Impl::statusJson() {
          {"health_report_age_ms",
           state.healthReportAgeMs ? json(*state.healthReportAgeMs) : json(nullptr)},
          {"blocked_reasons", state.decision.blockedReasons},
-         {"lock_delay_remaining_ms", std::max<int64_t>(0, millisOf(state.lockDelayUntil - now))}});
+         {"lock_delay_remaining_ms", std::max<int64_t>(0, millisOf(state.lockDelayUntil - now))},
+         {"devices", devices->devices(account)}});
   }
   out["leading"] = leading;
   out["accounts"] = std::move(list);
@@ -251,7 +253,7 @@ std::string Agent::Impl::metricsText() {
     for (auto f : {Freshness::Fresh, Freshness::Stale})
       m.peers.with({toString(f)}).set(static_cast<double>(counts[f]));
   }
-  return registry.expose();
+  return registry.expose() + devices->metricsText();
 }
 
 }  // namespace zkagent::agent

@@ -110,11 +110,13 @@ Agent::Impl::Impl(asio::io_context& ioc, Config cfg)
   endpoint = config.admin.advertise.empty()
                  ? "http://" + server->address() + ":" + std::to_string(server->port())
                  : config.admin.advertise;
+  devices = std::make_unique<detail::DeviceEndpoint>(io, config);
   election::ElectionOptions eo;
   eo.session = {config.zookeeper.hosts, config.zookeeper.sessionTimeout};
   eo.root = config.zookeeper.root;
   eo.instanceId = config.instanceId;
   eo.endpoint = endpoint;
+  eo.deviceEndpoint = devices->endpoint();
   group = std::make_unique<election::ElectionGroup>(io, eo);
   for (auto lc : kLifecycles) m.lifecycle.with({toString(lc)}).set(lc == lifecycle ? 1 : 0);
   for (auto role : kRoles) m.accounts.with({election::toString(role)}).set(0);
@@ -139,6 +141,17 @@ void Agent::Impl::start() {
     self->reconcileSoon();
   });
   server->start();
+  devices->start(
+      [weak](std::string_view account) {
+        auto self = weak.lock();
+        if (!self || self->stopping)
+          return GateDecision{GateDecision::Verdict::Suspended, -1, 0, std::nullopt};
+        return self->group->check(account);
+      },
+      [weak] {
+        auto self = weak.lock();
+        return self ? self->group->sessionId() : int64_t{0};
+      });
   group->start();
   asio::post(control, [self = shared_from_this()] {
     self->publishHealth();
@@ -517,6 +530,8 @@ void Agent::Impl::onLeadership(const election::LeadershipEvent& e) {
       }
     }
   } else {
+    // Whatever the reason, its leases stop at once and its devices go to the new leader.
+    devices->leadershipLost(e.account);
     m.transitions.with({"lost", std::string(election::toString(e.reason))}).inc();
     std::lock_guard lock(mu);
     accounts[e.account].lockDelayUntil = {};
@@ -571,15 +586,19 @@ void Agent::Impl::shutdown(std::function<void()> done) {
   reconcileTimer.cancel();
   link->stop();
   auto self = shared_from_this();
-  group->stop([self, done = std::move(done)] {
-    spdlog::info("stopped instance={}", self->config.instanceId);
-    self->server->stop();
-    done();
+  group->stop([self, done = std::move(done)]() mutable {
+    // Every account was reported lost (its devices got 4001); the rest get 1001.
+    self->devices->stop([self, done = std::move(done)] {
+      spdlog::info("stopped instance={}", self->config.instanceId);
+      self->server->stop();
+      done();
+    });
   });
 }
 
 void Agent::Impl::closeNow() {
   stopping = true;
+  devices->closeNow();
   link->stop();
   server->stop();
 }
@@ -603,6 +622,7 @@ void Agent::start() {
 }
 
 uint16_t Agent::adminPort() const { return impl_->server->port(); }
+const std::string& Agent::deviceEndpoint() const { return impl_->devices->endpoint(); }
 Gate& Agent::gate() { return *impl_; }
 
 void Agent::drain() { impl_->drain(); }

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "device_endpoint.hpp"
 #include "gateway_link.hpp"
 #include "zkagent/agent.hpp"
 #include "zkagent/http.hpp"
@@ -122,6 +123,7 @@ struct Agent::Impl : Gate, std::enable_shared_from_this<Impl> {
   std::shared_ptr<detail::GatewayLink> link;
   std::unique_ptr<http::Server> server;
   std::string endpoint;
+  std::unique_ptr<detail::DeviceEndpoint> devices;  // before group: it advertises the endpoint
   std::unique_ptr<election::ElectionGroup> group;
 
   std::atomic<bool> stopping{false}, reconcileQueued{false};

@@ -6,7 +6,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <utility>
 
+#include "presence_config.hpp"
 #include "zkagent/election.hpp"
 
 namespace zkagent::agent {
@@ -140,7 +142,59 @@ void readAccounts(Config& config, FieldReader& top, const std::filesystem::path&
     top.fail("accounts", "no accounts configured (set accounts or accounts_file)");
 }
 
+// The model's parameter names, as the config fields that set them.
+constexpr std::pair<std::string_view, std::string_view> kPresenceFields[] = {
+    {"heartbeatInterval", "heartbeat_ms"},  {"pingTimeout", "ping_timeout_ms"},
+    {"checkInterval", "check_interval_ms"}, {"renewInterval", "renew_interval_ms"},
+    {"leaseTtl", "lease_ttl_ms"}};
+
+void readPresence(Config& config, FieldReader& top) {
+  auto presence = top.object("presence");
+  auto& p = config.presence;
+  const std::string listen = presence.string("listen", "127.0.0.1:8471");
+  p.listen = parseHostPort(presence, "listen", listen, true);
+  p.advertise = presence.string("advertise", "");
+  if (!p.advertise.empty() && !p.advertise.starts_with("ws://"))
+    presence.fail("advertise", "'" + p.advertise + "' must start with ws://");
+  p.heartbeat = presence.millis("heartbeat_ms", p.heartbeat);
+  p.pingTimeout = presence.millis("ping_timeout_ms", p.pingTimeout);
+  p.checkInterval = presence.millis("check_interval_ms", p.checkInterval);
+  p.renewInterval = presence.millis("renew_interval_ms", p.renewInterval);
+  p.leaseTtl = presence.millis("lease_ttl_ms", p.leaseTtl);
+  if (const json* entries = presence.find("max_batch_entries")) {
+    if (!entries->is_number_integer() || entries->get<int64_t>() < 1 ||
+        entries->get<int64_t>() > 100000)
+      presence.fail("max_batch_entries", "must be an integer between 1 and 100000");
+    p.maxBatchEntries = entries->get<size_t>();
+  }
+  presence.rejectUnknown();
+  // The first problem the model finds, told with the config's field names.
+  const auto errors = presence::validationErrors(presenceParams(p));
+  if (errors.empty()) return;
+  std::string message = errors.front().substr(0, errors.front().find("; set allowUnsafe"));
+  std::string_view field = "heartbeat_ms";  // the message's first parameter is the culprit
+  size_t first = std::string::npos;
+  for (const auto& [param, name] : kPresenceFields) {
+    if (const auto at = message.find(param); at < first) first = at, field = name;
+  }
+  for (const auto& [param, name] : kPresenceFields) {
+    for (size_t at; (at = message.find(param)) != std::string::npos;)
+      message.replace(at, param.size(), name);
+  }
+  presence.fail(field, message);
+}
+
 }  // namespace
+
+presence::Params presenceParams(const Config::Presence& config) {
+  presence::Params params;
+  params.heartbeatInterval = config.heartbeat;
+  params.pingTimeout = config.pingTimeout;
+  params.checkInterval = config.checkInterval;
+  params.renewInterval = config.renewInterval;
+  params.leaseTtl = config.leaseTtl;
+  return params;
+}
 
 Config parseConfig(std::string_view text, const std::filesystem::path& baseDir) {
   const json root = json::parse(text, nullptr, false);
@@ -211,6 +265,12 @@ Config parseConfig(std::string_view text, const std::filesystem::path& baseDir) 
     admin.rejectUnknown();
   }
 
+  readPresence(config, top);
+  if (config.presence.listen.port != 0 && config.presence.listen.port == config.admin.listen.port &&
+      config.presence.listen.host == config.admin.listen.host) {
+    throw ConfigError("presence.listen", "must differ from admin.listen");
+  }
+
   {
     auto health = top.object("health");
     config.health.interval = health.millis("interval_ms", config.health.interval);
@@ -276,6 +336,15 @@ std::string describe(const Config& c) {
        {{"listen", hostPort(c.admin.listen)},
         {"token", c.admin.token.empty() ? "" : "(set)"},
         {"advertise", c.admin.advertise}}},
+      {"presence",
+       {{"listen", hostPort(c.presence.listen)},
+        {"advertise", c.presence.advertise},
+        {"heartbeat_ms", c.presence.heartbeat.count()},
+        {"ping_timeout_ms", c.presence.pingTimeout.count()},
+        {"check_interval_ms", c.presence.checkInterval.count()},
+        {"renew_interval_ms", c.presence.renewInterval.count()},
+        {"lease_ttl_ms", c.presence.leaseTtl.count()},
+        {"max_batch_entries", c.presence.maxBatchEntries}}},
       {"health", {{"interval_ms", c.health.interval.count()}, {"ttl_ms", c.health.ttl.count()}}},
       {"lock_delay_ms", c.lockDelay.count()},
       {"gate", c.gate == GateMode::Strict ? "strict" : "fast"},

@@ -27,7 +27,8 @@ the admin API (status, metrics, drain, resign, ops).
   --help           this text
   --version        the version
 
-On start it prints "LISTENING HOST:PORT" (the admin address) on stdout. SIGTERM or SIGINT:
+On start it prints "LISTENING HOST:PORT" (the admin address) and "DEVICES ws://HOST:PORT" (the
+device endpoint) on stdout. SIGTERM or SIGINT:
 refuse new operations, resign every account, close the session, exit 0.
 )";
 
@@ -38,6 +39,7 @@ int run(const zkagent::agent::Config& config) {
   Agent agent(io, config);
   agent.start();
   std::printf("LISTENING %s:%u\n", config.admin.listen.host.c_str(), agent.adminPort());
+  std::printf("DEVICES %s\n", agent.deviceEndpoint().c_str());
   std::fflush(stdout);
   spdlog::info("zk-agent {} started instance={} accounts={} admin={}:{}", ZKAGENT_VERSION,
                config.instanceId, config.accounts.size(), config.admin.listen.host,

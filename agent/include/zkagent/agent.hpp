@@ -65,6 +65,8 @@ class Agent {
 
   void start();
   uint16_t adminPort() const;
+  // Where devices connect (presence.advertise, or ws://{presence.listen host}:{bound port}).
+  const std::string& deviceEndpoint() const;
 
   Gate& gate();
   // Lifecycle leaving: withdraw where not leading, hand each led account to a schedulable

@@ -53,6 +53,18 @@ struct Config {
     std::string advertise;  // endpoint written into member/active nodes; default http://listen
   } admin;
 
+  // The device endpoint and the presence runtime (docs/presence-runtime.md).
+  struct Presence {
+    HostPort listen{"127.0.0.1", 8471};  // the WebSocket listener for devices
+    std::string advertise;               // deviceEndpoint in member/active; default ws://listen
+    Millis heartbeat{30000};    // the devices' heartbeat, told them in the welcome frame
+    Millis pingTimeout{75000};  // close a device silent this long; 0 disables the check
+    Millis checkInterval{5000};
+    Millis renewInterval{60000};  // one lease batch per tick for every connection
+    Millis leaseTtl{150000};      // the gateway's lease TTL (must match it)
+    size_t maxBatchEntries = 2000;  // entries per POST /v1/presence/leases
+  } presence;
+
   struct Health {
     Millis interval{5000};
     Millis ttl{30000};

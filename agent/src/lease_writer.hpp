@@ -1,0 +1,71 @@
+// The presence model's LeaseWriter over the network: the connection table's renewals and removals
+// become POST /v1/presence/leases batches to the fencing-gateway (docs/presence-runtime.md).
+//
+// Everything runs on the presence strand. Writes are queued and flushed a few milliseconds later,
+// so a removal rides with whatever else came in that window; at most one request is in flight, so
+// a lease's renewal and removal reach the gateway in the order they were made. Right before a
+// batch leaves, every entry is checked against the gate: an entry whose account this agent does
+// not lead under the entry's token right now (lost, suspended, drifted) is dropped and counted, so
+// no lease write leaves a suspended agent.
+#pragma once
+
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "presence_metrics.hpp"
+#include "zkagent/agent/config.hpp"
+#include "zkagent/election.hpp"
+#include "zkagent/http.hpp"
+#include "zkagent/presence/leases.hpp"
+
+namespace zkagent::agent::detail {
+
+using PresenceStrand = boost::asio::strand<boost::asio::io_context::executor_type>;
+using GateCheck = std::function<election::GateDecision(std::string_view account)>;
+
+class GatewayLeaseWriter final : public presence::LeaseWriter,
+                                 public std::enable_shared_from_this<GatewayLeaseWriter> {
+ public:
+  // The gateway refused `account`'s writes under `token` (a newer leader exists): runs on the
+  // strand.
+  using FencedHandler = std::function<void(const std::string& account, uint64_t token)>;
+
+  GatewayLeaseWriter(PresenceStrand strand, const Config& config, PresenceMetrics& metrics,
+                     GateCheck gate, std::function<int64_t()> sessionId, FencedHandler onFenced);
+
+  void renew(std::string_view gateway, std::span<const presence::LeaseEntry> entries) override;
+  void remove(const presence::DeviceKey& key, presence::Epoch epoch,
+              presence::LeaveReason reason) override;
+  void stop();  // drops what is queued; nothing more is sent
+
+ private:
+  struct Removal {
+    presence::LeaseEntry entry;
+    presence::LeaveReason reason;
+    bool retried = false;
+  };
+  void flushSoon(std::chrono::milliseconds delay);
+  void flush();
+  void answered(size_t renewed, std::vector<Removal> removals, http::ClientResponse response);
+
+  PresenceStrand strand_;
+  const std::string instanceId_;
+  const size_t maxEntries_;
+  PresenceMetrics& m_;
+  GateCheck gate_;
+  std::function<int64_t()> sessionId_;
+  FencedHandler onFenced_;
+  http::Client client_;  // its own kept-alive connection to the gateway
+  boost::asio::steady_timer timer_;
+  bool scheduled_ = false, inFlight_ = false, stopped_ = false;
+  std::vector<presence::LeaseEntry> renewals_;
+  std::vector<Removal> removals_;
+};
+
+}  // namespace zkagent::agent::detail
