@@ -19,6 +19,9 @@
 
 #if defined(__linux__)
 #include <netinet/in.h>
+#ifndef IP_BIND_ADDRESS_NO_PORT  // linux/in.h has it, but clashes with netinet/in.h
+#define IP_BIND_ADDRESS_NO_PORT 24
+#endif
 #endif
 
 namespace zkagent::device {
