@@ -57,10 +57,10 @@ int64_t parseInteger(std::string_view field, std::string_view text, int64_t low,
 // checked where it was set.
 void validateConfig(const Config& config) {
   if (config.leaseSweepMs > config.leaseTtlMs) {
-    fail("presence.sweep_ms (--lease-sweep-ms)", "must not exceed presence.lease_ttl_ms (" +
-                                  std::to_string(config.leaseSweepMs) + " > " +
-                                  std::to_string(config.leaseTtlMs) +
-                                  "): a lease would outlive its TTL by more than the TTL");
+    fail("presence.sweep_ms (--lease-sweep-ms)",
+         "must not exceed presence.lease_ttl_ms (" + std::to_string(config.leaseSweepMs) + " > " +
+             std::to_string(config.leaseTtlMs) +
+             "): a lease would outlive its TTL by more than the TTL");
   }
 }
 
@@ -208,12 +208,12 @@ Config parseConfigJson(std::string_view text, Config config) {
     const auto& presence = root["presence"];
     requireKnownKeys(presence, "presence", {"lease_ttl_ms", "sweep_ms"});
     if (presence.contains("lease_ttl_ms")) {
-      config.leaseTtlMs = static_cast<int>(
-          integerField(presence, "lease_ttl_ms", "presence.lease_ttl_ms", kMinLeaseTtlMs, kMaxLeaseMs));
+      config.leaseTtlMs = static_cast<int>(integerField(
+          presence, "lease_ttl_ms", "presence.lease_ttl_ms", kMinLeaseTtlMs, kMaxLeaseMs));
     }
     if (presence.contains("sweep_ms")) {
-      config.leaseSweepMs = static_cast<int>(
-          integerField(presence, "sweep_ms", "presence.sweep_ms", 1, kMaxLeaseMs));
+      config.leaseSweepMs =
+          static_cast<int>(integerField(presence, "sweep_ms", "presence.sweep_ms", 1, kMaxLeaseMs));
     }
   }
   if (root.contains("log")) {

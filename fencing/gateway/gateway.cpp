@@ -161,8 +161,8 @@ http::Response Gateway::submitOperation(const http::Request& request) {
   // The server takes bodies up to a lease batch's size; an operation must stay much smaller.
   if (request.body.size() > fencing::kMaxOperationBytes) {
     badRequests_.inc();
-    return http::Response::error(413, "operation larger than " +
-                                          std::to_string(fencing::kMaxOperationBytes) + " bytes");
+    return http::Response::error(
+        413, "operation larger than " + std::to_string(fencing::kMaxOperationBytes) + " bytes");
   }
   fencing::Operation operation;
   try {
@@ -354,8 +354,9 @@ http::Response Gateway::presenceLeases(const http::Request& request) {
   // raise the HWM: presence is soft state and leaves nothing in the durable log.
   return presence_->postLeases(
       request.body, [this, mode](const std::string& account) -> std::optional<AccountFence> {
-        AccountFence fence{.active = fencing::ActiveView::unknown(),
-                           .hwm = validator_.status(account).value_or(fencing::AccountStatus{}).hwm};
+        AccountFence fence{
+            .active = fencing::ActiveView::unknown(),
+            .hwm = validator_.status(account).value_or(fencing::AccountStatus{}).hwm};
         if (mode == CheckMode::ZooKeeper) {
           fence.active = leaders_->active(account);
           if (fence.active.state == fencing::ActiveView::State::unknown &&
@@ -372,9 +373,8 @@ http::Response Gateway::presenceOf(const http::Request& request) {
   if (!fencing::isValidAccountId(account)) {
     return http::Response::error(400, "account: must match [A-Za-z0-9_.-]{1,128}, not . or ..");
   }
-  if (!config_.accounts.empty() &&
-      std::find(config_.accounts.begin(), config_.accounts.end(), account) ==
-          config_.accounts.end()) {
+  if (!config_.accounts.empty() && std::find(config_.accounts.begin(), config_.accounts.end(),
+                                             account) == config_.accounts.end()) {
     return http::Response::error(404, "account " + account + " is not served by this gateway");
   }
   return presence_->accountPresence(account);

@@ -20,8 +20,8 @@
 namespace zkagent::gateway {
 namespace {
 
-using nlohmann::json;
 using fencing::BadRequest;
+using nlohmann::json;
 
 // How long a handler waits for the strand; past it the batch may still be applied, and the agent's
 // next renewal (renew is idempotent) or a repeated removal (then stale) settles it.
@@ -296,8 +296,9 @@ http::Response PresenceStore::postLeases(std::string_view body, const FenceLooku
   std::erase_if(batch.remove,
                 [&](const auto& removal) { return !keep(removal.entry, fencedRemovals); });
   if (undecided) {
-    return refuseLeases("ZooKeeper cannot tell the leader of an account of this batch now and the "
-                        "gateway is configured to refuse meanwhile; nothing applied");
+    return refuseLeases(
+        "ZooKeeper cannot tell the leader of an account of this batch now and the "
+        "gateway is configured to refuse meanwhile; nothing applied");
   }
 
   struct Applied {
@@ -336,11 +337,12 @@ http::Response PresenceStore::postLeases(std::string_view body, const FenceLooku
     spdlog::info("presence lease writes fenced account={} token={}", account, token);
     fenced.push_back({{"account", account}, {"token", token}});
   }
-  return http::Response::json(200, nlohmann::ordered_json{{"renewed", applied->renewed},
-                                        {"removed", applied->removed},
-                                        {"stale", applied->staleRenewals + applied->staleRemovals},
-                                        {"fenced", std::move(fenced)}}
-                                       .dump());
+  return http::Response::json(
+      200, nlohmann::ordered_json{{"renewed", applied->renewed},
+                                  {"removed", applied->removed},
+                                  {"stale", applied->staleRenewals + applied->staleRemovals},
+                                  {"fenced", std::move(fenced)}}
+               .dump());
 }
 
 http::Response PresenceStore::accountPresence(const std::string& account) {
@@ -355,12 +357,13 @@ http::Response PresenceStore::accountPresence(const std::string& account) {
           // A lease's deadline is its last renewal + TTL, so the age follows from it.
           const auto age = std::clamp(impl.params.leaseTtl - (lease.expires - now),
                                       presence::Millis{0}, impl.params.leaseTtl);
-          sorted.emplace_back(key.device, ordered{{"device", key.device},
-                                               {"agent", lease.gateway},
-                                               {"epoch",
-                                                {{"token", lease.epoch.leaderToken},
-                                                 {"counter", lease.epoch.connection}}},
-                                               {"age_ms", age.count()}});
+          sorted.emplace_back(
+              key.device,
+              ordered{{"device", key.device},
+                      {"agent", lease.gateway},
+                      {"epoch",
+                       {{"token", lease.epoch.leaderToken}, {"counter", lease.epoch.connection}}},
+                      {"age_ms", age.count()}});
         });
     std::sort(sorted.begin(), sorted.end(),
               [](const auto& a, const auto& b) { return a.first < b.first; });

@@ -20,6 +20,16 @@ std::string errorOf(std::vector<std::string> args) {
   return result.message;
 }
 
+// The error parseConfigJson throws for `json`, or "accepted".
+std::string error(std::string_view json) {
+  try {
+    parseConfigJson(json);
+  } catch (const std::invalid_argument& e) {
+    return std::string(e.what());
+  }
+  return std::string("accepted");
+}
+
 }  // namespace
 
 TEST(GatewayConfig, FlagsFillTheConfig) {
@@ -76,14 +86,6 @@ TEST(GatewayConfig, ErrorsNameTheFieldAndWhatIsExpected) {
 }
 
 TEST(GatewayConfig, FileErrorsNameTheJsonField) {
-  auto error = [](std::string_view json) {
-    try {
-      parseConfigJson(json);
-    } catch (const std::invalid_argument& e) {
-      return std::string(e.what());
-    }
-    return std::string("accepted");
-  };
   EXPECT_NE(error("{").find("not valid JSON"), std::string::npos);
   EXPECT_NE(error(R"({"zookeeper":{"sessionTimeoutMs":10}})").find("zookeeper.sessionTimeoutMs"),
             std::string::npos);
@@ -101,4 +103,44 @@ TEST(GatewayConfig, HelpAndVersionPrintAndExitZero) {
   auto version = parse({"--version"});
   EXPECT_EQ(version.exitCode, 0);
   EXPECT_EQ(version.message, std::string("fencing-gateway ") + ZKAGENT_VERSION + "\n");
+}
+
+TEST(GatewayConfig, PresenceLeaseSettingsComeFromTheFileAndFlagsOverrideThem) {
+  auto defaults = parse({"--data-dir", "d"});
+  ASSERT_TRUE(defaults.config) << defaults.message;
+  EXPECT_EQ(defaults.config->leaseTtlMs, 150000);
+  EXPECT_EQ(defaults.config->leaseSweepMs, 5000);
+  zkagent::fencing::testing::TempDir dir;
+  auto file = dir.path() / "gateway.json";
+  std::ofstream(file) << R"({"dataDir":"d","presence":{"lease_ttl_ms":1200,"sweep_ms":100}})";
+  auto fromFile = parse({"--config", file.string()});
+  ASSERT_TRUE(fromFile.config) << fromFile.message;
+  EXPECT_EQ(fromFile.config->leaseTtlMs, 1200);
+  EXPECT_EQ(fromFile.config->leaseSweepMs, 100);
+  auto overridden =
+      parse({"--config", file.string(), "--lease-ttl-ms", "900", "--lease-sweep-ms", "50"});
+  ASSERT_TRUE(overridden.config) << overridden.message;
+  EXPECT_EQ(overridden.config->leaseTtlMs, 900);
+  EXPECT_EQ(overridden.config->leaseSweepMs, 50);
+}
+
+TEST(GatewayConfig, BadPresenceLeaseSettingsAreRefusedNamingTheField) {
+  EXPECT_NE(errorOf({"--data-dir", "d", "--lease-ttl-ms", "0"}).find("--lease-ttl-ms: must be"),
+            std::string::npos);
+  EXPECT_NE(
+      errorOf({"--data-dir", "d", "--lease-sweep-ms", "-5"}).find("--lease-sweep-ms: must be"),
+      std::string::npos);
+  EXPECT_NE(errorOf({"--data-dir", "d", "--lease-ttl-ms", "12x"}).find("--lease-ttl-ms: must be"),
+            std::string::npos);
+  EXPECT_NE(
+      errorOf({"--data-dir", "d", "--lease-ttl-ms", "1000", "--lease-sweep-ms", "1001"})
+          .find("presence.sweep_ms (--lease-sweep-ms): must not exceed presence.lease_ttl_ms"),
+      std::string::npos);
+  EXPECT_NE(error(R"({"presence":{"lease_ttl_ms":0}})").find("presence.lease_ttl_ms: must be"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"presence":{"sweep_ms":"5s"}})").find("presence.sweep_ms: must be"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"presence":{"ttl":5}})").find("presence.ttl: unknown field"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"presence":7})").find("presence: must be a JSON object"), std::string::npos);
 }

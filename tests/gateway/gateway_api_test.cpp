@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "fake_leaders.hpp"
 #include "gateway.hpp"
 #include "temp_dir.hpp"
 
@@ -17,27 +18,7 @@ using nlohmann::json;
 
 namespace {
 
-// What a ZooKeeper cache would say, set by the test.
-class FakeLeaders final : public gateway::LeaderSource {
- public:
-  bool trusted() const override { return reachable_; }
-  fencing::ActiveView active(std::string_view account) override {
-    if (!reachable_) return fencing::ActiveView::unknown();
-    std::lock_guard lock(mutex_);
-    auto it = active_.find(std::string(account));
-    return it == active_.end() ? fencing::ActiveView::absent() : it->second;
-  }
-  void setActive(const std::string& account, uint64_t seq) {
-    std::lock_guard lock(mutex_);
-    active_[account] = fencing::ActiveView::present(seq);
-  }
-  void setReachable(bool reachable) { reachable_ = reachable; }
-
- private:
-  std::atomic<bool> reachable_{true};
-  std::mutex mutex_;
-  std::map<std::string, fencing::ActiveView> active_;
-};
+using gateway::testing::FakeLeaders;
 
 std::string op(std::string_view account, uint64_t token, std::string_view opId) {
   return json{{"account", account}, {"token", token}, {"instanceId", "host-a"},

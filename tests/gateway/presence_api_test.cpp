@@ -1,0 +1,347 @@
+// The gateway's presence lease store through its Router (no sockets): the model runs on a strand
+// of a real io_context on the real clock, with a fake ZooKeeper view for the fencing.
+#include <gtest/gtest.h>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "fake_leaders.hpp"
+#include "gateway.hpp"
+#include "presence_store.hpp"
+#include "temp_dir.hpp"
+#include "zktest/deadline.hpp"
+
+using namespace zkagent;
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+namespace {
+
+json entry(std::string_view account, std::string_view device, uint64_t token, uint64_t counter) {
+  return {{"account", account}, {"device", device}, {"token", token}, {"counter", counter}};
+}
+
+json removal(std::string_view account, std::string_view device, uint64_t token, uint64_t counter,
+             std::string_view reason = "close") {
+  auto removed = entry(account, device, token, counter);
+  removed["reason"] = reason;
+  return removed;
+}
+
+std::string batch(json renew, json remove = json::array(), std::string_view instance = "host-a") {
+  return json{{"instanceId", instance},
+              {"sessionId", "0x1000abc"},
+              {"renew", std::move(renew)},
+              {"remove", std::move(remove)}}
+      .dump();
+}
+
+class PresenceApi : public ::testing::Test {
+ protected:
+  void start(gateway::Config config = {}, bool zookeeper = false) {
+    config.dataDir = dir_.path();
+    validator_ = std::make_unique<fencing::TokenValidator>(
+        fencing::ValidatorOptions{.dataDir = dir_.path()});
+    presence_ = std::make_unique<gateway::PresenceStore>(io_, config, registry_);
+    gateway_ = std::make_unique<gateway::Gateway>(
+        config, *validator_, zookeeper ? &leaders_ : nullptr, registry_, presence_.get());
+    router_ = std::make_unique<http::Router>(gateway_->router());
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  void TearDown() override {
+    if (!presence_) return;
+    presence_->stop();
+    work_.reset();
+    thread_.join();
+  }
+
+  http::Response call(http::Method method, std::string path, std::string body = {}) {
+    http::Request request;
+    request.method = method;
+    request.path = request.target = std::move(path);
+    request.body = std::move(body);
+    return router_->handle(std::move(request));
+  }
+  http::Response postLeases(std::string body) {
+    return call(http::Method::Post, "/v1/presence/leases", std::move(body));
+  }
+  json leases(std::string body) {
+    auto response = postLeases(std::move(body));
+    EXPECT_EQ(response.status, 200) << response.body;
+    return json::parse(response.body);
+  }
+  json presenceOf(const std::string& account) {
+    auto response = call(http::Method::Get, "/v1/presence/" + account);
+    EXPECT_EQ(response.status, 200) << response.body;
+    return json::parse(response.body);
+  }
+  // The (token, counter) of every device shown for `account`, by device.
+  std::map<std::string, std::pair<uint64_t, uint64_t>> epochs(const std::string& account) {
+    std::map<std::string, std::pair<uint64_t, uint64_t>> result;
+    const json shown = presenceOf(account);
+    for (const auto& device : shown["devices"]) {
+      result[device["device"].get<std::string>()] = {device["epoch"]["token"],
+                                                     device["epoch"]["counter"]};
+    }
+    return result;
+  }
+  std::string metrics() { return call(http::Method::Get, "/metrics").body; }
+  bool hasMetric(const std::string& line) {
+    return metrics().find(line + "\n") != std::string::npos;
+  }
+
+  fencing::testing::TempDir dir_;
+  gateway::testing::FakeLeaders leaders_;
+  metrics::Registry registry_;
+  boost::asio::io_context io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_{
+      io_.get_executor()};
+  std::unique_ptr<fencing::TokenValidator> validator_;
+  std::unique_ptr<gateway::PresenceStore> presence_;
+  std::unique_ptr<gateway::Gateway> gateway_;
+  std::unique_ptr<http::Router> router_;
+  std::thread thread_;
+};
+
+using Epochs = std::map<std::string, std::pair<uint64_t, uint64_t>>;
+
+}  // namespace
+
+TEST_F(PresenceApi, RenewedLeaseIsShownWithItsAgentEpochAndAge) {
+  start();
+  EXPECT_EQ(leases(batch({entry("A", "phone", 7, 12), entry("A", "laptop", 7, 13)})),
+            (json{{"renewed", 2}, {"removed", 0}, {"stale", 0}, {"fenced", json::array()}}));
+  auto shown = presenceOf("A");
+  EXPECT_EQ(shown["account"], "A");
+  EXPECT_EQ(shown["online"], true);
+  ASSERT_EQ(shown["devices"].size(), 2u);
+  const auto& laptop = shown["devices"][0];  // sorted by device
+  EXPECT_EQ(laptop["device"], "laptop");
+  EXPECT_EQ(laptop["agent"], "host-a");
+  EXPECT_EQ(laptop["epoch"], (json{{"token", 7}, {"counter", 13}}));
+  EXPECT_GE(laptop["age_ms"].get<int64_t>(), 0);
+  EXPECT_LT(laptop["age_ms"].get<int64_t>(), 150000);
+  EXPECT_EQ(
+      presenceOf("B"),
+      (json{
+          {"account", "B"}, {"online", false}, {"devices", json::array()}, {"warming_up", true}}));
+}
+
+TEST_F(PresenceApi, AgeCountsFromTheLastRenewal) {
+  start();
+  leases(batch({entry("A", "phone", 7, 12)}));
+  ASSERT_TRUE(zktest::eventually(
+      [&] { return presenceOf("A")["devices"][0]["age_ms"].get<int64_t>() >= 50; }, 5s));
+  leases(batch({entry("A", "phone", 7, 12)}, json::array(), "host-b"));
+  const auto renewed = presenceOf("A")["devices"][0];
+  EXPECT_LT(renewed["age_ms"].get<int64_t>(), 50);
+  EXPECT_EQ(renewed["agent"], "host-b") << "the lease follows the agent that renewed it last";
+}
+
+TEST_F(PresenceApi, RenewalWithAnOlderEpochIsStaleAndKeepsTheCurrentLease) {
+  start();
+  leases(batch({entry("A", "phone", 7, 12)}));
+  EXPECT_EQ(leases(batch({entry("A", "phone", 7, 11), entry("A", "phone", 6, 99)}))["stale"], 2);
+  EXPECT_EQ(epochs("A"), (Epochs{{"phone", {7, 12}}}));
+  EXPECT_EQ(leases(batch({entry("A", "phone", 8, 1)}))["renewed"], 1) << "a new leader outranks";
+  EXPECT_EQ(epochs("A"), (Epochs{{"phone", {8, 1}}}));
+  EXPECT_TRUE(
+      hasMetric(R"(zkagent_gateway_presence_lease_entries_total{op="renew",result="stale"} 2)"));
+}
+
+TEST_F(PresenceApi, RemoveWithTheCurrentEpochEndsTheLeaseAndAnOlderEpochIsStale) {
+  start();
+  leases(batch({entry("A", "phone", 7, 12)}));
+  EXPECT_EQ(leases(batch(json::array(), {removal("A", "phone", 7, 11)})),
+            (json{{"renewed", 0}, {"removed", 0}, {"stale", 1}, {"fenced", json::array()}}));
+  EXPECT_EQ(epochs("A"), (Epochs{{"phone", {7, 12}}}));
+  EXPECT_EQ(leases(batch(json::array(), {removal("A", "phone", 7, 12, "ping_timeout")}))["removed"],
+            1);
+  EXPECT_EQ(presenceOf("A")["online"], false);
+  // A renewal of the removed epoch that was in flight across the removal does not bring it back.
+  EXPECT_EQ(leases(batch({entry("A", "phone", 7, 12)}))["stale"], 1);
+  EXPECT_EQ(presenceOf("A")["devices"], json::array());
+  EXPECT_TRUE(hasMetric(
+      R"(zkagent_gateway_presence_lease_entries_total{op="remove",result="accepted"} 1)"));
+  EXPECT_TRUE(
+      hasMetric(R"(zkagent_gateway_presence_lease_entries_total{op="remove",result="stale"} 1)"));
+  EXPECT_TRUE(hasMetric("zkagent_gateway_presence_leases 0"));
+}
+
+TEST_F(PresenceApi, ZooKeeperModeFencesEveryTokenButTheActiveSeq) {
+  start({}, true);
+  leaders_.setActive("A", 8);  // B has no active node: nobody may write for it
+  auto answer =
+      leases(batch({entry("A", "old", 7, 1), entry("A", "new", 8, 1), entry("A", "x", 7, 2),
+                    entry("A", "future", 9, 1), entry("B", "phone", 3, 1)},
+                   {removal("A", "new", 7, 5)}));
+  EXPECT_EQ(answer["renewed"], 1);
+  EXPECT_EQ(answer["removed"], 0);
+  EXPECT_EQ(answer["stale"], 0);
+  EXPECT_EQ(answer["fenced"], (json{{{"account", "A"}, {"token", 7}},
+                                    {{"account", "A"}, {"token", 9}},
+                                    {{"account", "B"}, {"token", 3}}}));
+  EXPECT_EQ(epochs("A"), (Epochs{{"new", {8, 1}}}));
+  EXPECT_EQ(presenceOf("B")["online"], false);
+  EXPECT_TRUE(
+      hasMetric(R"(zkagent_gateway_presence_lease_entries_total{op="renew",result="fenced"} 4)"));
+  EXPECT_TRUE(
+      hasMetric(R"(zkagent_gateway_presence_lease_entries_total{op="remove",result="fenced"} 1)"));
+}
+
+TEST_F(PresenceApi, EachAccountIsLookedUpOncePerBatch) {
+  start({}, true);
+  leaders_.setActive("A", 8);
+  leaders_.setActive("B", 3);
+  json renew = json::array();
+  for (int i = 0; i < 100; ++i) {
+    const std::string device = std::to_string(i);  // ("d" + ... trips GCC 12's -Wrestrict)
+    renew.push_back(entry(i % 2 ? "A" : "B", device, i % 2 ? 8 : 3, 1));
+  }
+  const int before = leaders_.lookups();
+  EXPECT_EQ(leases(batch(renew))["renewed"], 100);
+  EXPECT_EQ(leaders_.lookups() - before, 2);
+}
+
+TEST_F(PresenceApi, HwmModeFencesTokensBelowTheAccountsHwm) {
+  start();
+  auto op = json{{"account", "A"}, {"token", 9},   {"instanceId", "host-a"},
+                 {"sessionId", 1}, {"opId", "o1"}, {"payload", nullptr}};
+  ASSERT_EQ(call(http::Method::Post, "/v1/ops", op.dump()).status, 200);  // HWM of A: 9
+  auto answer = leases(batch({entry("A", "old", 8, 1), entry("A", "now", 9, 1),
+                              entry("A", "next", 10, 1), entry("B", "phone", 1, 1)}));
+  EXPECT_EQ(answer["renewed"], 3);
+  EXPECT_EQ(answer["fenced"], (json{{{"account", "A"}, {"token", 8}}}));
+  EXPECT_EQ(epochs("A"), (Epochs{{"next", {10, 1}}, {"now", {9, 1}}}));
+  EXPECT_EQ(validator_->status("A")->hwm, 9u) << "lease writes do not move the HWM";
+}
+
+TEST_F(PresenceApi, RefusingModeAnswers503AndAppliesNothing) {
+  gateway::Config config;
+  config.untrusted = gateway::UntrustedPolicy::Refuse;
+  start(config, true);
+  leaders_.setReachable(false);
+  auto refused = postLeases(batch({entry("A", "phone", 7, 1)}));
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_EQ(presenceOf("A")["devices"], json::array());
+  EXPECT_TRUE(hasMetric(R"(zkagent_gateway_presence_lease_requests_total{result="refused"} 1)"));
+}
+
+TEST_F(PresenceApi, AnAccountZooKeeperCannotTellRefusesTheWholeBatchUnderTheRefusePolicy) {
+  gateway::Config config;
+  config.untrusted = gateway::UntrustedPolicy::Refuse;
+  start(config, true);
+  leaders_.setActive("A", 7);
+  leaders_.setUnknown("B");
+  EXPECT_EQ(postLeases(batch({entry("A", "phone", 7, 1), entry("B", "phone", 2, 1)})).status, 503);
+  EXPECT_EQ(presenceOf("A")["devices"], json::array());
+}
+
+TEST_F(PresenceApi, MalformedBatchGets400NamingTheFieldAndAppliesNone) {
+  gateway::Config config;
+  config.accounts = {"A", "B"};
+  start(config);
+  const json good = entry("A", "phone", 7, 1);
+  auto withField = [&](json base, const char* key, json value) {
+    base[key] = std::move(value);
+    return base;
+  };
+  auto without = [&](json base, const char* key) {
+    base.erase(key);
+    return base;
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"not json", "body: not valid JSON"},
+      {"[1]", "body: must be a JSON object"},
+      {R"({"renew":[]})", "instanceId: missing"},
+      {batch(json::array({good}), json::array(), "has space"), "instanceId: must be 1 to 128"},
+      {batch(json::array({good}), json::array(), std::string(129, 'x')), "instanceId: must be"},
+      {R"({"instanceId":"h","renew":{}})", "renew: must be an array"},
+      {R"({"instanceId":"h","remove":"x"})", "remove: must be an array"},
+      {R"({"instanceId":"h","sessionId":[1]})", "sessionId: must be a string or an integer"},
+      {batch({good, 5}), "renew[1]: must be a JSON object"},
+      {batch({good, good, good, without(good, "device")}), "renew[3].device: missing"},
+      {batch({good, withField(good, "device", "a/b")}), "renew[1].device: must match"},
+      {batch({good, withField(good, "device", "..")}), "renew[1].device: must match"},
+      {batch({good, withField(good, "account", "")}), "renew[1].account: must match"},
+      {batch({good, withField(good, "account", "C")}), "renew[1].account: unknown account 'C'"},
+      {batch({good, withField(good, "token", -1)}), "renew[1].token: must be a non-negative"},
+      {batch({good, withField(good, "counter", "1")}), "renew[1].counter: must be a non-negative"},
+      {batch({good, without(good, "token")}), "renew[1].token: missing"},
+      {batch({good}, {without(removal("A", "phone", 7, 1), "reason")}),
+       "remove[0].reason: missing"},
+      {batch({good}, {removal("A", "phone", 7, 1, "bored")}), "remove[0].reason: must be"},
+      {batch({good}, {removal("A", "phone", 7, 1), without(good, "counter")}),
+       "remove[1].counter: missing"},
+  };
+  for (const auto& [body, message] : cases) {
+    auto response = postLeases(body);
+    EXPECT_EQ(response.status, 400) << body;
+    auto error = json::parse(response.body).value("error", std::string());
+    EXPECT_TRUE(error.starts_with(message)) << body << " -> " << error;
+  }
+  EXPECT_EQ(presenceOf("A")["devices"], json::array()) << "no batch applied its good entries";
+  EXPECT_TRUE(hasMetric(R"(zkagent_gateway_presence_lease_requests_total{result="bad_request"} )" +
+                        std::to_string(cases.size())));
+  EXPECT_TRUE(hasMetric(R"(zkagent_gateway_presence_lease_requests_total{result="ok"} 0)"));
+}
+
+TEST_F(PresenceApi, OversizedBatchGets413) {
+  start();
+  auto response = postLeases(std::string(gateway::kMaxLeaseBatchBytes + 1, ' '));
+  EXPECT_EQ(response.status, 413);
+}
+
+TEST_F(PresenceApi, OperationsAboveTheirLimitStillGet413ThoughTheServerTakesLeaseBatches) {
+  start();
+  auto op = json{{"account", "A"}, {"token", 1},   {"instanceId", "host-a"},
+                 {"sessionId", 1}, {"opId", "o1"}, {"payload", std::string(70000, 'x')}};
+  auto response = call(http::Method::Post, "/v1/ops", op.dump());
+  EXPECT_EQ(response.status, 413) << response.body;
+  EXPECT_EQ(validator_->status("A"), std::nullopt);
+}
+
+TEST_F(PresenceApi, LeasesExpireAfterTheTtlOnTheGatewaysClock) {
+  gateway::Config config;
+  config.leaseTtlMs = 300;
+  config.leaseSweepMs = 20;
+  start(config);
+  const auto renewed = std::chrono::steady_clock::now();
+  leases(batch({entry("A", "phone", 7, 1), entry("A", "tablet", 7, 2)}));
+  leases(batch(json::array(), {removal("A", "tablet", 7, 2)}));
+  EXPECT_EQ(epochs("A"), (Epochs{{"phone", {7, 1}}}));
+  ASSERT_TRUE(zktest::eventually([&] { return presenceOf("A")["devices"].empty(); }, 5s))
+      << "the lease never expired";
+  EXPECT_GE(std::chrono::steady_clock::now() - renewed, 299ms) << "expired before its TTL";
+  EXPECT_TRUE(hasMetric("zkagent_gateway_presence_lease_expirations_total 1"));
+  EXPECT_TRUE(hasMetric("zkagent_gateway_presence_leases 0"));
+  // phone and tablet each came and went: four device-level changes.
+  EXPECT_TRUE(hasMetric("zkagent_gateway_presence_device_flaps_total 4"));
+  EXPECT_FALSE(presenceOf("A").contains("warming_up")) << "one TTL has passed since the start";
+}
+
+TEST_F(PresenceApi, BadAccountIdInGetIs400AndAnAccountNotServedIs404) {
+  gateway::Config config;
+  config.accounts = {"A"};
+  start(config);
+  auto bad = call(http::Method::Get, "/v1/presence/a%20b");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(json::parse(bad.body)["error"].get<std::string>().rfind("account: ", 0), 0u);
+  EXPECT_EQ(call(http::Method::Get, "/v1/presence/..").status, 400);
+  EXPECT_EQ(call(http::Method::Get, "/v1/presence/B").status, 404);
+  EXPECT_EQ(call(http::Method::Get, "/v1/presence/A").status, 200);
+}
+
+TEST_F(PresenceApi, MetricsWithPresencePassPromtool) {
+  if (std::system("command -v promtool >/dev/null 2>&1") != 0) GTEST_SKIP() << "promtool absent";
+  start();
+  leases(batch({entry("A", "phone", 7, 1)}));
+  postLeases("not json");
+  auto file = dir_.path() / "metrics.prom";
+  std::ofstream(file) << metrics();
+  EXPECT_EQ(std::system(("promtool check metrics < " + file.string()).c_str()), 0) << metrics();
+}
