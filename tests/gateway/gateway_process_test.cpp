@@ -237,3 +237,41 @@ TEST(GatewayProcess, PausedOldLeaderAndForgedTokenAreRejectedOnceTheSuccessorHol
   EXPECT_EQ(client.post("/v1/ops", op("acc", newToken, "b-1")).status, 200);
   oldLeader->signal(SIGCONT);
 }
+
+TEST(GatewayProcess, PresenceLeaseBatchOfTwoThousandEntriesIsHeldThenExpires) {
+  fencing::testing::TempDir dir;
+  GatewayProcess gateway(dir.path(), {"--lease-ttl-ms", "600", "--lease-sweep-ms", "50"});
+  auto client = gateway.client();
+  json renew = json::array();
+  for (int i = 0; i < 2000; ++i) {
+    renew.push_back({{"account", "acc-" + std::to_string(i % 10)},
+                     {"device", "device-" + std::to_string(i)},
+                     {"token", 4},
+                     {"counter", i}});
+  }
+  auto body = json{{"instanceId", "host-a"}, {"sessionId", "0x1"}, {"renew", renew}}.dump();
+  ASSERT_GT(body.size(), fencing::kMaxOperationBytes) << "the batch must exceed an op's limit";
+  auto answer = client.post("/v1/presence/leases", body);
+  ASSERT_EQ(answer.status, 200) << answer.body << answer.transportError;
+  EXPECT_EQ(json::parse(answer.body)["renewed"], 2000);
+  auto shown = json::parse(client.get("/v1/presence/acc-3").body);
+  EXPECT_EQ(shown["online"], true);
+  ASSERT_EQ(shown["devices"].size(), 200u);
+  EXPECT_EQ(shown["devices"][0]["agent"], "host-a");
+  EXPECT_EQ(shown["devices"][0]["epoch"]["token"], 4);
+  EXPECT_NE(client.get("/metrics").body.find("zkagent_gateway_presence_leases 2000\n"),
+            std::string::npos);
+  EXPECT_TRUE(zktest::eventually(
+      [&] { return json::parse(client.get("/v1/presence/acc-3").body)["devices"].empty(); }, 10s))
+      << "the leases never expired";
+  EXPECT_NE(
+      client.get("/metrics").body.find("zkagent_gateway_presence_lease_expirations_total 2000\n"),
+      std::string::npos);
+  // Over the 1 MiB body limit: refused by the server before any parsing.
+  auto huge = client.post("/v1/presence/leases", std::string(1024 * 1024 + 1, ' '));
+  ASSERT_TRUE(huge.delivered()) << huge.transportError;
+  EXPECT_EQ(huge.status, 413);
+  // The store's sweep timers do not keep a stopping gateway alive.
+  gateway.process().signal(SIGTERM);
+  EXPECT_TRUE(gateway.process().wait(10s).exitedWith(0));
+}
