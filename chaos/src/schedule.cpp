@@ -1,0 +1,127 @@
+#include "schedule.hpp"
+
+#include <algorithm>
+#include <random>
+
+namespace zkagent::chaos {
+
+std::string_view toString(FaultKind kind) {
+  switch (kind) {
+    case FaultKind::agent_kill:
+      return "agent_kill";
+    case FaultKind::agent_pause:
+      return "agent_pause";
+    case FaultKind::agent_partition:
+      return "agent_partition";
+    case FaultKind::zk_kill_agent_server:
+      return "zk_kill_agent_server";
+    case FaultKind::zk_kill_leader:
+      return "zk_kill_leader";
+    case FaultKind::gateway_kill:
+      return "gateway_kill";
+    case FaultKind::gateway_pause:
+      return "gateway_pause";
+    case FaultKind::stale_delivery:
+      return "stale_delivery";
+  }
+  return "?";
+}
+
+namespace {
+
+bool touchesZooKeeper(FaultKind k) {
+  return k == FaultKind::zk_kill_agent_server || k == FaultKind::zk_kill_leader;
+}
+bool touchesGateway(FaultKind k) {
+  return k == FaultKind::gateway_kill || k == FaultKind::gateway_pause;
+}
+bool hasAgent(FaultKind k) {
+  return k == FaultKind::agent_kill || k == FaultKind::agent_pause ||
+         k == FaultKind::agent_partition || k == FaultKind::zk_kill_agent_server;
+}
+
+// Faults that may run together: at most one ZooKeeper server down (the ensemble keeps its
+// quorum), one fault per agent and per gateway, and stale_delivery alone (it times its steps on
+// the run's state, which a second fault would blur).
+bool compatible(const std::vector<Fault>& chosen, const Fault& next) {
+  for (const Fault& f : chosen) {
+    if (f.kind == FaultKind::stale_delivery || next.kind == FaultKind::stale_delivery) return false;
+    if (touchesZooKeeper(f.kind) && touchesZooKeeper(next.kind)) return false;
+    if (touchesGateway(f.kind) && touchesGateway(next.kind)) return false;
+    if (f.agent >= 0 && f.agent == next.agent) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<Event> makeSchedule(const ScheduleOptions& options) {
+  // mt19937_64 is fully specified by the standard and no std distribution (whose algorithms
+  // vary between libraries) is used; the draw order is fixed, so a seed is a replay.
+  std::mt19937_64 rng(options.seed);
+  auto uniform = [&](int lo, int hi) {
+    return lo + static_cast<int>(rng() % static_cast<std::uint64_t>(hi - lo + 1));
+  };
+  const int session = options.sessionTimeoutMs;
+  // Relative weights of the kinds, in kAllFaultKinds order.
+  const int weights[] = {4, 4, 4, 2, 2, 3, 2, 2};
+  int total = 0;
+  for (int w : weights) total += w;
+
+  auto drawFault = [&]() {
+    int pick = uniform(0, total - 1);
+    std::size_t kindIndex = 0;
+    while (pick >= weights[kindIndex]) pick -= weights[kindIndex++];
+    Fault f{kAllFaultKinds[kindIndex], -1, 0};
+    if (hasAgent(f.kind)) f.agent = uniform(0, options.agents - 1);
+    switch (f.kind) {
+      case FaultKind::agent_kill:
+        f.durationMs = uniform(200, 2500);
+        break;
+      case FaultKind::agent_pause:  // always past the session timeout
+        f.durationMs = session + uniform(300, 2000);
+        break;
+      case FaultKind::agent_partition:  // shorter ones only suspend, longer ones expire
+        f.durationMs = uniform(300, session + 2000);
+        break;
+      case FaultKind::zk_kill_agent_server:
+      case FaultKind::zk_kill_leader:
+        f.durationMs = uniform(300, 3000);
+        break;
+      case FaultKind::gateway_kill:
+        f.durationMs = uniform(100, 2000);
+        break;
+      case FaultKind::gateway_pause:
+        f.durationMs = uniform(200, 1500);
+        break;
+      case FaultKind::stale_delivery:  // how long the ZooKeeper link stays cut after delivery
+        f.durationMs = uniform(200, 1000);
+        break;
+    }
+    return f;
+  };
+
+  std::vector<Event> schedule;
+  for (int i = 0; i < options.events; ++i) {
+    Event event;
+    event.index = i;
+    if (options.breakFencing) {
+      event.faults.push_back({FaultKind::stale_delivery, -1, 500});
+    } else {
+      event.faults.push_back(drawFault());
+      // Now and then several faults at once.
+      if (uniform(0, 99) < 20) {
+        const int extra = uniform(1, 2);
+        for (int tries = 0; tries < 8 && static_cast<int>(event.faults.size()) <= extra; ++tries) {
+          Fault f = drawFault();
+          if (compatible(event.faults, f)) event.faults.push_back(f);
+        }
+      }
+    }
+    event.calmAfterMs = uniform(300, 1200);
+    schedule.push_back(std::move(event));
+  }
+  return schedule;
+}
+
+}  // namespace zkagent::chaos

@@ -1,0 +1,53 @@
+#pragma once
+// The nemesis schedule of a chaos run: a pure function of the seed, so the same seed replays the
+// same faults in the same order with the same durations. Targets that depend on the run's state
+// (the ZooKeeper server an agent is connected to, the ensemble's leader, the agent that leads the
+// most accounts) are resolved when the fault starts and logged with the event.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace zkagent::chaos {
+
+enum class FaultKind {
+  agent_kill,            // kill -9 an agent, restart it after `durationMs`
+  agent_pause,           // SIGSTOP an agent past its session timeout, then SIGCONT
+  agent_partition,       // blackhole the agent's ZooKeeper links, heal after `durationMs`
+  zk_kill_agent_server,  // kill -9 the ZooKeeper server the agent is connected to, restart
+  zk_kill_leader,        // kill -9 the ensemble's leader, restart
+  gateway_kill,          // kill -9 the gateway, restart on the same data dir and port
+  gateway_pause,         // SIGSTOP the gateway briefly
+  stale_delivery,        // hold the busiest leader's gateway link, cut its ZooKeeper link until a
+                         // successor leads, then deliver the held (now stale) operations
+};
+inline constexpr FaultKind kAllFaultKinds[] = {
+    FaultKind::agent_kill,     FaultKind::agent_pause,          FaultKind::agent_partition,
+    FaultKind::zk_kill_agent_server, FaultKind::zk_kill_leader, FaultKind::gateway_kill,
+    FaultKind::gateway_pause,  FaultKind::stale_delivery};
+
+std::string_view toString(FaultKind kind);
+
+struct Fault {
+  FaultKind kind;
+  int agent = -1;      // agent index for agent_* and zk_kill_agent_server, else -1
+  int durationMs = 0;  // how long the fault lasts before it is healed
+};
+
+struct Event {
+  int index = 0;
+  std::vector<Fault> faults;  // one, or several started together
+  int calmAfterMs = 0;        // quiet time after the event settled
+};
+
+struct ScheduleOptions {
+  std::uint64_t seed = 1;
+  int events = 40;
+  int agents = 3;
+  int sessionTimeoutMs = 1500;
+  bool breakFencing = false;  // every event is a stale_delivery (the negative control)
+};
+
+std::vector<Event> makeSchedule(const ScheduleOptions& options);
+
+}  // namespace zkagent::chaos
