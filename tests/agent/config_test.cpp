@@ -154,3 +154,69 @@ TEST(AgentConfig, HeartbeatZeroDisablesTheTimeoutCheck) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(AgentPresenceConfig, DefaultsAreTheDocumentedOnes) {
+  const auto p = parseConfig(validConfig().dump()).presence;
+  EXPECT_EQ(p.listen.host, "127.0.0.1");
+  EXPECT_EQ(p.listen.port, 8471);
+  EXPECT_EQ(p.advertise, "");
+  EXPECT_EQ(p.heartbeat.count(), 30000);
+  EXPECT_EQ(p.pingTimeout.count(), 75000);
+  EXPECT_EQ(p.checkInterval.count(), 5000);
+  EXPECT_EQ(p.renewInterval.count(), 60000);
+  EXPECT_EQ(p.leaseTtl.count(), 150000);
+  EXPECT_EQ(p.maxBatchEntries, 2000u);
+}
+
+TEST(AgentPresenceConfig, TimingRulesOfTheModelAreReportedWithTheConfigFieldNames) {
+  struct Case {
+    json presence;
+    std::string field, mentions;
+  };
+  const std::vector<Case> cases = {
+      {{{"heartbeat_ms", 1000}, {"ping_timeout_ms", 2000}}, "presence.ping_timeout_ms",
+       "2 x heartbeat_ms"},
+      {{{"heartbeat_ms", 0}, {"ping_timeout_ms", 5000}}, "presence.ping_timeout_ms",
+       "heartbeat_ms is 0"},
+      {{{"renew_interval_ms", 60000}, {"lease_ttl_ms", 120000}}, "presence.lease_ttl_ms",
+       "2 x renew_interval_ms"},
+      {{{"renew_interval_ms", 0}}, "presence.renew_interval_ms", "renew_interval_ms must be > 0"},
+      {{{"check_interval_ms", 0}}, "presence.check_interval_ms", "check_interval_ms"},
+      {{{"max_batch_entries", 0}}, "presence.max_batch_entries", "between 1 and"},
+      {{{"listen", "nowhere"}}, "presence.listen", "host:port"},
+      {{{"advertise", "http://x:1"}}, "presence.advertise", "ws://"},
+      {{{"heartbeat", 1}}, "presence.heartbeat", "unknown field"},
+  };
+  for (const auto& c : cases) {
+    auto config = validConfig();
+    config["presence"] = c.presence;
+    try {
+      parseConfig(config.dump());
+      ADD_FAILURE() << c.presence.dump() << " was accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(e.field(), c.field) << e.what();
+      EXPECT_NE(std::string(e.what()).find(c.mentions), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find("pingTimeout"), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find("allowUnsafe"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(AgentPresenceConfig, ZeroTurnsTheAgentsCheckOffAndBothZeroIsValid) {
+  auto config = validConfig();
+  config["presence"] = {{"ping_timeout_ms", 0}};
+  EXPECT_EQ(parseConfig(config.dump()).presence.pingTimeout.count(), 0);
+  config["presence"] = {{"heartbeat_ms", 0}, {"ping_timeout_ms", 0}};
+  EXPECT_EQ(parseConfig(config.dump()).presence.heartbeat.count(), 0);
+}
+
+TEST(AgentPresenceConfig, DeviceListenerMustDifferFromTheAdminListener) {
+  auto config = validConfig();
+  config["admin"] = {{"listen", "127.0.0.1:9000"}};
+  config["presence"] = {{"listen", "127.0.0.1:9000"}};
+  EXPECT_THROW(parseConfig(config.dump()), ConfigError);
+}
+
+}  // namespace

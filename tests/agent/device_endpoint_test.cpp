@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "agent_fixtures.hpp"
@@ -284,6 +285,15 @@ TEST_F(DeviceEndpointTest, LeaderWelcomesWithItsTokenAnswersEveryPingAndTheLease
   EXPECT_EQ(lease["agent"], "host-a");
   EXPECT_EQ(lease["token"], token);
   EXPECT_EQ(lease["counter"], (*welcome)["counter"]);
+
+  // Renewal ticks (400 ms) keep it alive well past the gateway's TTL (1200 ms).
+  const auto until = std::chrono::steady_clock::now() + 2500ms;
+  while (std::chrono::steady_clock::now() < until) {
+    ASSERT_TRUE(leases("acct-0").contains("phone")) << "the lease expired: not renewed";
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_NE(a.metrics().find("zkagent_presence_lease_batches_total{result=\"sent\"}"),
+            std::string::npos);
 
   // A device that leaves takes its lease with it at once (no TTL wait).
   device.close();
