@@ -41,7 +41,7 @@ struct Connection {
   explicit Connection(asio::io_context& io) : ws(io) {}
   websocket::stream<tcp::socket> ws;
   beast::flat_buffer buffer;
-  WsUrl url;                                            // where this attempt goes
+  WsUrl url;                                           // where this attempt goes
   std::unique_ptr<websocket::response_type> response;  // the upgrade answer, only during it
   std::unique_ptr<tcp::resolver> resolver;             // only for host names, only while resolving
   std::string out;                                     // the frame being written
@@ -65,7 +65,8 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
         backoff(options.backoffInitial, options.backoffMax,
                 jitterSeed(options.account, options.device, options.seed)),
         random(jitterSeed(options.account, options.device, options.seed) ^ 0x5DEECE66DULL) {
-    for (const auto& endpoint : options.endpoints) endpoints.push_back(*parseWsUrl(endpoint, false));
+    for (const auto& endpoint : options.endpoints)
+      endpoints.push_back(*parseWsUrl(endpoint, false));
     target = "/v1/devices?account=" + options.account + "&device=" + options.device;
   }
 
@@ -84,7 +85,7 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
   std::optional<WsUrl> preferred;
   std::size_t roundPosition = 0;
   unsigned redirectsLeft = 0;
-  SteadyClock::time_point deadline;     // connect/welcome/close deadline
+  SteadyClock::time_point deadline;  // connect/welcome/close deadline
   SteadyClock::time_point nextPingAt;
   SteadyClock::time_point lastFrameAt;  // anything from the agent
   std::uint64_t nextSeq = 1;
@@ -212,7 +213,8 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
     conn->resolver = std::make_unique<tcp::resolver>(io);
     conn->resolver->async_resolve(
         conn->url.host, std::to_string(conn->url.port),
-        [self = shared_from_this(), c = conn](beast::error_code e, tcp::resolver::results_type results) {
+        [self = shared_from_this(), c = conn](beast::error_code e,
+                                              tcp::resolver::results_type results) {
           if (c != self->conn) return;
           c->resolver.reset();
           if (e || results.empty()) {
@@ -231,7 +233,9 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
 #if defined(IP_BIND_ADDRESS_NO_PORT)
       // Let connect() pick the port per destination, so one source address serves more than
       // the ~28000 ephemeral ports that bind() alone would allow.
-      if (!error) socket.set_option(asio::detail::socket_option::boolean<IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT>(true), error);
+      if (!error)
+        socket.set_option(
+            asio::detail::socket_option::boolean<IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT>(true), error);
 #endif
       const auto local = asio::ip::make_address(options.localAddress, error);
       if (!error) socket.bind(tcp::endpoint(local, 0), error);
@@ -254,7 +258,7 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
     beast::error_code ignored;
     beast::get_lowest_layer(c->ws).set_option(tcp::no_delay(true), ignored);
     websocket::stream_base::timeout timeouts{};
-    timeouts.handshake_timeout = options.connectTimeout;  // also bounds our close handshake
+    timeouts.handshake_timeout = options.connectTimeout;     // also bounds our close handshake
     timeouts.idle_timeout = websocket::stream_base::none();  // silence is ours to judge
     timeouts.keep_alive_pings = false;
     c->ws.set_option(timeouts);
@@ -373,7 +377,10 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
       protocolError("bad_frame: not a JSON object");
       return;
     }
-    const auto type = frame.value("type", std::string());
+    // value() would throw on a non-string type; a bad agent must not bring the device down.
+    const auto typeField = frame.find("type");
+    const std::string type =
+        typeField != frame.end() && typeField->is_string() ? typeField->get<std::string>() : "";
     if (phase == Phase::AwaitingWelcome) {
       if (type != "welcome") {
         protocolError("bad_frame: expected welcome, got " + (type.empty() ? "no type" : type));
@@ -420,7 +427,8 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
   void pong(const nlohmann::json& frame, SteadyClock::time_point now) {
     ++stats.heartbeatsAnswered;
     const auto seq = frame.find("seq");
-    if (seq == frame.end() || !seq->is_number_unsigned() || seq->get<std::uint64_t>() != outstandingSeq) {
+    if (seq == frame.end() || !seq->is_number_unsigned() ||
+        seq->get<std::uint64_t>() != outstandingSeq) {
       return;  // an older ping's answer: its send time is not kept
     }
     outstandingSeq = 0;
@@ -441,12 +449,13 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
     c->writing = true;
     ++stats.heartbeatsSent;
     c->ws.text(true);
-    c->ws.async_write(asio::buffer(c->out), [self = shared_from_this(), c](beast::error_code e, std::size_t) {
-      c->writing = false;
-      // A failed write shows up in the pending read as well; the read reports it.
-      if (e || c != self->conn || self->phase != Phase::Open) return;
-      if (self->pingDue) self->sendPing();
-    });
+    c->ws.async_write(asio::buffer(c->out),
+                      [self = shared_from_this(), c](beast::error_code e, std::size_t) {
+                        c->writing = false;
+                        // A failed write shows up in the pending read as well; the read reports it.
+                        if (e || c != self->conn || self->phase != Phase::Open) return;
+                        if (self->pingDue) self->sendPing();
+                      });
   }
 
   void onReadError(const std::shared_ptr<Connection>& c, beast::error_code error) {

@@ -11,7 +11,7 @@
 namespace zkagent::device {
 
 struct WsUrl {
-  std::string host;    // a name, an IPv4 address, or an IPv6 address without brackets
+  std::string host;  // a name, an IPv4 address, or an IPv6 address without brackets
   std::uint16_t port = 0;
   std::string target;  // path and query; empty for an endpoint
 

@@ -19,7 +19,8 @@ bool idCharacter(char c) {
 // The account-id rule, shared by both ids.
 std::string idProblem(std::string_view id) {
   if (id.empty()) return "missing";
-  if (id.size() > 128 || id == "." || id == "..") return "must match [A-Za-z0-9_.-]{1,128}, not . or ..";
+  if (id.size() > 128 || id == "." || id == "..")
+    return "must match [A-Za-z0-9_.-]{1,128}, not . or ..";
   for (char c : id) {
     if (!idCharacter(c)) return "must match [A-Za-z0-9_.-]{1,128}, not . or ..";
   }
@@ -52,7 +53,8 @@ std::optional<WsUrl> parseWsUrl(std::string_view url, bool allowTarget) {
   std::string_view rest = url.substr(scheme.size());
   const std::size_t slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);
-  std::string_view target = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash);
+  std::string_view target =
+      slash == std::string_view::npos ? std::string_view{} : rest.substr(slash);
   if (!allowTarget && !target.empty() && target != "/") return std::nullopt;
   if (!allowTarget) target = {};
 
@@ -61,7 +63,8 @@ std::optional<WsUrl> parseWsUrl(std::string_view url, bool allowTarget) {
   std::string_view port;
   if (!authority.empty() && authority.front() == '[') {
     const std::size_t close = authority.find(']');
-    if (close == std::string_view::npos || authority.substr(close + 1, 1) != ":") return std::nullopt;
+    if (close == std::string_view::npos || authority.substr(close + 1, 1) != ":")
+      return std::nullopt;
     host = authority.substr(1, close - 1);
     port = authority.substr(close + 2);
   } else {
@@ -108,7 +111,8 @@ std::string validate(const DeviceOptions& options) {
            " <= 2 x " + std::to_string(options.heartbeat.count()) + " ms)";
   }
   if (options.heartbeat.count() == 0 && options.timeout.count() > 0) {
-    return "timeout: must be 0 when heartbeat is 0 (the agent only sends frames in answer to pings)";
+    return "timeout: must be 0 when heartbeat is 0 (the agent only sends frames in answer to "
+           "pings)";
   }
   if (options.backoffInitial.count() <= 0) return "backoffInitial: must be > 0";
   if (options.backoffMax < options.backoffInitial) return "backoffMax: must be >= backoffInitial";
@@ -136,7 +140,8 @@ Millis ReconnectBackoff::next() {
   if (attempt_ < std::numeric_limits<unsigned>::max()) ++attempt_;
   // Every millisecond in [0, upper] is equally likely.
   const double unit = unitRandom(state_);
-  return Millis{static_cast<Millis::rep>(std::floor(unit * static_cast<double>(upper.count() + 1)))};
+  return Millis{
+      static_cast<Millis::rep>(std::floor(unit * static_cast<double>(upper.count() + 1)))};
 }
 
 std::uint64_t jitterSeed(std::string_view account, std::string_view device, std::uint64_t seed) {

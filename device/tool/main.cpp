@@ -27,7 +27,8 @@ using zkagent::device::DeviceClient;
 using zkagent::device::DeviceOptions;
 using zkagent::device::Millis;
 
-const char* const kUsage = R"(usage: zk-device --connect URL[,URL...] --account A --device D [options]
+const char* const kUsage =
+    R"(usage: zk-device --connect URL[,URL...] --account A --device D [options]
        zk-device --connect URL[,URL...] --devices N (--accounts A,B,... | --accounts-file F)
                  --device D [options]
 
@@ -194,15 +195,20 @@ std::optional<Arguments> parse(int argc, char** argv) {
 // The argument that sets a DeviceOptions field, for messages.
 std::string flagOf(const std::string& problem) {
   static const std::pair<const char*, const char*> fields[] = {
-      {"endpoints", "--connect"},           {"account", "--account"},
+      {"endpoints", "--connect"},
+      {"account", "--account"},
       {"device", "--device"},
-      {"heartbeat", "--heartbeat-ms"},      {"timeout", "--timeout-ms"},
-      {"backoffInitial", "--backoff-initial-ms"}, {"backoffMax", "--backoff-max-ms"},
-      {"connectTimeout", "--connect-timeout-ms"}, {"localAddress", "--source-addresses"}};
+      {"heartbeat", "--heartbeat-ms"},
+      {"timeout", "--timeout-ms"},
+      {"backoffInitial", "--backoff-initial-ms"},
+      {"backoffMax", "--backoff-max-ms"},
+      {"connectTimeout", "--connect-timeout-ms"},
+      {"localAddress", "--source-addresses"}};
   for (const auto& [field, flag] : fields) {
     const std::string prefix = field;
-    if (problem.rfind(prefix, 0) == 0 && (problem.size() == prefix.size() || problem[prefix.size()] == ':' ||
-                                          problem[prefix.size()] == '[')) {
+    if (problem.rfind(prefix, 0) == 0 &&
+        (problem.size() == prefix.size() || problem[prefix.size()] == ':' ||
+         problem[prefix.size()] == '[')) {
       const auto colon = problem.find(':');
       return flag + problem.substr(colon == std::string::npos ? problem.size() : colon);
     }
@@ -223,7 +229,8 @@ void emit(const std::string& line) {
   std::fflush(stdout);
 }
 
-// A reason as one word: "connect_failed: Connection refused" -> "connect_failed:Connection_refused".
+// A reason as one word: "connect_failed: Connection refused" ->
+// "connect_failed:Connection_refused".
 std::string oneWord(std::string_view reason) {
   std::string word;
   for (std::size_t i = 0; i < reason.size(); ++i) {
@@ -245,7 +252,8 @@ void raiseFileLimit() {
 
 double percentileMillis(std::vector<std::uint32_t>& samples, double quantile) {
   const auto rank = static_cast<std::size_t>(quantile * static_cast<double>(samples.size() - 1));
-  std::nth_element(samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(rank), samples.end());
+  std::nth_element(samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(rank),
+                   samples.end());
   return static_cast<double>(samples[rank]) / 1000.0;
 }
 
@@ -267,13 +275,16 @@ class Runner {
       options.backoffMax = args.backoffMax;
       options.connectTimeout = args.connectTimeout;
       options.seed = args.seed;
-      if (!args.sourceAddresses.empty()) options.localAddress = args.sourceAddresses[i % args.sourceAddresses.size()];
-      if (auto problem = zkagent::device::validate(options); !problem.empty()) throw UsageError(flagOf(problem));
+      if (!args.sourceAddresses.empty())
+        options.localAddress = args.sourceAddresses[i % args.sourceAddresses.size()];
+      if (auto problem = zkagent::device::validate(options); !problem.empty())
+        throw UsageError(flagOf(problem));
       devices_.push_back(std::make_unique<DeviceClient>(io, std::move(options)));
       wire(*devices_.back(), simulated_ ? args.events : true);
     }
     for (std::size_t i = 0; i < count; ++i) {
-      const auto delay = Millis{args.ramp.count() * static_cast<Millis::rep>(i) / static_cast<Millis::rep>(count)};
+      const auto delay =
+          Millis{args.ramp.count() * static_cast<Millis::rep>(i) / static_cast<Millis::rep>(count)};
       devices_[i]->start(delay);
     }
     if (simulated_) armStats();
@@ -340,9 +351,10 @@ class Runner {
       p99 = buffer;
       rtt_.clear();
     }
-    emit("STATS connected=" + std::to_string(connected) + " reconnects=" + std::to_string(reconnects) +
-         " heartbeats_sent=" + std::to_string(sent) + " heartbeats_answered=" + std::to_string(answered) +
-         " rtt_p50_ms=" + p50 + " rtt_p99_ms=" + p99);
+    emit("STATS connected=" + std::to_string(connected) +
+         " reconnects=" + std::to_string(reconnects) + " heartbeats_sent=" + std::to_string(sent) +
+         " heartbeats_answered=" + std::to_string(answered) + " rtt_p50_ms=" + p50 +
+         " rtt_p99_ms=" + p99);
   }
 
   asio::io_context& io_;

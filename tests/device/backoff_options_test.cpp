@@ -101,9 +101,10 @@ TEST(DeviceOptions, EachProblemNamesItsField) {
     return text.rfind(prefix, 0) == 0;
   };
   EXPECT_TRUE(startsWith(problem([](auto& o) { o.endpoints.clear(); }), "endpoints: "));
-  for (const char* bad : {"http://h:1", "ws://h", "ws://h:0", "ws://h:70000", "ws://:80", "ws://h:80/v1",
-                          "ws://::1:80", "ws://h:8x"}) {
-    EXPECT_TRUE(startsWith(problem([&](auto& o) { o.endpoints.push_back(bad); }), "endpoints[3]: ")) << bad;
+  for (const char* bad : {"http://h:1", "ws://h", "ws://h:0", "ws://h:70000", "ws://:80",
+                          "ws://h:80/v1", "ws://::1:80", "ws://h:8x"}) {
+    EXPECT_TRUE(startsWith(problem([&](auto& o) { o.endpoints.push_back(bad); }), "endpoints[3]: "))
+        << bad;
   }
   EXPECT_TRUE(startsWith(problem([](auto& o) { o.account = ""; }), "account: missing"));
   EXPECT_TRUE(startsWith(problem([](auto& o) { o.account = ".."; }), "account: "));

@@ -35,7 +35,8 @@ TEST(DeviceClient, ConnectsAndReportsTheWelcomesEpoch) {
   FakeAgent agent("agent-a", 7);
   DeviceHarness device(optionsFor({agent.endpoint()}));
   ASSERT_TRUE(device.waitFor("CONNECTED"));
-  EXPECT_EQ(device.eventsStartingWith("CONNECTED").front(), "CONNECTED agent-a 7.1 " + agent.endpoint());
+  EXPECT_EQ(device.eventsStartingWith("CONNECTED").front(),
+            "CONNECTED agent-a 7.1 " + agent.endpoint());
   ASSERT_EQ(agent.targets().size(), 1u);
   EXPECT_EQ(agent.targets().front(), "/v1/devices?account=acme&device=phone-1");
 }
@@ -48,7 +49,8 @@ TEST(DeviceClient, FollowsARedirectToTheLeader) {
   DeviceHarness device(optionsFor({follower.endpoint()}));
   ASSERT_TRUE(device.waitFor("CONNECTED"));
   EXPECT_EQ(device.events().front(), "REDIRECTED " + location);
-  EXPECT_EQ(device.eventsStartingWith("CONNECTED").front(), "CONNECTED agent-b 9.1 " + leader.endpoint());
+  EXPECT_EQ(device.eventsStartingWith("CONNECTED").front(),
+            "CONNECTED agent-b 9.1 " + leader.endpoint());
   EXPECT_EQ(follower.accepted(), 0);
   EXPECT_EQ(leader.targets().front(), "/v1/devices?account=acme&device=phone-1");
   EXPECT_EQ(device.stats().redirects, 1u);
@@ -95,7 +97,8 @@ TEST(DeviceClient, LeaderMovedCloseReconnectsToTheReasonsEndpointFirst) {
   ASSERT_TRUE(device.waitFor("CONNECTED agent-a"));
   oldLeader.closeAll(4001, newLeader.endpoint());
   ASSERT_TRUE(device.waitFor("CONNECTED agent-b"));
-  EXPECT_EQ(device.eventsStartingWith("DISCONNECTED"), std::vector<std::string>{"DISCONNECTED leader_moved"});
+  EXPECT_EQ(device.eventsStartingWith("DISCONNECTED"),
+            std::vector<std::string>{"DISCONNECTED leader_moved"});
   // The old leader, first in the list, was not asked again.
   EXPECT_EQ(oldLeader.upgradeRequests(), 1);
 }
@@ -108,9 +111,34 @@ TEST(DeviceClient, AgentClosesAreReportedByTheirMeaningAndReconnected) {
   ASSERT_TRUE(device.waitFor("CONNECTED", 2));
   agent.closeAll(1001, "shutting down");
   ASSERT_TRUE(device.waitFor("CONNECTED", 3));
-  EXPECT_EQ(device.eventsStartingWith("DISCONNECTED"),
-            (std::vector<std::string>{"DISCONNECTED ping_timeout", "DISCONNECTED closed_by_agent:1001"}));
+  EXPECT_EQ(
+      device.eventsStartingWith("DISCONNECTED"),
+      (std::vector<std::string>{"DISCONNECTED ping_timeout", "DISCONNECTED closed_by_agent:1001"}));
   EXPECT_EQ(device.stats().connects, 3u);
+}
+
+TEST(DeviceClient, GarbageInsteadOfAWelcomeIsAFailedAttempt) {
+  FakeAgent agent;
+  agent.replaceWelcome("not json");
+  DeviceHarness device(optionsFor({agent.endpoint()}));
+  ASSERT_TRUE(device.waitFor("DISCONNECTED bad_frame: ", 2));
+  EXPECT_TRUE(device.eventsStartingWith("CONNECTED").empty());
+  EXPECT_TRUE(zktest::eventually([&] { return !agent.closeCodesFromDevices().empty(); }, 5000ms));
+  EXPECT_EQ(agent.closeCodesFromDevices().front(), 1002);
+  agent.replaceWelcome(R"({"type":5})");
+  ASSERT_TRUE(device.waitFor("DISCONNECTED bad_frame: expected welcome, got no type"));
+  agent.replaceWelcome(R"({"type":"welcome","agent":"late","token":1,"counter":99})");
+  ASSERT_TRUE(device.waitFor("CONNECTED late 1.99"));
+}
+
+TEST(DeviceClient, NoWelcomeWithinTheConnectTimeoutIsAFailedAttempt) {
+  FakeAgent agent;
+  agent.replaceWelcome("");
+  auto options = optionsFor({agent.endpoint()});
+  options.connectTimeout = 200ms;
+  DeviceHarness device(options);
+  ASSERT_TRUE(device.waitFor("DISCONNECTED welcome_timeout", 2));
+  EXPECT_TRUE(device.eventsStartingWith("CONNECTED").empty());
 }
 
 TEST(DeviceClient, SilentAgentIsDetectedAfterTheTimeoutAndReconnected) {
@@ -122,7 +150,8 @@ TEST(DeviceClient, SilentAgentIsDetectedAfterTheTimeoutAndReconnected) {
   DeviceHarness device(options);
   ASSERT_TRUE(device.waitFor("DISCONNECTED agent_silent"));
   // Never before the timeout: the welcome is the last frame the agent sent.
-  EXPECT_GE(*device.firstTime("DISCONNECTED agent_silent") - *device.firstTime("CONNECTED"), options.timeout);
+  EXPECT_GE(*device.firstTime("DISCONNECTED agent_silent") - *device.firstTime("CONNECTED"),
+            options.timeout);
   EXPECT_GE(agent.pingSeqs("phone-1").size(), 3u);
   // It reconnects, and the device told the silent agent it was leaving.
   ASSERT_TRUE(device.waitFor("CONNECTED", 2));
@@ -187,16 +216,19 @@ TEST(DeviceClient, ManyDevicesShareOneIoContext) {
   std::atomic<int> connected{0};
   constexpr int kDevices = 500;
   for (int i = 0; i < kDevices; ++i) {
-    devices.push_back(std::make_unique<DeviceClient>(io, optionsFor({agent.endpoint()}, "d-" + std::to_string(i))));
+    devices.push_back(std::make_unique<DeviceClient>(
+        io, optionsFor({agent.endpoint()}, "d-" + std::to_string(i))));
     devices.back()->onConnected([&](const ConnectedInfo&) { ++connected; });
     devices.back()->start();
   }
   std::thread runner([&] { io.run(); });
-  EXPECT_TRUE(zktest::eventually([&] { return connected.load() == kDevices; }, 20000ms)) << connected.load();
+  EXPECT_TRUE(zktest::eventually([&] { return connected.load() == kDevices; }, 20000ms))
+      << connected.load();
   boost::asio::post(io, [&] {
     for (auto& device : devices) device->stop();
   });
-  EXPECT_TRUE(zktest::eventually([&] { return agent.closeCodesFromDevices().size() == kDevices; }, 20000ms));
+  EXPECT_TRUE(zktest::eventually([&] { return agent.closeCodesFromDevices().size() == kDevices; },
+                                 20000ms));
   io.stop();
   runner.join();
 }

@@ -23,8 +23,10 @@ class DeviceHarness {
       record("CONNECTED " + info.agent + " " + std::to_string(info.token) + "." +
              std::to_string(info.counter) + " " + info.endpoint);
     });
-    client_.onRedirected([this](std::string_view url) { record("REDIRECTED " + std::string(url)); });
-    client_.onDisconnected([this](std::string_view reason) { record("DISCONNECTED " + std::string(reason)); });
+    client_.onRedirected(
+        [this](std::string_view url) { record("REDIRECTED " + std::string(url)); });
+    client_.onDisconnected(
+        [this](std::string_view reason) { record("DISCONNECTED " + std::string(reason)); });
     client_.start();
     thread_ = std::thread([this] { io_.run(); });
   }
@@ -82,8 +84,9 @@ class DeviceHarness {
   }
 
   // Waits until at least `count` events start with `prefix`.
-  ::testing::AssertionResult waitFor(const std::string& prefix, std::size_t count = 1,
-                                     zktest::milliseconds timeout = zktest::milliseconds(10000)) const {
+  ::testing::AssertionResult waitFor(
+      const std::string& prefix, std::size_t count = 1,
+      zktest::milliseconds timeout = zktest::milliseconds(10000)) const {
     if (zktest::eventually([&] { return eventsStartingWith(prefix).size() >= count; }, timeout)) {
       return ::testing::AssertionSuccess();
     }

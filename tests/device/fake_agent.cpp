@@ -59,6 +59,7 @@ struct FakeAgent::State : std::enable_shared_from_this<State> {
   std::string location;
   int status = 503;
   bool answering = true;
+  std::optional<std::string> welcomeOverride;
   int requests = 0;
   std::uint64_t counter = 0;
   std::vector<std::string> targets;
@@ -82,9 +83,10 @@ struct Session : std::enable_shared_from_this<Session> {
   std::string device;
 
   void start() {
-    http::async_read(socket, buffer, request, [self = shared_from_this()](beast::error_code e, std::size_t) {
-      if (!e) self->decide();
-    });
+    http::async_read(socket, buffer, request,
+                     [self = shared_from_this()](beast::error_code e, std::size_t) {
+                       if (!e) self->decide();
+                     });
   }
 
   void decide() {
@@ -125,11 +127,21 @@ struct Session : std::enable_shared_from_this<Session> {
 
   void welcome(std::uint64_t counter) {
     state->sessions.insert(shared_from_this());
-    nlohmann::json frame{{"type", "welcome"},     {"account", queryValue(std::string(request.target()), "account")},
-                         {"device", device},       {"agent", state->instance},
-                         {"token", state->token},  {"counter", counter},
-                         {"heartbeat_ms", 30000},  {"timeout_ms", 75000}};
-    send(frame.dump());
+    nlohmann::json frame{
+        {"type", "welcome"},     {"account", queryValue(std::string(request.target()), "account")},
+        {"device", device},      {"agent", state->instance},
+        {"token", state->token}, {"counter", counter},
+        {"heartbeat_ms", 30000}, {"timeout_ms", 75000}};
+    std::optional<std::string> override;
+    {
+      std::lock_guard lock(state->mutex);
+      override = state->welcomeOverride;
+    }
+    if (!override) {
+      send(frame.dump());
+    } else if (!override->empty()) {
+      send(*override);
+    }
     read();
   }
 
@@ -150,8 +162,8 @@ struct Session : std::enable_shared_from_this<Session> {
 
   void onFrame() {
     const auto data = buffer.cdata();
-    auto frame = nlohmann::json::parse(std::string_view(static_cast<const char*>(data.data()), data.size()),
-                                       nullptr, false);
+    auto frame = nlohmann::json::parse(
+        std::string_view(static_cast<const char*>(data.data()), data.size()), nullptr, false);
     buffer.consume(buffer.size());
     if (!frame.is_object() || frame.value("type", "") != "ping") return;
     const auto seq = frame.value("seq", std::uint64_t{0});
@@ -171,11 +183,12 @@ struct Session : std::enable_shared_from_this<Session> {
 
   void writeFront() {
     ws->text(true);
-    ws->async_write(asio::buffer(outbox.front()), [self = shared_from_this()](beast::error_code e, std::size_t) {
-      if (e) return;
-      self->outbox.pop_front();
-      if (!self->outbox.empty()) self->writeFront();
-    });
+    ws->async_write(asio::buffer(outbox.front()),
+                    [self = shared_from_this()](beast::error_code e, std::size_t) {
+                      if (e) return;
+                      self->outbox.pop_front();
+                      if (!self->outbox.empty()) self->writeFront();
+                    });
   }
 };
 
@@ -228,6 +241,11 @@ void FakeAgent::refuse(int status) {
 void FakeAgent::answerPings(bool answer) {
   std::lock_guard lock(state_->mutex);
   state_->answering = answer;
+}
+
+void FakeAgent::replaceWelcome(const std::string& frame) {
+  std::lock_guard lock(state_->mutex);
+  state_->welcomeOverride = frame;
 }
 
 void FakeAgent::closeAll(std::uint16_t code, const std::string& reason) {

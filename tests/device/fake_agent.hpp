@@ -22,17 +22,19 @@ class FakeAgent {
   std::uint16_t port() const;
 
   // How the next upgrade requests are answered.
-  void accept();                             // 101 and a welcome (the default)
+  void accept();                               // 101 and a welcome (the default)
   void redirect(const std::string& location);  // 307 with this Location
-  void refuse(int status);                   // e.g. 503 with Retry-After: 1
-  void answerPings(bool answer);             // false: a silent (half-open) agent
+  void refuse(int status);                     // e.g. 503 with Retry-After: 1
+  void answerPings(bool answer);               // false: a silent (half-open) agent
+  // After accepting, send `frame` instead of the welcome; an empty frame sends nothing.
+  void replaceWelcome(const std::string& frame);
   // Closes every open device connection with `code` and `reason`.
   void closeAll(std::uint16_t code, const std::string& reason);
 
-  int upgradeRequests() const;      // every request seen, answered or not
-  int accepted() const;             // welcomes sent
+  int upgradeRequests() const;  // every request seen, answered or not
+  int accepted() const;         // welcomes sent
   int openConnections() const;
-  std::vector<std::string> targets() const;            // request targets, in order
+  std::vector<std::string> targets() const;  // request targets, in order
   std::vector<std::uint64_t> pingSeqs(const std::string& device) const;
   std::vector<std::uint16_t> closeCodesFromDevices() const;  // close frames devices sent
 

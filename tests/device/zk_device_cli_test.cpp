@@ -11,7 +11,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-zktest::ExitStatus runExpectingFailure(const std::vector<std::string>& args, std::string& stderrText) {
+zktest::ExitStatus runExpectingFailure(const std::vector<std::string>& args,
+                                       std::string& stderrText) {
   zktest::ChildProcess process(zktest::binaryPath("zk-device").string(), args);
   const auto status = process.wait(10s);
   stderrText = process.stderrText();
@@ -27,17 +28,23 @@ TEST(ZkDeviceCli, BadArgumentsExitTwoNamingTheArgument) {
       {{"--connect", "http://x:1", "--account", "a", "--device", "d"}, "--connect: "},
       {{"--connect", url + ",", "--account", "a", "--device", "d"}, "--connect: "},
       {{"--connect", url, "--account", "a/b", "--device", "d"}, "--account: "},
-      {{"--connect", url, "--account", "a", "--device", "d", "--heartbeat-ms", "abc"}, "--heartbeat-ms: "},
-      {{"--connect", url, "--account", "a", "--device", "d", "--heartbeat-ms", "100", "--timeout-ms", "150"},
+      {{"--connect", url, "--account", "a", "--device", "d", "--heartbeat-ms", "abc"},
+       "--heartbeat-ms: "},
+      {{"--connect", url, "--account", "a", "--device", "d", "--heartbeat-ms", "100",
+        "--timeout-ms", "150"},
        "--timeout-ms: "},
       {{"--connect", url, "--account", "a", "--device", "d", "--devices", "0"}, "--devices: "},
       {{"--connect", url, "--device", "d", "--devices", "3"}, "--accounts: missing"},
       {{"--connect", url, "--accounts", "a,b", "--device", "d"}, "--accounts: needs --devices"},
-      {{"--connect", url, "--device", "d", "--devices", "2", "--accounts-file", "/nonexistent"}, "--accounts-file: "},
-      {{"--connect", url, "--device", "d", "--devices", "2", "--accounts", "a", "--source-addresses", "x"},
+      {{"--connect", url, "--device", "d", "--devices", "2", "--accounts-file", "/nonexistent"},
+       "--accounts-file: "},
+      {{"--connect", url, "--device", "d", "--devices", "2", "--accounts", "a",
+        "--source-addresses", "x"},
        "--source-addresses: "},
-      {{"--connect", url, "--account", "a", "--device", "d", "--bogus", "1"}, "--bogus: unknown option"},
-      {{"--connect", url, "--account", "a", "--device", "d", "--timeout-ms"}, "--timeout-ms: missing value"},
+      {{"--connect", url, "--account", "a", "--device", "d", "--bogus", "1"},
+       "--bogus: unknown option"},
+      {{"--connect", url, "--account", "a", "--device", "d", "--timeout-ms"},
+       "--timeout-ms: missing value"},
   };
   for (const auto& [args, expected] : cases) {
     std::string stderrText;
@@ -60,8 +67,8 @@ TEST(ZkDeviceCli, PrintsEventLinesAndClosesNormallyOnSigterm) {
   const std::string location = leader.endpoint() + "/v1/devices?account=acme&device=phone-1";
   follower.redirect(location);
   zktest::ChildProcess process(zktest::binaryPath("zk-device").string(),
-                               {"--connect", follower.endpoint(), "--account", "acme", "--device", "phone-1",
-                                "--heartbeat-ms", "100"});
+                               {"--connect", follower.endpoint(), "--account", "acme", "--device",
+                                "phone-1", "--heartbeat-ms", "100"});
   const auto redirected = process.waitForLine("REDIRECTED ", 10s);
   EXPECT_EQ(redirected.rfind("REDIRECTED acme phone-1 " + location + " ", 0), 0u) << redirected;
   const auto connected = process.waitForLine("CONNECTED ", 10s);
@@ -82,22 +89,24 @@ TEST(ZkDeviceCli, PrintsEventLinesAndClosesNormallyOnSigterm) {
 TEST(ZkDeviceCli, SimulatedDevicesSpreadOverAccountsAndReportStats) {
   FakeAgent agent;
   zktest::ChildProcess process(zktest::binaryPath("zk-device").string(),
-                               {"--connect", agent.endpoint(), "--devices", "6", "--accounts", "a,b,c",
-                                "--device", "sim", "--heartbeat-ms", "100", "--events"});
+                               {"--connect", agent.endpoint(), "--devices", "6", "--accounts",
+                                "a,b,c", "--device", "sim", "--heartbeat-ms", "100", "--events"});
   for (int i = 0; i < 6; ++i) process.waitForLine("CONNECTED ", 10s);
   const auto stats = process.waitForLine(
       [](std::string_view line) {
-        return line.rfind("STATS connected=6 ", 0) == 0 && line.find("rtt_p50_ms=-") == std::string_view::npos;
+        return line.rfind("STATS connected=6 ", 0) == 0 &&
+               line.find("rtt_p50_ms=-") == std::string_view::npos;
       },
       10s, "a STATS line with every device connected and RTT samples");
   EXPECT_NE(stats.find(" reconnects=0 "), std::string::npos) << stats;
   EXPECT_NE(stats.find(" rtt_p99_ms="), std::string::npos) << stats;
   auto targets = agent.targets();
   std::sort(targets.begin(), targets.end());
-  EXPECT_EQ(targets, (std::vector<std::string>{
-                         "/v1/devices?account=a&device=sim-0", "/v1/devices?account=a&device=sim-3",
-                         "/v1/devices?account=b&device=sim-1", "/v1/devices?account=b&device=sim-4",
-                         "/v1/devices?account=c&device=sim-2", "/v1/devices?account=c&device=sim-5"}));
+  EXPECT_EQ(targets,
+            (std::vector<std::string>{
+                "/v1/devices?account=a&device=sim-0", "/v1/devices?account=a&device=sim-3",
+                "/v1/devices?account=b&device=sim-1", "/v1/devices?account=b&device=sim-4",
+                "/v1/devices?account=c&device=sim-2", "/v1/devices?account=c&device=sim-5"}));
   process.signal(SIGTERM);
   EXPECT_TRUE(process.wait(10s).exitedWith(0));
   EXPECT_EQ(agent.closeCodesFromDevices().size(), 6u);

@@ -53,20 +53,21 @@ using Millis = std::chrono::milliseconds;
 using Micros = std::chrono::microseconds;
 
 struct DeviceOptions {
-  std::vector<std::string> endpoints;  // agents' device endpoints, "ws://host:port" (a "/" may end it)
-  std::string account;                 // both ids: [A-Za-z0-9_.-]{1,128}, not "." or ".."
+  std::vector<std::string>
+      endpoints;        // agents' device endpoints, "ws://host:port" (a "/" may end it)
+  std::string account;  // both ids: [A-Za-z0-9_.-]{1,128}, not "." or ".."
   std::string device;
-  Millis heartbeat{30000};             // ping interval before jitter; 0 sends no pings
-  double heartbeatJitter = 0.1;        // each interval is heartbeat x U[1 - jitter, 1]
-  Millis timeout{75000};               // the agent is gone after this without a frame; 0: never.
-                                       // Must exceed 2 x heartbeat; must be 0 when heartbeat is
-                                       // 0, as the agent only sends frames in answer to pings.
-  Millis backoffInitial{200};          // reconnect window of the first retry
-  Millis backoffMax{30000};            // cap of the window
-  Millis connectTimeout{5000};         // TCP connect + upgrade + welcome; also bounds a close
-  unsigned maxRedirects = 3;           // 307s followed per endpoint before giving up on it
-  std::string localAddress;            // bind this local IP before connecting; empty: any
-  std::uint64_t seed = 0;              // mixed into the jitter seed
+  Millis heartbeat{30000};       // ping interval before jitter; 0 sends no pings
+  double heartbeatJitter = 0.1;  // each interval is heartbeat x U[1 - jitter, 1]
+  Millis timeout{75000};         // the agent is gone after this without a frame; 0: never.
+                                 // Must exceed 2 x heartbeat; must be 0 when heartbeat is
+                                 // 0, as the agent only sends frames in answer to pings.
+  Millis backoffInitial{200};    // reconnect window of the first retry
+  Millis backoffMax{30000};      // cap of the window
+  Millis connectTimeout{5000};   // TCP connect + upgrade + welcome; also bounds a close
+  unsigned maxRedirects = 3;     // 307s followed per endpoint before giving up on it
+  std::string localAddress;      // bind this local IP before connecting; empty: any
+  std::uint64_t seed = 0;        // mixed into the jitter seed
 };
 
 // Empty when `options` is valid; else "<field>: <problem>" for the first bad field, e.g.
@@ -98,7 +99,7 @@ std::uint64_t jitterSeed(std::string_view account, std::string_view device, std:
 
 // What the agent's welcome frame said: the connection's epoch and the agent's own settings.
 struct ConnectedInfo {
-  std::string agent;    // the agent's instance id
+  std::string agent;          // the agent's instance id
   std::uint64_t token = 0;    // the leader's fencing token
   std::uint64_t counter = 0;  // the agent's connection counter
   std::string endpoint;       // ws://host:port actually connected to (after redirects)
@@ -107,8 +108,8 @@ struct ConnectedInfo {
 };
 
 struct DeviceStats {
-  std::uint64_t connects = 0;            // welcomes received
-  std::uint64_t disconnects = 0;         // onDisconnected calls (failed attempts included)
+  std::uint64_t connects = 0;     // welcomes received
+  std::uint64_t disconnects = 0;  // onDisconnected calls (failed attempts included)
   std::uint64_t redirects = 0;
   std::uint64_t heartbeatsSent = 0;
   std::uint64_t heartbeatsAnswered = 0;  // pongs received
