@@ -54,7 +54,7 @@ simulation:
   --devices N                run N devices, spread round-robin over the accounts; prints
                              STATS connected=.. reconnects=.. heartbeats_sent=..
                              heartbeats_answered=.. rtt_p50_ms=.. rtt_p99_ms=.. every second
-                             (RTT over the last second, "-" without samples)
+                             (RTT over the last second, nan without samples)
   --accounts A,B,...         accounts of the simulated devices
   --accounts-file F          one account per line (blank lines and # comments skipped)
   --events                   also print the per-device event lines
@@ -342,7 +342,7 @@ class Runner {
       sent += stats.heartbeatsSent;
       answered += stats.heartbeatsAnswered;
     }
-    std::string p50 = "-", p99 = "-";
+    std::string p50 = "nan", p99 = "nan";  // still a number to strtod
     if (!rtt_.empty()) {
       char buffer[32];
       std::snprintf(buffer, sizeof buffer, "%.3f", percentileMillis(rtt_, 0.5));

@@ -95,7 +95,7 @@ TEST(ZkDeviceCli, SimulatedDevicesSpreadOverAccountsAndReportStats) {
   const auto stats = process.waitForLine(
       [](std::string_view line) {
         return line.rfind("STATS connected=6 ", 0) == 0 &&
-               line.find("rtt_p50_ms=-") == std::string_view::npos;
+               line.find("rtt_p50_ms=nan") == std::string_view::npos;
       },
       10s, "a STATS line with every device connected and RTT samples");
   EXPECT_NE(stats.find(" reconnects=0 "), std::string::npos) << stats;
