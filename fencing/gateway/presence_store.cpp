@@ -242,6 +242,12 @@ PresenceStore::PresenceStore(boost::asio::io_context& io, const Config& config,
 
 PresenceStore::~PresenceStore() = default;
 
+void PresenceStore::post(std::function<void(presence::PresenceService& service)> work) {
+  boost::asio::post(impl_->strand, [impl = impl_.get(), work = std::move(work)] {
+    if (!impl->stopped) work(*impl->service);
+  });
+}
+
 void PresenceStore::stop() {
   boost::asio::post(impl_->strand, [impl = impl_.get()] {
     impl->stopped = true;

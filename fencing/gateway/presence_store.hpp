@@ -84,6 +84,10 @@ class PresenceStore {
   http::Response accountPresence(const std::string& account);
   // Brings the lease gauge and the expiration and flap counters up to date (before a scrape).
   void refreshMetrics();
+  // Runs `work` on the model's strand, for what plugs into the service (the subscriber side
+  // reads service.view() and service.subscriptions()); never inside this call. Dropped once
+  // stopped.
+  void post(std::function<void(presence::PresenceService& service)> work);
   // Cancels the model's timers so that io.run() can return; later calls answer 503.
   void stop();
 

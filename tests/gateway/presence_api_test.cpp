@@ -6,6 +6,7 @@
 #include <boost/asio/io_context.hpp>
 #include <cstdlib>
 #include <fstream>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -344,4 +345,17 @@ TEST_F(PresenceApi, MetricsWithPresencePassPromtool) {
   auto file = dir_.path() / "metrics.prom";
   std::ofstream(file) << metrics();
   EXPECT_EQ(std::system(("promtool check metrics < " + file.string()).c_str()), 0) << metrics();
+}
+
+TEST_F(PresenceApi, TheServiceViewSeesTheLeasesOnTheStrand) {
+  start();
+  leases(batch({entry("A", "phone", 7, 1)}));
+  auto seen = std::make_shared<std::promise<bool>>();
+  presence_->post([seen](presence::PresenceService& service) {
+    auto published = service.view().published("A");
+    seen->set_value(published && published->online);
+  });
+  auto future = seen->get_future();
+  ASSERT_EQ(future.wait_for(5s), std::future_status::ready);
+  EXPECT_TRUE(future.get()) << "the view inside the service follows the lease store";
 }
