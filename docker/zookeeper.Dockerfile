@@ -1,7 +1,7 @@
 # One ZooKeeper server of an ensemble, from Debian's packages (libzookeeper-java is the server
 # jar of Debian's zookeeper source package; the `zookeeper` binary package would pull a full
 # desktop JRE). Configured by the environment: ZK_ID (1..255) and ZK_SERVERS (host names in id
-# order, comma-separated). Context: the repository root.
+# order, comma-separated). Context: docker/.
 ARG BASE_IMAGE=debian:12-slim
 FROM ${BASE_IMAGE}
 # The JRE's postinst links a man page; slim images have no man directories.
@@ -11,7 +11,7 @@ RUN mkdir -p /usr/share/man/man1 \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin \
  && useradd --system --user-group --home-dir /var/lib/zookeeper --shell /usr/sbin/nologin zookeeper \
  && install -d -o zookeeper -g zookeeper /var/lib/zookeeper
-COPY docker/zookeeper-entrypoint /usr/local/bin/zookeeper-entrypoint
+COPY zookeeper-entrypoint /usr/local/bin/zookeeper-entrypoint
 VOLUME /var/lib/zookeeper
 USER zookeeper
 EXPOSE 2181 2888 3888
