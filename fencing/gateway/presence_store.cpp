@@ -276,13 +276,11 @@ http::Response PresenceStore::postLeases(std::string_view body, const FenceLooku
   }
 
   // One fence lookup per account of the batch, then each entry is checked against it.
-  std::unordered_map<std::string, AccountFence> fences;
+  std::unordered_map<std::string, std::optional<AccountFence>> fences;
   auto fenceOf = [&](const std::string& account) -> const AccountFence* {
     auto it = fences.find(account);
-    if (it != fences.end()) return &it->second;
-    auto looked = fence(account);
-    if (!looked) return nullptr;
-    return &fences.emplace(account, *looked).first->second;
+    if (it == fences.end()) it = fences.emplace(account, fence(account)).first;
+    return it->second ? &*it->second : nullptr;
   };
   std::set<std::pair<std::string, std::uint64_t>> fencedPairs;
   size_t fencedRenewals = 0, fencedRemovals = 0;
