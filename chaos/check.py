@@ -293,6 +293,9 @@ def check(out_dir, slack_ms):
     #    the lock delay when one is configured) and an operation through its leader succeeds.
     final = history.get("final", {})
     bound = meta["session_timeout_ms"] + meta.get("lock_delay_ms", 0) + 2000
+    if "interrupted_before_event" in final:
+        notes.append("interrupted: the schedule ended before event %d" %
+                     final["interrupted_before_event"])
     if "error" in final:
         violations["5"].append("the run failed before its end: %s" % final["error"])
     led = final.get("accounts", {})
@@ -365,7 +368,8 @@ def compute_figures(history, log_ops, notes, unverifiable, bound):
     combos = sum(1 for e in history["events"] if len(e["faults"]) > 1)
     reelect = [(e["reelect_ms"], e["index"], e["kinds"]) for e in history["events"]
                if e.get("reelect_ms") is not None]
-    unsettled = [(e["index"], e["kinds"]) for e in history["events"] if e.get("reelect_ms") is None]
+    unsettled = [(e["index"], e["kinds"], e.get("unsettled", [])) for e in history["events"]
+                 if e.get("reelect_ms") is None]
     final = history.get("final", {}).get("accounts", {})
     stale = [f for e in history["events"] for f in e["faults"] if f["kind"] == "stale_delivery"]
     return {
@@ -451,9 +455,19 @@ def write_report(out_dir, history, violations, figures, slack_ms):
     if w:
         lines.append("Worst: %d ms after the heal of event %d (%s); median %d ms." %
                      (w[0], w[1], w[2], figures["median_reelect_ms"]))
-    for index, kinds in figures["unsettled_events"]:
-        lines.append("- event %d (%s): not every account led again within the settle "
-                     "deadline" % (index, kinds))
+    if figures["unsettled_events"]:
+        lines += ["", "Events after whose heal not every account was led again within the "
+                  "settle deadline (session timeout + 5 s); for up to 3 accounts, the active "
+                  "node the observer saw last and who claimed to lead:", ""]
+    for index, kinds, accounts in figures["unsettled_events"]:
+        shown = "; ".join("%s active=%s claims=%s" % (
+            a["account"], "%s/%s" % (a["active"]["instance"], a["active"]["seq"])
+            if a.get("active") else "none",
+            ",".join("%s/%s" % (c["agent"], c["token"]) for c in a["leader_claims"]) or "none")
+            for a in accounts[:3])
+        lines.append("- event %d (%s): %d accounts%s" % (index, kinds, len(accounts),
+                                                         (": " + shown) if shown else ""))
+    lines.append("")
     lines.append("After the last heal: worst %s ms until an operation through the account's "
                  "leader succeeded (bound %d ms)." % (figures["final_worst_led_ms"],
                                                      figures["final_bound_ms"]))

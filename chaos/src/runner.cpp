@@ -47,6 +47,13 @@ constexpr const char* kRoot = "/chaos/accounts";
 constexpr const char* kAgentsPath = "/chaos/agents";
 constexpr int kBreakLockDelayMs = 4000;  // the successor's first ops wait; held stale ops land first
 constexpr int kStaleDeliveryDelayMs = 2000;
+// How long after a heal (beyond the session timeout) the runner waits for every account to be
+// led again before it records the event as unsettled and goes on.
+constexpr int kSettleMarginMs = 5000;
+
+// SIGINT/SIGTERM end the schedule early; the run then finishes as usual (final probes, history).
+std::atomic<bool> interrupted{false};
+extern "C" void onInterrupt(int) { interrupted = true; }
 
 struct Options {
   int events = 40;
@@ -238,6 +245,7 @@ class Run {
                   const std::string& opId, bool probe);
   std::map<std::string, std::int64_t> leadingOf(int agent, std::int64_t freshAfter);
   bool settled(std::int64_t freshAfter);
+  json unsettledAccounts(std::int64_t freshAfter);
 
   void stopThreads() {
     stopLoad_ = true;
@@ -512,6 +520,34 @@ bool Run::settled(std::int64_t freshAfter) {
   return true;
 }
 
+// For an event that did not settle: each account not led as settled() wants it, with the active
+// node the observer saw last and the agents that claim to lead it.
+json Run::unsettledAccounts(std::int64_t freshAfter) {
+  json out = json::array();
+  std::vector<std::map<std::string, std::int64_t>> leading;
+  for (int i = 0; i < o_.agents; ++i) leading.push_back(leadingOf(i, freshAfter));
+  for (const auto& account : accounts_) {
+    const auto active = observer_->latest(account);
+    json claims = json::array();
+    bool ok = active && active->present;
+    int leaders = 0;
+    for (int i = 0; i < o_.agents; ++i) {
+      const auto it = leading[i].find(account);
+      if (it == leading[i].end()) continue;
+      ++leaders;
+      claims.push_back({{"agent", agentIds_[i]}, {"token", it->second}});
+      if (!active || it->second != active->seq || agentIds_[i] != active->instance) ok = false;
+    }
+    if (ok && leaders == 1) continue;
+    out.push_back({{"account", account},
+                   {"active", active && active->present
+                                  ? json{{"instance", active->instance}, {"seq", active->seq}}
+                                  : json(nullptr)},
+                   {"leader_claims", claims}});
+  }
+  return out;
+}
+
 json Run::runFault(const Fault& fault, int eventIndex) {
   json record{{"event", eventIndex}, {"kind", std::string(toString(fault.kind))},
               {"agent", fault.agent}, {"duration_ms", fault.durationMs}, {"start_ms", now()}};
@@ -728,6 +764,11 @@ int Run::runSchedule() {
   auto& events = events_;
   std::int64_t lastHeal = now();
   for (const auto& event : schedule) {
+    if (interrupted) {
+      note("interrupted: the schedule ends early");
+      final_["interrupted_before_event"] = event.index;
+      break;
+    }
     std::vector<std::future<json>> running;
     const std::int64_t started = now();
     for (const auto& fault : event.faults)
@@ -740,7 +781,7 @@ int Run::runSchedule() {
     }
     lastHeal = heal;
     // Settling: every account led again (the re-election time after this heal).
-    const auto deadline = SteadyClock::now() + milliseconds(o_.sessionTimeoutMs + 15000);
+    const auto deadline = SteadyClock::now() + milliseconds(o_.sessionTimeoutMs + kSettleMarginMs);
     std::optional<std::int64_t> settledAt;
     while (SteadyClock::now() < deadline) {
       if (settled(heal)) {
@@ -749,11 +790,13 @@ int Run::runSchedule() {
       }
       std::this_thread::sleep_for(50ms);
     }
+    json unsettled = settledAt ? json::array() : unsettledAccounts(heal);
     std::string kinds;
     for (const auto& f : faults) kinds += (kinds.empty() ? "" : "+") + f["kind"].get<std::string>();
     events.push_back({{"index", event.index}, {"kinds", kinds}, {"start_ms", started},
                       {"heal_ms", heal}, {"faults", faults},
                       {"settled_ms", settledAt ? json(*settledAt) : json(nullptr)},
+                      {"unsettled", unsettled},
                       {"reelect_ms", settledAt ? json(*settledAt - heal) : json(nullptr)}});
     note("event " + std::to_string(event.index) + " " + kinds + ": healed after " +
          std::to_string(heal - started) + " ms, " +
@@ -798,8 +841,9 @@ int Run::runSchedule() {
     }
     if (!pending.empty()) std::this_thread::sleep_for(100ms);
   }
-  final_ = {{"last_heal_ms", lastHeal}, {"accounts", perAccount},
-            {"not_led", std::vector<std::string>(pending.begin(), pending.end())}};
+  final_["last_heal_ms"] = lastHeal;
+  final_["accounts"] = perAccount;
+  final_["not_led"] = std::vector<std::string>(pending.begin(), pending.end());
   note(pending.empty() ? "every account led and answering after the last heal"
                        : std::to_string(pending.size()) + " accounts not led after the last heal");
 
@@ -820,6 +864,8 @@ int Run::runSchedule() {
 int main(int argc, char** argv) {
   const auto options = zkagent::chaos::parseOptions(argc, argv);
   ::signal(SIGPIPE, SIG_IGN);
+  ::signal(SIGINT, zkagent::chaos::onInterrupt);
+  ::signal(SIGTERM, zkagent::chaos::onInterrupt);
   try {
     zkagent::chaos::Run run(options);
     return run.execute();

@@ -149,6 +149,22 @@ class CheckerTest(unittest.TestCase):
         r.final["accounts"]["acct-0"]["led_ms"] = 1500 + 2000 + 1
         self.assertEqual(set(self.violations(r)), {"5"})
 
+    def test_the_report_and_the_timeline_are_written_and_the_exit_status_says_pass_or_fail(self):
+        import xml.etree.ElementTree as ET
+        with tempfile.TemporaryDirectory() as d:
+            clean().write(d)
+            self.assertEqual(check.main([d]), 0)
+            self.assertEqual(check.main([d, "--expect-violations"]), 1)
+            self.assertIn("PASS", open(os.path.join(d, "report.md")).read())
+            svg = ET.parse(os.path.join(d, "timeline.svg")).getroot()
+            self.assertTrue(svg.tag.endswith("svg"))
+        with tempfile.TemporaryDirectory() as d:
+            r = clean()
+            r.final["accounts"] = {}
+            r.write(d)
+            self.assertEqual(check.main([d]), 1)
+            self.assertIn("FAIL", open(os.path.join(d, "report.md")).read())
+
     def test_a_torn_tail_is_reported_and_the_records_before_it_are_read(self):
         r = clean()
         r.log.append(accepted_record("acct-0", "torn", 2, "agent-1")[:-3])
