@@ -62,18 +62,21 @@ struct Options {
   int accounts = 50;
   int agents = 3;
   bool breakFencing = false;
+  bool printSchedule = false;  // print the schedule as JSON and exit: nothing is started
   int sessionTimeoutMs = 1500;
   int workersPerAgent = 2;
   int thinkMs = 20;
   fs::path binDir;
 };
 
-[[noreturn]] void usage(const std::string& error) {
-  std::cerr << "chaos-runner: " << error << "\n"
-            << "usage: chaos-runner --events N --seed S --out DIR [--accounts K] [--agents M]\n"
+[[noreturn]] void usage(const std::string& error, int exitCode = 2) {
+  std::ostream& out = exitCode == 0 ? std::cout : std::cerr;
+  if (!error.empty()) out << "chaos-runner: " << error << "\n";
+  out << "usage: chaos-runner --events N --seed S --out DIR [--accounts K] [--agents M]\n"
                "                    [--session-timeout-ms MS] [--workers-per-agent W]\n"
-               "                    [--think-ms MS] [--bin-dir DIR] [--break-fencing]\n";
-  std::exit(2);
+               "                    [--think-ms MS] [--bin-dir DIR] [--break-fencing]\n"
+               "       chaos-runner --print-schedule --events N --seed S [--agents M]\n";
+  std::exit(exitCode);
 }
 
 long long parseNumber(const std::string& flag, const std::string& text, long long lo,
@@ -94,6 +97,15 @@ Options parseOptions(int argc, char** argv) {
     const std::string flag = argv[i];
     if (flag == "--break-fencing") {
       o.breakFencing = true;
+      continue;
+    }
+    if (flag == "--help") {
+      std::cout << "chaos-runner: a seeded chaos run; writes DIR/history.json for chaos/check.py "
+                   "(docs/testing.md \"Chaos runs\")\n";
+      usage("", 0);
+    }
+    if (flag == "--print-schedule") {
+      o.printSchedule = true;
       continue;
     }
     if (i + 1 >= argc) usage(flag + ": needs a value");
@@ -120,8 +132,20 @@ Options parseOptions(int argc, char** argv) {
       usage("unknown flag '" + flag + "'");
     }
   }
-  if (o.out.empty()) usage("--out: required");
+  if (o.out.empty() && !o.printSchedule) usage("--out: required");
   return o;
+}
+
+json scheduleJson(const std::vector<Event>& schedule) {
+  json planned = json::array();
+  for (const auto& e : schedule) {
+    json faults = json::array();
+    for (const auto& f : e.faults)
+      faults.push_back({{"kind", std::string(toString(f.kind))}, {"agent", f.agent},
+                        {"duration_ms", f.durationMs}});
+    planned.push_back({{"index", e.index}, {"faults", faults}, {"calm_after_ms", e.calmAfterMs}});
+  }
+  return planned;
 }
 
 // Children get PR_SET_PDEATHSIG from the thread that forks them, so every process (agents, the
@@ -643,14 +667,7 @@ json Run::runFault(const Fault& fault, int eventIndex) {
 }
 
 void Run::writeHistory() {
-  json planned = json::array();
-  for (const auto& e : schedule_) {
-    json faults = json::array();
-    for (const auto& f : e.faults)
-      faults.push_back({{"kind", std::string(toString(f.kind))}, {"agent", f.agent},
-                        {"duration_ms", f.durationMs}});
-    planned.push_back({{"index", e.index}, {"faults", faults}, {"calm_after_ms", e.calmAfterMs}});
-  }
+  const json planned = scheduleJson(schedule_);
   json meta{{"seed", o_.seed},
             {"events", o_.events},
             {"accounts", accounts_},
@@ -863,6 +880,14 @@ int Run::runSchedule() {
 
 int main(int argc, char** argv) {
   const auto options = zkagent::chaos::parseOptions(argc, argv);
+  if (options.printSchedule) {
+    std::cout << zkagent::chaos::scheduleJson(zkagent::chaos::makeSchedule(
+                     {options.seed, options.events, options.agents, options.sessionTimeoutMs,
+                      options.breakFencing}))
+                     .dump(1)
+              << "\n";
+    return 0;
+  }
   ::signal(SIGPIPE, SIG_IGN);
   ::signal(SIGINT, zkagent::chaos::onInterrupt);
   ::signal(SIGTERM, zkagent::chaos::onInterrupt);

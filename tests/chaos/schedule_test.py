@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""The chaos schedule is a function of the seed: the same seed gives the same faults, targets and
+durations; faults that run together keep the ensemble's quorum and touch each agent and the
+gateway at most once. Usage: schedule_test.py PATH/TO/chaos-runner"""
+import json
+import subprocess
+import sys
+import unittest
+
+RUNNER = None
+
+
+def schedule(seed, events=500, *extra):
+    out = subprocess.run([RUNNER, "--print-schedule", "--seed", str(seed), "--events",
+                          str(events), *extra], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
+class ScheduleTest(unittest.TestCase):
+    def test_the_same_seed_replays_the_same_schedule_and_another_seed_does_not(self):
+        self.assertEqual(schedule(7), schedule(7))
+        self.assertNotEqual(schedule(7), schedule(8))
+
+    def test_every_kind_occurs_and_several_faults_sometimes_run_at_once(self):
+        s = schedule(7)
+        kinds = {f["kind"] for e in s for f in e["faults"]}
+        self.assertEqual(kinds, {"agent_kill", "agent_pause", "agent_partition",
+                                 "zk_kill_agent_server", "zk_kill_leader", "gateway_kill",
+                                 "gateway_pause", "stale_delivery"})
+        self.assertTrue(any(len(e["faults"]) > 1 for e in s))
+
+    def test_faults_run_together_keep_a_quorum_and_one_fault_per_agent_and_gateway(self):
+        for e in schedule(7) + schedule(99):
+            kinds = [f["kind"] for f in e["faults"]]
+            self.assertLessEqual(sum(k.startswith("zk_") for k in kinds), 1, e)
+            self.assertLessEqual(sum(k.startswith("gateway_") for k in kinds), 1, e)
+            agents = [f["agent"] for f in e["faults"] if f["agent"] >= 0]
+            self.assertEqual(len(agents), len(set(agents)), e)
+            if "stale_delivery" in kinds:
+                self.assertEqual(len(kinds), 1, e)
+
+    def test_an_agent_pause_always_outlasts_the_session_timeout(self):
+        for e in schedule(7, 500, "--session-timeout-ms", "2000"):
+            for f in e["faults"]:
+                if f["kind"] == "agent_pause":
+                    self.assertGreater(f["duration_ms"], 2000)
+
+    def test_the_negative_control_is_stale_deliveries_only(self):
+        s = schedule(1, 5, "--break-fencing")
+        self.assertEqual({f["kind"] for e in s for f in e["faults"]}, {"stale_delivery"})
+
+    def test_a_bad_flag_is_refused_naming_it(self):
+        bad = subprocess.run([RUNNER, "--events", "0", "--out", "/nonexistent"],
+                             capture_output=True, text=True)
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--events", bad.stderr)
+
+
+if __name__ == "__main__":
+    RUNNER = sys.argv.pop(1)
+    unittest.main()
