@@ -110,6 +110,7 @@ class AgentProcessTest : public ::testing::Test {
               {"heartbeat_timeout_ms", 700},
               {"request_timeout_ms", 1000}}},
             {"admin", {{"listen", "127.0.0.1:0"}}},
+            {"presence", {{"listen", "127.0.0.1:0"}}},  // several agents on one host
             {"health", {{"interval_ms", 200}, {"ttl_ms", 1000}}},
             {"shutdown_timeout_ms", 3000}};
   }
