@@ -17,10 +17,12 @@ import zlib
 from collections import Counter, defaultdict
 
 OK = "ok"
-# Answers that prove the operation was not applied: the agent's gate refused it, the gateway
-# refused it (a refusal is never logged), or the request never reached the agent.
+# Answers that prove the operation was not applied: the agent's gate refused it (404 is the
+# agent's answer for an account its election does not hold yet), the gateway refused it (a
+# refusal is never logged), or the request never reached the agent.
 DEFINITE_REFUSALS = {"not_leader", "stale_token", "not_current_leader", "account_fenced",
-                     "suspended", "stopping", "zookeeper_unavailable", "connect_failed"}
+                     "suspended", "stopping", "zookeeper_unavailable", "connect_failed",
+                     "unknown_account", "http_404"}
 FENCING_REFUSALS = {"stale_token", "not_current_leader", "account_fenced"}
 INF = float("inf")
 

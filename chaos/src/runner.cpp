@@ -377,6 +377,8 @@ void Run::startAgent(int i) {
         {"heartbeat_timeout_ms", 700},
         {"request_timeout_ms", 1000}}},
       {"admin", {{"listen", "127.0.0.1:" + std::to_string(agentPorts_[i])}}},
+      // Devices are not part of the run yet; the device endpoint only needs a port of its own.
+      {"presence", {{"listen", "127.0.0.1:0"}}},
       {"health", {{"interval_ms", 200}, {"ttl_ms", 1000}}},
       {"lock_delay_ms", o_.breakFencing ? kBreakLockDelayMs : 0},
       {"shutdown_timeout_ms", 3000}};
@@ -451,6 +453,10 @@ OpRecord Run::sendOp(int agent, zkagent::http::Client& client, const std::string
       if (detail.starts_with("token ")) r.token = std::atoll(detail.c_str() + 6);
     } else if (answer.status == 502) {
       r.outcome = "gateway_unreachable";
+    } else if (answer.status == 404) {
+      // The agent's own answer for an account its election group does not hold (yet): refused
+      // before anything was forwarded.
+      r.outcome = "unknown_account";
     } else {
       r.outcome = "http_" + std::to_string(answer.status);
     }
@@ -734,6 +740,7 @@ int Run::execute() {
 }
 
 int Run::runSchedule() {
+  fs::remove_all(o_.out / "logs");  // a reused DIR: the logs are of this run only
   fs::create_directories(o_.out / "logs");
   fs::remove_all(o_.out / "gateway-data");
   fs::create_directories(o_.out / "gateway-data");
