@@ -843,7 +843,11 @@ int Run::runSchedule() {
   }
   json perAccount = json::object();
   std::set<std::string> pending(accounts_.begin(), accounts_.end());
-  const auto probeDeadline = SteadyClock::now() + milliseconds(o_.sessionTimeoutMs + 30000);
+  // The checker's bound is session timeout + lock delay + 2 s; probing on past it only measures
+  // how late an account comes back.
+  const auto probeDeadline =
+      SteadyClock::now() +
+      milliseconds(o_.sessionTimeoutMs + (o_.breakFencing ? kBreakLockDelayMs : 0) + 10000);
   for (int round = 0; !pending.empty() && SteadyClock::now() < probeDeadline; ++round) {
     for (auto it = pending.begin(); it != pending.end();) {
       const auto active = observer_->latest(*it);
