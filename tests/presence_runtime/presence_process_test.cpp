@@ -92,6 +92,11 @@ struct Agent {
     return json();
   }
   bool leads(const std::string& name) const { return account(name).value("role", "") == "LEADER"; }
+  double sample(const std::string& name) const {
+    auto r = admin->get("/metrics");
+    return r.delivered() ? sampleOf(r.body, name) : 0;
+  }
+  double pingTimeouts() const { return sample("zkagent_presence_ping_timeouts_total"); }
   int64_t seq(const std::string& name) const { return account(name).value("seq", int64_t{-1}); }
 };
 
@@ -246,7 +251,8 @@ TEST_F(PresenceProcessTest, DeviceSentToANonLeaderIsRedirectedAndHoldsALeaseUnde
 }
 
 TEST_F(PresenceProcessTest, DeviceThatClosesOrIsKilledHasItsLeaseRemovedAtOnceNotExpired) {
-  auto& a = startAgent("host-a", {"acct-0"});
+  // A ping timeout far beyond the test's deadlines: only the close itself can end the leases.
+  auto& a = startAgent("host-a", {"acct-0"}, [](json& c) { c["presence"]["ping_timeout_ms"] = 60000; });
   ASSERT_TRUE(eventually([&] { return a.leads("acct-0"); }, 15s));
   auto& closing = startDevice({a.deviceUrl}, "acct-0", "phone");
   auto& killed = startDevice({a.deviceUrl}, "acct-0", "laptop");
@@ -271,7 +277,7 @@ TEST_F(PresenceProcessTest, HalfOpenDeviceIsTimedOutByTheAgentAndItsLeaseRemoved
   auto& a = startAgent("host-a", {"acct-0"});
   ASSERT_TRUE(eventually([&] { return a.leads("acct-0"); }, 15s));
   auto& device = startDevice({a.deviceUrl}, "acct-0", "phone");
-  device.waitForLine("CONNECTED ", 10s);
+  const auto first = parseConnected(device.waitForLine("CONNECTED ", 10s));
   ASSERT_TRUE(eventually([&] { return !leaseOf("acct-0", "phone").is_null(); }, 5s));
   const double removalsBefore = removalsAccepted();
   const double expiredBefore = expirations();
@@ -280,11 +286,32 @@ TEST_F(PresenceProcessTest, HalfOpenDeviceIsTimedOutByTheAgentAndItsLeaseRemoved
   ASSERT_TRUE(eventually([&] { return leaseOf("acct-0", "phone").is_null(); }, 10s));
   EXPECT_EQ(removalsAccepted() - removalsBefore, 1) << "the agent's ping timeout removed it";
   EXPECT_EQ(expirations() - expiredBefore, 0);
+  EXPECT_EQ(a.pingTimeouts(), 1);
   device.signal(SIGCONT);
   // The device finds its connection closed (4002) or silent, and comes back by itself.
   device.waitForLine("DISCONNECTED ", 10s);
-  device.waitForLine("CONNECTED ", 10s);
+  const auto again = parseConnected(device.waitForLine("CONNECTED ", 10s));
   EXPECT_TRUE(eventually([&] { return !leaseOf("acct-0", "phone").is_null(); }, 5s));
+
+  // A removal of the first connection arriving late, under the same (current) leader token: the
+  // fence lets it through, the epoch does not.
+  ASSERT_EQ(again.token, first.token);
+  ASSERT_GT(again.counter, first.counter);
+  auto answer = gatewayClient_->post("/v1/presence/leases",
+                                     json{{"instanceId", "host-a"},
+                                          {"sessionId", "0x1"},
+                                          {"renew", json::array()},
+                                          {"remove", {{{"account", "acct-0"},
+                                                       {"device", "phone"},
+                                                       {"token", first.token},
+                                                       {"counter", first.counter},
+                                                       {"reason", "close"}}}}}
+                                         .dump());
+  ASSERT_EQ(answer.status, 200) << answer.body;
+  const auto counts = json::parse(answer.body);
+  EXPECT_EQ(counts.value("removed", -1), 0) << answer.body;
+  EXPECT_EQ(counts.value("stale", -1), 1) << answer.body;
+  EXPECT_EQ(leaseOf("acct-0", "phone")["epoch"]["counter"].get<uint64_t>(), again.counter);
 }
 
 TEST_F(PresenceProcessTest, LeaderSigtermMovesDevicesToTheSuccessorAndALateOldRemovalIsRejected) {
@@ -335,6 +362,9 @@ TEST_F(PresenceProcessTest, LeaderSigtermMovesDevicesToTheSuccessorAndALateOldRe
   auto answer = gatewayClient_->post("/v1/presence/leases", late.dump());
   ASSERT_EQ(answer.status, 200) << answer.body;
   EXPECT_EQ(json::parse(answer.body).value("removed", -1), 0) << answer.body;
+  EXPECT_EQ(json::parse(answer.body)["fenced"], json::parse(R"([{"account":"acct-0","token":)" +
+                                                            std::to_string(old.token) + "}]"))
+      << "the old leader's token is not the active seq any more: " << answer.body;
   EXPECT_FALSE(leaseOf("acct-0", "phone").is_null());
   EXPECT_EQ(leaseOf("acct-0", "phone")["agent"], "host-b");
 }
