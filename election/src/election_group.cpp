@@ -79,7 +79,13 @@ ElectionGroup::ElectionGroup(asio::io_context& io, ElectionOptions options)
       ElectorContext{impl_->session, std::move(options), {}, std::move(marks)});
 }
 
-ElectionGroup::~ElectionGroup() { impl_->ctx->marks->forget(); }
+// Electors and their in-flight callbacks may hold the session beyond this: close it here, so the
+// server drops our nodes now rather than at expiry, and no ZooKeeper callback arrives after the
+// embedder moves on (and destroys the io_context).
+ElectionGroup::~ElectionGroup() {
+  impl_->ctx->marks->forget();
+  impl_->session->closeNow();
+}
 
 void ElectionGroup::onLeadership(LeadershipHandler handler) {
   impl_->ctx->onLeadership = std::move(handler);

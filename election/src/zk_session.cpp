@@ -361,24 +361,44 @@ void ZkSession::close(std::function<void()> done) {
   });
 }
 
-void ZkSession::closeOnStrand(std::function<void()> done) {
-  closing_ = true;
-  pingTimer_.cancel();
-  deadlineTimer_.cancel();
-  connected_.store(false);
+// Both closes: no handle is opened any more, the current one is taken out, and what was armed on
+// it goes (callbacks hold their owners, and their owners this session: nothing may keep them
+// here); batched creates not sent yet are answered Closing. Returns the handle to close.
+zhandle_t* ZkSession::detachForClose() {
   zhandle_t* zh = nullptr;
   std::vector<PendingCreate> creates;
   {
     std::lock_guard lock(mu_);
+    closing_ = true;  // under mu_: openHandle checks it under mu_ too
     zh = std::exchange(zh_, nullptr);
     ++generation_;
-    // Callbacks hold their owners, and their owners this session: nothing may keep them here.
     dataWatches_.clear();
     childWatches_.clear();
     creates.swap(pendingCreates_);
     afterCreates_.clear();
   }
+  connected_.store(false);
   for (auto& c : creates) refuse(std::move(c.executor), std::move(c.done), ZkError::Closing);
+  return zh;
+}
+
+void ZkSession::closeNow() {
+  zhandle_t* zh = detachForClose();
+  // The ping and deadline timers act only while Connected or Suspended.
+  state_.store(SessionState::Closed);
+  if (zh != nullptr) closeHandle(zh);  // joins the C client's threads
+  std::vector<std::thread> closers;
+  {
+    std::lock_guard lock(mu_);
+    closers.swap(closers_);
+  }
+  for (auto& t : closers) t.join();
+}
+
+void ZkSession::closeOnStrand(std::function<void()> done) {
+  pingTimer_.cancel();
+  deadlineTimer_.cancel();
+  zhandle_t* zh = detachForClose();
   publish(SessionState::Closed, false);
   sessionId_.store(0);
   std::lock_guard lock(mu_);

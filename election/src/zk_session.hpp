@@ -49,6 +49,10 @@ class ZkSession : public Session, public std::enable_shared_from_this<ZkSession>
   // Closes the session (the server deletes its ephemeral nodes in one request) without blocking the
   // caller; `done` runs on the io_context afterwards.
   void close(std::function<void()> done);
+  // Closes the session on the calling thread (any thread but ZooKeeper's): the server drops our
+  // ephemeral nodes at once, and once this returns no ZooKeeper callback runs any more (what was
+  // in flight is answered Closing on its executor). For owners that go away without close().
+  void closeNow();
 
   boost::asio::io_context& io() const { return io_; }
   SessionState state() const override { return state_.load(); }
@@ -146,6 +150,7 @@ class ZkSession : public Session, public std::enable_shared_from_this<ZkSession>
               Issue issue);
   void openHandle();  // strand
   void closeOnStrand(std::function<void()> done);
+  zhandle_t* detachForClose();
   void handleSessionState(uint64_t generation, int zkState);
   void expireLocally(const char* why);
   void retireHandle(zhandle_t* zh);  // closes an old handle off the io thread
@@ -178,8 +183,8 @@ class ZkSession : public Session, public std::enable_shared_from_this<ZkSession>
   std::atomic<uint64_t> linkEpoch_{0};
   std::atomic<int64_t> sessionId_{0};
   std::atomic<int64_t> negotiatedMs_{0};
-  int64_t everConnectedId_ = 0;  // strand: id of the last session we announced
-  bool closing_ = false;         // strand
+  int64_t everConnectedId_ = 0;       // strand: id of the last session we announced
+  std::atomic<bool> closing_{false};  // no handle is opened any more
   // Last proof that the server knew our session (a reply), as steady-clock ticks.
   std::atomic<Clock::rep> lastContactTicks_{0};
   boost::asio::steady_timer pingTimer_;

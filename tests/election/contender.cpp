@@ -1,6 +1,9 @@
 #include "contender.hpp"
 
+#include <boost/asio/post.hpp>
 #include <future>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 
 namespace zktest {
@@ -33,6 +36,21 @@ Contender::~Contender() {
 void Contender::abandon() {
   stopped_ = true;
   group_.reset();
+}
+
+std::function<void()> Contender::holdIo() {
+  auto entered = std::make_shared<std::promise<void>>();
+  auto release = std::make_shared<std::promise<void>>();
+  boost::asio::post(io_, [entered, held = release->get_future().share()] {
+    entered->set_value();
+    held.wait_for(10s);
+  });
+  if (entered->get_future().wait_for(10s) != std::future_status::ready) {
+    throw std::runtime_error("the io thread did not come free within 10 s");
+  }
+  return [release, once = std::make_shared<std::once_flag>()] {
+    std::call_once(*once, [&] { release->set_value(); });
+  };
 }
 
 void Contender::stop() {

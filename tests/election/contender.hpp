@@ -32,6 +32,9 @@ class Contender {
   // Destroys the group without stop(), the io thread still running (completions in flight find
   // nothing dangling). Only the events remain usable afterwards.
   void abandon();
+  // Blocks the io thread, and so every strand of the group, until the returned function is called
+  // (or 10 s pass): ZooKeeper's answers and watch events queue up unprocessed meanwhile.
+  std::function<void()> holdIo();
 
   el::GateDecision check(const std::string& account) const { return group_->check(account); }
   el::GateDecision checkStrict(const std::string& account);

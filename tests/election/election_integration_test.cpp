@@ -1,6 +1,9 @@
 // Election against a real ZooKeeper server, contenders in this process.
 #include <gtest/gtest.h>
 
+#include <future>
+#include <memory>
+
 #include "contender.hpp"
 #include "zktest/deadline.hpp"
 #include "zktest/tcp_proxy.hpp"
@@ -136,14 +139,38 @@ TEST_F(ElectionTest, ActiveOverwrittenByAnotherIdentityMakesLeaderStepDown) {
   EXPECT_EQ(a.check("acct").verdict, Verdict::Drifted);
 }
 
+// The strict gate asks ZooKeeper rather than the in-memory state: while the leader has not yet
+// processed the watch event for an overwritten `active` (its io thread is held), the fast gate
+// still allows, and the strict check, once it runs, reads the intruder's record and refuses.
 TEST_F(ElectionTest, StrictGateConfirmsWithZooKeeperAndCatchesDriftTheWatchHasNotSeenYet) {
   Contender a(hosts(), root, "host-a");
+  Contender intruder(hosts(), root, "intruder");
   a.join("acct");
   ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 10s));
-  auto strict = a.checkStrict("acct");
-  EXPECT_TRUE(strict.allowed());
-  EXPECT_EQ(strict.token, a.check("acct").token);
+  auto confirmed = a.checkStrict("acct");
+  EXPECT_TRUE(confirmed.allowed());
+  EXPECT_EQ(confirmed.token, a.check("acct").token);
   EXPECT_EQ(a.checkStrict("unknown-acct").verdict, Verdict::UnknownAccount);
+
+  auto release = a.holdIo();
+  el::ActiveInfo forged;
+  forged.seq = a.check("acct").token;
+  forged.instanceId = "intruder";
+  forged.sessionId = intruder.group().sessionId();
+  ASSERT_EQ(intruder.set(root + "/acct/active", el::toJson(forged)), el::ZkError::Ok);
+  EXPECT_TRUE(a.leads("acct")) << "the watch event cannot have been processed yet";
+  auto strict = std::make_shared<std::promise<GateDecision>>();
+  a.group().checkStrict("acct", [strict](GateDecision d) { strict->set_value(std::move(d)); });
+  release();
+
+  auto answer = strict->get_future();
+  ASSERT_EQ(answer.wait_for(10s), std::future_status::ready);
+  const GateDecision d = answer.get();
+  EXPECT_EQ(d.verdict, Verdict::Drifted);
+  EXPECT_EQ(d.token, -1);
+  ASSERT_TRUE(d.leader);
+  EXPECT_EQ(d.leader->instanceId, "intruder");
+  EXPECT_TRUE(eventually([&] { return a.check("acct").verdict == Verdict::Drifted; }, 5s));
 }
 
 TEST_F(ElectionTest, OwnMemberNodeDeletedMakesLeaderStepDownAndRegisterAgain) {

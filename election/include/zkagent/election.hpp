@@ -181,7 +181,9 @@ class ElectionGroup {
   using SessionHandler = std::function<void(const SessionEvent&)>;
 
   ElectionGroup(boost::asio::io_context& io, ElectionOptions options);
-  ~ElectionGroup();  // closes the session without waiting
+  // Closes the session without a hand-over. Waits only for the ZooKeeper client's threads: once it
+  // returns they post nothing more to the io_context (answers posted before still run there).
+  ~ElectionGroup();
   ElectionGroup(const ElectionGroup&) = delete;
   ElectionGroup& operator=(const ElectionGroup&) = delete;
 
