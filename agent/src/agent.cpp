@@ -448,9 +448,10 @@ bool Agent::Impl::setLifecycle(Lifecycle next, std::initializer_list<Lifecycle> 
 
 GateDecision Agent::Impl::decideGate(std::string_view account) {
   if (config.gate == GateMode::Fast) return group->check(account);
-  std::promise<GateDecision> answer;
-  auto future = answer.get_future();
-  group->checkStrict(account, [&answer](GateDecision d) { answer.set_value(std::move(d)); });
+  // The answer may come after we stopped waiting for it: the callback owns the promise.
+  auto answer = std::make_shared<std::promise<GateDecision>>();
+  auto future = answer->get_future();
+  group->checkStrict(account, [answer](GateDecision d) { answer->set_value(std::move(d)); });
   if (future.wait_for(config.zookeeper.sessionTimeout) != std::future_status::ready) {
     return GateDecision{GateDecision::Verdict::Suspended, -1, group->sessionId(), std::nullopt};
   }

@@ -1,0 +1,115 @@
+// The agent in-process: its gate against a real ZooKeeper behind a proxy (what a refusal leaves
+// behind when ZooKeeper answers after the gate gave up waiting).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "zkagent/agent.hpp"
+#include "zktest/tcp_proxy.hpp"
+#include "zktest/zookeeper_server.hpp"
+
+// The late answer of the strict check lands in a stack frame that has returned; AddressSanitizer
+// reports that only with use-after-return detection on (a no-op in builds without it).
+extern "C" const char* __asan_default_options() { return "detect_stack_use_after_return=1"; }
+
+namespace {
+
+using namespace std::chrono_literals;
+
+// An io_context run on two threads until destruction (which an early ASSERT return reaches too).
+struct IoThreads {
+  boost::asio::io_context io;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work{io.get_executor()};
+  std::vector<std::thread> threads;
+  void run() {
+    for (int i = 0; i < 2; ++i) threads.emplace_back([this] { io.run(); });
+  }
+  ~IoThreads() {
+    work.reset();
+    io.stop();
+    for (auto& t : threads) t.join();
+  }
+};
+
+using zkagent::agent::Gate;
+using zktest::eventually;
+
+// A loopback port nothing listens on (bound, then released).
+uint16_t closedPort() {
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor acceptor(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  return acceptor.local_endpoint().port();
+}
+
+// One account, no gateway heartbeat, the admin API on a free port.
+zkagent::agent::Config agentConfig(const std::string& zookeeperHosts) {
+  zkagent::agent::Config config;
+  config.instanceId = "host-a";
+  config.zookeeper.hosts = zookeeperHosts;
+  config.zookeeper.root = zktest::uniqueTestRoot() + "/accounts";
+  config.zookeeper.agentsPath = zktest::uniqueTestRoot() + "/agents";
+  config.accounts = {"acct-0"};
+  config.gateway.address = {"127.0.0.1", closedPort()};
+  config.gateway.heartbeatInterval = 0ms;  // the link counts as up
+  config.admin.listen = {"127.0.0.1", 0};
+  config.health.interval = 100ms;
+  config.health.ttl = 20000ms;
+  return config;
+}
+
+nlohmann::json statusOf(const zkagent::agent::Agent& agent) {
+  return nlohmann::json::parse(agent.statusJson());
+}
+
+// Shuts the agent down and waits for it (the gateway link stops at once, the session within
+// its stop deadline).
+void shutDown(zkagent::agent::Agent& agent) {
+  auto stopped = std::make_shared<std::promise<void>>();
+  agent.shutdown([stopped] { stopped->set_value(); });
+  EXPECT_EQ(stopped->get_future().wait_for(20s), std::future_status::ready);
+}
+
+TEST(AgentGateTest, StrictGateRefusalSurvivesZooKeeperAnsweringAfterTheGateGaveUp) {
+  // The gate waits the configured session timeout (600 ms); the server grants at least 6 s, so
+  // the client notices the dead link only after about 4 s (two thirds of the negotiated timeout)
+  // and only then fails the sync the gate had sent: an answer well after the gate returned.
+  zktest::ZooKeeperOptions options;
+  options.minSessionTimeout = 6000ms;
+  zktest::ZooKeeperServer zk(options);
+  zktest::TcpProxy proxy(zk.port());
+
+  auto config = agentConfig(proxy.connectString());
+  config.zookeeper.sessionTimeout = 600ms;
+  config.gate = zkagent::agent::GateMode::Strict;
+
+  IoThreads runner;
+  zkagent::agent::Agent agent(runner.io, config);
+  agent.start();
+  runner.run();
+
+  auto execute = [&] { return agent.gate().execute("acct-0", [](const auto&) {}); };
+  ASSERT_TRUE(eventually([&] { return execute().executed(); }, 20s)) << agent.statusJson();
+
+  proxy.setMode(zktest::TcpProxy::Mode::blackhole);
+  const auto refused = execute();
+  EXPECT_EQ(refused.result, Gate::Result::Suspended) << refused.reason();
+
+  // The client gives up on the link and fails the sync the gate had sent: that answer reaches the
+  // abandoned gate call meanwhile (it is posted to the account's strand as the link is dropped).
+  auto sessionState = [&] { return statusOf(agent)["session"]["state"]; };
+  ASSERT_TRUE(eventually([&] { return sessionState() != "connected"; }, 20s)) << agent.statusJson();
+  EXPECT_EQ(execute().result, Gate::Result::Suspended);
+  shutDown(agent);
+}
+
+}  // namespace
