@@ -241,8 +241,6 @@ std::string Agent::Impl::statusJson() {
 
 std::string Agent::Impl::metricsText() {
   m.gatewayUp.set(link->up() ? 1 : 0);
-  const auto missed = static_cast<double>(link->missedHeartbeats());
-  if (missed > m.gatewayMissed.value()) m.gatewayMissed.inc(missed - m.gatewayMissed.value());
   m.runtimeReady.set(runtimeReady() ? 1 : 0);
   {
     std::lock_guard lock(mu);

@@ -99,7 +99,8 @@ Agent::Impl::Impl(asio::io_context& ioc, Config cfg)
       control(asio::make_strand(ioc)),
       healthTimer(control),
       reconcileTimer(control),
-      link(std::make_shared<detail::GatewayLink>(ioc, config.gateway, config.instanceId)) {
+      link(std::make_shared<detail::GatewayLink>(ioc, config.gateway, config.instanceId,
+                                                 m.gatewayMissed)) {
   for (const auto& account : config.accounts) accounts.emplace(account, AccountState{});
   http::ServerOptions options;
   options.address = config.admin.listen.host;

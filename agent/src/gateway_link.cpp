@@ -23,12 +23,13 @@ http::ClientOptions clientOptions(const Config::Gateway& config, std::chrono::mi
 }  // namespace
 
 GatewayLink::GatewayLink(asio::io_context& io, const Config::Gateway& config,
-                         std::string instanceId)
+                         std::string instanceId, metrics::Counter& failures)
     : config_(config),
       heartbeatTarget_("/healthz?instance=" + instanceId),
       timer_(asio::make_strand(io)),  // tick and answered never run at once
       heartbeats_(clientOptions(config, config.heartbeatTimeout, 1)),
-      operations_(clientOptions(config, config.requestTimeout, 64)) {
+      operations_(clientOptions(config, config.requestTimeout, 64)),
+      failures_(failures) {
   if (!heartbeatEnabled()) up_ = true;
 }
 
@@ -80,7 +81,7 @@ void GatewayLink::answered(bool ok) {
   inFlight_ = false;
   if (stopped_) return;
   if (!ok) {
-    ++missed_;
+    failures_.inc();
     return;
   }
   std::lock_guard lock(mu_);

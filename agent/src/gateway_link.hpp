@@ -16,6 +16,7 @@
 
 #include "zkagent/agent/config.hpp"
 #include "zkagent/http.hpp"
+#include "zkagent/metrics.hpp"
 
 namespace zkagent::agent::detail {
 
@@ -23,7 +24,9 @@ class GatewayLink : public std::enable_shared_from_this<GatewayLink> {
  public:
   using ChangeHandler = std::function<void(bool up)>;
 
-  GatewayLink(boost::asio::io_context& io, const Config::Gateway& config, std::string instanceId);
+  // `failures` counts every failed or timed-out heartbeat, where it happens (the agent's metric).
+  GatewayLink(boost::asio::io_context& io, const Config::Gateway& config, std::string instanceId,
+              metrics::Counter& failures);
 
   void start(ChangeHandler onChange);  // onChange runs on the io_context
   void stop();
@@ -32,7 +35,7 @@ class GatewayLink : public std::enable_shared_from_this<GatewayLink> {
   bool heartbeatEnabled() const { return config_.heartbeatInterval.count() > 0; }
   // Time since the last answered heartbeat; nullopt before the first one.
   std::optional<std::chrono::milliseconds> sinceLastAnswer() const;
-  uint64_t missedHeartbeats() const { return missed_.load(); }
+  uint64_t missedHeartbeats() const { return static_cast<uint64_t>(failures_.value()); }
 
   // POST /v1/ops, blocking the calling thread (at most connect + 2 x request timeout).
   http::ClientResponse forward(std::string body);
@@ -49,7 +52,7 @@ class GatewayLink : public std::enable_shared_from_this<GatewayLink> {
   http::Client operations_;
   std::atomic<bool> up_{false};
   std::atomic<bool> stopped_{false};
-  std::atomic<uint64_t> missed_{0};
+  metrics::Counter& failures_;
   bool inFlight_ = false;  // timer/handler state, only touched on the io_context
   mutable std::mutex mu_;
   std::optional<std::chrono::steady_clock::time_point> lastAnswer_;

@@ -1,5 +1,6 @@
 // The agent in-process: its gate against a real ZooKeeper behind a proxy (what a refusal leaves
-// behind when ZooKeeper answers after the gate gave up waiting).
+// behind when ZooKeeper answers after the gate gave up waiting), and the gateway heartbeat
+// failures its link counts and its metrics report.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -14,7 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "gateway_link.hpp"
 #include "zkagent/agent.hpp"
+#include "zkagent/metrics.hpp"
 #include "zktest/tcp_proxy.hpp"
 #include "zktest/zookeeper_server.hpp"
 
@@ -41,6 +44,7 @@ struct IoThreads {
   }
 };
 
+namespace metrics = zkagent::metrics;
 using zkagent::agent::Gate;
 using zktest::eventually;
 
@@ -110,6 +114,54 @@ TEST(AgentGateTest, StrictGateRefusalSurvivesZooKeeperAnsweringAfterTheGateGaveU
   ASSERT_TRUE(eventually([&] { return sessionState() != "connected"; }, 20s)) << agent.statusJson();
   EXPECT_EQ(execute().result, Gate::Result::Suspended);
   shutDown(agent);
+}
+
+// The link counts each failed heartbeat into the metric as it fails: no scrape needed (a copy
+// brought up to date at scrape time counted twice when two scrapes ran at once).
+TEST(AgentMetricsTest, GatewayLinkCountsEachFailedHeartbeatIntoTheMetricAsItFails) {
+  metrics::Registry registry;
+  auto& failures = registry.counter("failures_total", "test").with({});
+  zkagent::agent::Config::Gateway gateway;
+  gateway.address = {"127.0.0.1", closedPort()};
+  gateway.heartbeatInterval = 1ms;
+  gateway.heartbeatTimeout = 50ms;
+  IoThreads runner;
+  auto link =
+      std::make_shared<zkagent::agent::detail::GatewayLink>(runner.io, gateway, "host-a", failures);
+  link->start([](bool) {});
+  runner.run();
+  EXPECT_TRUE(eventually([&] { return failures.value() >= 20; }, 10s));
+  link->stop();
+}
+
+// However many scrapes run at once, /metrics reports the failures the status reports.
+TEST(AgentMetricsTest, MetricsAndStatusAgreeOnGatewayHeartbeatFailuresUnderConcurrentScrapes) {
+  auto config = agentConfig(zktest::sharedZooKeeper().connectString());
+  config.gateway.heartbeatInterval = 1ms;  // below what the config file allows: many failures
+  config.gateway.heartbeatTimeout = 50ms;
+  IoThreads runner;
+  zkagent::agent::Agent agent(runner.io, config);
+  agent.start();
+  runner.run();
+
+  auto failures = [&] { return statusOf(agent)["gateway"]["failed_heartbeats"].get<uint64_t>(); };
+  std::atomic<bool> scraping{true};
+  std::vector<std::thread> scrapers;
+  for (int i = 0; i < 4; ++i) {
+    scrapers.emplace_back([&] {
+      while (scraping) (void)agent.metricsText();
+    });
+  }
+  EXPECT_TRUE(eventually([&] { return failures() >= 300; }, 30s));
+  scraping = false;
+  for (auto& t : scrapers) t.join();
+  shutDown(agent);  // no heartbeat after this
+
+  const std::string text = agent.metricsText();
+  const std::string family = "zkagent_gateway_heartbeat_failures_total ";
+  const auto at = text.find("\n" + family);
+  ASSERT_NE(at, std::string::npos) << text;
+  EXPECT_EQ(std::stod(text.substr(at + 1 + family.size())), static_cast<double>(failures()));
 }
 
 }  // namespace
