@@ -1,5 +1,7 @@
 #include "zkagent/presence/privacy.hpp"
 
+#include <algorithm>
+
 namespace zkagent::presence {
 
 std::string_view toString(ShownStatus status) {
@@ -36,6 +38,23 @@ void PrivacyRules::block(const std::string& target, const std::string& viewer) {
 
 void PrivacyRules::unblock(const std::string& target, const std::string& viewer) {
   targets_[target].blocked.erase(viewer);
+}
+
+void PrivacyRules::replace(const std::string& target, const TargetPrivacy& rules) {
+  TargetRules& current = targets_[target];
+  current.level = rules.level;
+  current.contacts = {rules.contacts.begin(), rules.contacts.end()};
+  current.blocked = {rules.blocked.begin(), rules.blocked.end()};
+}
+
+std::optional<TargetPrivacy> PrivacyRules::rulesOf(std::string_view target) const {
+  const TargetRules* rules = find(target);
+  if (rules == nullptr) return std::nullopt;
+  TargetPrivacy out{rules->level, {rules->contacts.begin(), rules->contacts.end()},
+                    {rules->blocked.begin(), rules->blocked.end()}};
+  std::sort(out.contacts.begin(), out.contacts.end());
+  std::sort(out.blocked.begin(), out.blocked.end());
+  return out;
 }
 
 const PrivacyRules::TargetRules* PrivacyRules::find(std::string_view target) const {

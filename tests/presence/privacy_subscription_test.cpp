@@ -170,5 +170,87 @@ TEST(Subscriptions, ASinkMayUnsubscribeItselfWhileEventsAreDelivered) {
   EXPECT_EQ(world.service.subscriptions().size(), 0u);
 }
 
+TEST(Privacy, ReplaceSetsEveryRuleAtOnceAndRulesOfReadsThemBackSorted) {
+  PrivacyRules rules;
+  EXPECT_FALSE(rules.rulesOf("alice").has_value());
+  rules.replace("alice", TargetPrivacy{PrivacyLevel::Coarse, {"zed", "bob"}, {"mallory"}});
+  EXPECT_EQ(rules.rulesOf("alice"),
+            (TargetPrivacy{PrivacyLevel::Coarse, {"bob", "zed"}, {"mallory"}}));
+  EXPECT_TRUE(rules.maySee("bob", "alice"));
+  rules.replace("alice", TargetPrivacy{PrivacyLevel::Exact, {"zed"}, {}});
+  EXPECT_FALSE(rules.maySee("bob", "alice")) << "contacts are replaced, not merged";
+  EXPECT_EQ(rules.level("alice"), PrivacyLevel::Exact);
+}
+
+TEST(Subscriptions, ABlockedViewerGetsARemovalThenNothingMore) {
+  PrivacyWorld world;
+  std::vector<ChangeEvent> events;
+  world.service.subscriptions().subscribe("bob", {"alice"},
+                                          [&](const ChangeEvent& e) { events.push_back(e); });
+  world.runUntil(10);
+  world.service.privacy().block("alice", "bob");
+  world.service.subscriptions().onPrivacyChange("alice");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_TRUE(events[0].removed);
+  world.service.subscriptions().onPrivacyChange("alice");  // nothing new to say
+  world.clock.scheduleAt(at(100), [&] { world.phone.close(); });
+  world.runUntil(1000);
+  EXPECT_EQ(events.size(), 1u) << "silence after the removal, not an offline";
+
+  world.service.privacy().unblock("alice", "bob");
+  world.service.subscriptions().onPrivacyChange("alice");
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_FALSE(events[1].removed);
+  EXPECT_EQ(events[1].status.status, ShownStatus::Offline);
+  EXPECT_EQ(events[1].version, world.service.view().published("alice")->version);
+}
+
+TEST(Subscriptions, ALevelChangeResendsTheTrimmedStatusOnlyToThoseWhoSeeIt) {
+  PrivacyWorld world;
+  std::vector<ChangeEvent> bob, eve;
+  world.service.subscriptions().subscribe("bob", {"alice"},
+                                          [&](const ChangeEvent& e) { bob.push_back(e); });
+  world.service.subscriptions().subscribe("eve", {"alice"},
+                                          [&](const ChangeEvent& e) { eve.push_back(e); });
+  world.clock.scheduleAt(at(100), [&] { world.phone.close(); });
+  world.runUntil(1000);
+  ASSERT_EQ(bob.size(), 1u);
+  world.service.privacy().setLevel("alice", PrivacyLevel::Coarse);
+  world.service.subscriptions().onPrivacyChange("alice");
+  ASSERT_EQ(bob.size(), 2u);
+  EXPECT_EQ(bob[1].status, (VisibleStatus{ShownStatus::Recently, std::nullopt}));
+  EXPECT_TRUE(eve.empty());
+}
+
+TEST(Subscriptions, TargetsAddedLaterGetASnapshotAndRemovedOnesFallSilentIdempotently) {
+  PrivacyWorld world;
+  world.service.privacy().addContact("carol", "bob");
+  SimulatedDevice& carolPhone = world.device("carol");
+  carolPhone.connect(world.gateway);
+  std::vector<ChangeEvent> events;
+  const Subscribed sub = world.service.subscriptions().subscribe(
+      "bob", {"alice"}, [&](const ChangeEvent& e) { events.push_back(e); });
+  world.runUntil(10);
+  auto& subscriptions = world.service.subscriptions();
+  EXPECT_EQ(subscriptions.targetsWatched(), 1u);
+  const auto added = subscriptions.addTargets(sub.id, {"carol", "alice", "eve"});
+  ASSERT_EQ(added.size(), 1u) << "alice is already watched, eve has no rules for bob";
+  EXPECT_EQ(added[0].target, "carol");
+  EXPECT_EQ(added[0].status.status, ShownStatus::Online);
+  EXPECT_EQ(subscriptions.targetsWatched(), 3u);
+  subscriptions.removeTargets(sub.id, {"alice", "nobody"});
+  subscriptions.removeTargets(sub.id, {"alice"});
+  EXPECT_EQ(subscriptions.targetsWatched(), 2u);
+  world.clock.scheduleAt(at(100), [&] {
+    world.phone.close();
+    carolPhone.close();
+  });
+  world.runUntil(1000);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].target, "carol");
+  subscriptions.unsubscribe(sub.id);
+  EXPECT_EQ(subscriptions.targetsWatched(), 0u);
+}
+
 }  // namespace
 }  // namespace zkagent::presence::testing

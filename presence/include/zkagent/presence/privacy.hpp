@@ -9,6 +9,7 @@
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "zkagent/presence/clock.hpp"
 #include "zkagent/presence/view.hpp"
@@ -30,8 +31,21 @@ struct VisibleStatus {
   bool operator==(const VisibleStatus&) const = default;
 };
 
+// All rules of one target at once, as an operator sets and reads them.
+struct TargetPrivacy {
+  PrivacyLevel level = PrivacyLevel::Exact;
+  std::vector<std::string> contacts;  // sorted, no duplicates when read back
+  std::vector<std::string> blocked;
+  bool operator==(const TargetPrivacy&) const = default;
+};
+
 class PrivacyRules {
  public:
+  // Replaces every rule of `target` (level, contacts, blocked).
+  void replace(const std::string& target, const TargetPrivacy& rules);
+  // The rules of `target`, nullopt if none were ever set (then nobody may see it).
+  std::optional<TargetPrivacy> rulesOf(std::string_view target) const;
+
   // Targets without a level are Exact: visibility itself is already limited to contacts.
   void setLevel(const std::string& target, PrivacyLevel level);
   void addContact(const std::string& target, const std::string& viewer);

@@ -31,6 +31,9 @@ struct ChangeEvent {
   VisibleStatus status;
   std::uint64_t version;
   std::int64_t observedAtMinute;
+  // The viewer may no longer see the target (blocked, removed from contacts): nothing about it
+  // follows until it becomes visible again. `status` is meaningless then; never an "offline".
+  bool removed = false;
 };
 
 struct Subscribed {
@@ -49,6 +52,17 @@ class Subscriptions {
                        EventSink sink);
   // Idempotent: unknown or already removed ids are ignored.
   void unsubscribe(SubscriptionId id);
+  // Adds targets to a live subscription; returns the snapshot of those newly added the viewer may
+  // see. Targets already watched are left as they are. Unknown ids get an empty snapshot.
+  std::vector<SnapshotEntry> addTargets(SubscriptionId id, const std::vector<std::string>& targets);
+  // Stops watching targets; targets not watched are ignored (idempotent).
+  void removeTargets(SubscriptionId id, const std::vector<std::string>& targets);
+  // The rules of `target` changed: each of its subscribers that saw it and may no longer gets a
+  // removal, one that may see it now gets its status (at the current version), one whose trimmed
+  // status changed (another level) gets the new status. Applied at once, not at the next change.
+  void onPrivacyChange(const std::string& target);
+  // Distinct (subscription, target) pairs watched.
+  std::size_t targetsWatched() const { return targetsWatched_; }
   // Delivers the change to every subscriber of the user who may see it and whose trimmed status
   // actually changed (a hidden target produces no events at all). Privacy is judged at delivery.
   void onUserChange(const UserChange& change);
@@ -57,13 +71,17 @@ class Subscriptions {
  private:
   struct Subscription {
     std::string viewer;
-    std::vector<std::string> targets;
+    std::vector<std::string> targets;  // sorted, no duplicates
     // Shared so that a sink that unsubscribes itself stays alive until it returns.
     std::shared_ptr<const EventSink> sink;
     std::unordered_map<std::string, VisibleStatus> lastSent;  // by target
   };
 
   std::optional<VisibleStatus> visible(const std::string& viewer, const std::string& target) const;
+  // Watches `target` in `subscription` (id `id`); returns the snapshot entry if visible.
+  std::optional<SnapshotEntry> watch(SubscriptionId id, Subscription& subscription,
+                                     const std::string& target);
+  void unwatch(SubscriptionId id, const std::string& target);
 
   Clock& clock_;
   Params params_;
@@ -72,6 +90,7 @@ class Subscriptions {
   SubscriptionId lastId_ = 0;
   std::map<SubscriptionId, Subscription> subscriptions_;
   std::unordered_map<std::string, std::vector<SubscriptionId>> byTarget_;
+  std::size_t targetsWatched_ = 0;
 };
 
 }  // namespace zkagent::presence
