@@ -12,6 +12,7 @@
 #include "fake_leaders.hpp"
 #include "gateway.hpp"
 #include "temp_dir.hpp"
+#include "zktest/deadline.hpp"
 
 using namespace zkagent;
 using nlohmann::json;
@@ -285,9 +286,14 @@ TEST_F(GatewayApi, AgentHeartbeatsAreTrackedAndASilentAgentCountsAsGone) {
   ASSERT_EQ(listed["agents"].size(), 1u);
   EXPECT_EQ(listed["agents"][0]["instance"], "host-a");
   EXPECT_EQ(listed["agents"][0]["state"], "alive");
-  std::this_thread::sleep_for(std::chrono::milliseconds(250));  // > agentTimeoutMs
-  listed = json::parse(call(http::Method::Get, "/v1/agents").body);
-  EXPECT_EQ(listed["agents"][0]["state"], "gone");
+  // Silent for longer than agentTimeoutMs: gone.
+  EXPECT_TRUE(zktest::eventually(
+      [&] {
+        listed = json::parse(call(http::Method::Get, "/v1/agents").body);
+        return listed["agents"][0]["state"] == "gone";
+      },
+      std::chrono::milliseconds(5000)))
+      << listed.dump();
   EXPECT_NE(metrics().find("zkagent_gateway_agents{state=\"gone\"} 1\n"), std::string::npos);
   // The next beat brings it back.
   ASSERT_EQ(router_->handle(heartbeat("instance=host-a")).status, 200);

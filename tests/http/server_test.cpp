@@ -1,10 +1,12 @@
 // Server and client together on a loopback port chosen by the kernel.
 #include <gtest/gtest.h>
+#include <poll.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
+#include <chrono>
 #include <condition_variable>
 #include <future>
 #include <mutex>
@@ -46,6 +48,19 @@ Router echoRouter() {
   router.add(Method::Get, "/peer",
              [](const Request& request) { return Response::text(200, request.remoteAddress); });
   return router;
+}
+
+// Connects, sends nothing, and waits up to `deadline` for the server to close the connection.
+bool serverClosesAnIdleConnection(uint16_t port, std::chrono::milliseconds deadline) {
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket socket(io);
+  socket.connect({boost::asio::ip::make_address("127.0.0.1"), port});
+  pollfd fd{socket.native_handle(), POLLIN, 0};
+  if (::poll(&fd, 1, static_cast<int>(deadline.count())) != 1) return false;
+  char byte = 0;
+  boost::system::error_code ec;
+  socket.read_some(boost::asio::buffer(&byte, 1), ec);
+  return ec == boost::asio::error::eof || ec == boost::asio::error::connection_reset;
 }
 
 // Lets a fixed number of threads meet; gives up after a deadline.
@@ -91,7 +106,9 @@ TEST(HttpServer, ClientReconnectsWhenTheServerClosedTheIdleConnection) {
   RunningServer server(echoRouter(), ServerOptions{.readTimeout = 50ms});
   Client client(server.client());
   auto first = client.get("/peer");
-  std::this_thread::sleep_for(300ms);  // well past the server's idle limit: it closes
+  // The server closes a connection idle for its read timeout. One opened after the client's pooled
+  // connection went idle being closed means the pooled one, idle longer, is closed too.
+  ASSERT_TRUE(serverClosesAnIdleConnection(server.port(), 5s));
   auto second = client.get("/peer");
   ASSERT_TRUE(second.delivered()) << second.transportError;
   EXPECT_EQ(second.status, 200);
