@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "elector.hpp"
+#include "multi_batches.hpp"
 
 namespace zkagent::election {
 namespace asio = boost::asio;
@@ -132,8 +133,9 @@ void ElectionGroup::stop(std::function<void()> done) {
   struct Stopping {
     std::mutex mu;
     size_t unanswered = 0;  // electors that have not handed back their operations yet
-    std::vector<std::vector<detail::MultiOp>> batch;  // accounts of the multi being filled
-    size_t batchBytes = 0;
+    // Accounts of the multi being filled; an account's operations are never split, so each
+    // hand-over stays atomic.
+    detail::MultiBatches<std::vector<detail::MultiOp>> batch{kReleaseBatchBytes};
     size_t inFlight = 0;  // multis sent and not answered
     bool closed = false;
     std::function<void()> closeSession;
@@ -206,17 +208,12 @@ void ElectionGroup::stop(std::function<void()> done) {
     {
       std::lock_guard lock(stopping->mu);
       if (!ops.empty()) {
-        // An account's operations are never split: each hand-over stays atomic.
         const size_t size = releaseBytes(ops);
-        if (stopping->batchBytes + size > kReleaseBatchBytes && !stopping->batch.empty()) {
-          ready.push_back(std::exchange(stopping->batch, {}));
-          stopping->batchBytes = 0;
-        }
-        stopping->batch.push_back(std::move(ops));
-        stopping->batchBytes += size;
+        if (auto full = stopping->batch.add(std::move(ops), size))
+          ready.push_back(std::move(*full));
       }
       if (--stopping->unanswered == 0 && !stopping->batch.empty()) {
-        ready.push_back(std::exchange(stopping->batch, {}));
+        ready.push_back(stopping->batch.take());
       }
       stopping->inFlight += ready.size();
     }

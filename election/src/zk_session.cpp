@@ -8,6 +8,8 @@
 #include <cstring>
 #include <memory>
 
+#include "multi_batches.hpp"
+
 namespace zkagent::election::detail {
 namespace asio = boost::asio;
 
@@ -513,15 +515,12 @@ void ZkSession::flushCreates() {
   {
     std::lock_guard lock(mu_);
     flushPosted_ = false;
-    size_t bytes = kCreateBatchBytes;
+    MultiBatches<PendingCreate> packer(kCreateBatchBytes);
     for (auto& c : pendingCreates_) {
-      if (bytes >= kCreateBatchBytes) {
-        batches.emplace_back();
-        bytes = 0;
-      }
-      bytes += c.path.size() + c.data.size() + 64;  // + header, ACL, flags
-      batches.back().push_back(std::move(c));
+      const size_t bytes = c.path.size() + c.data.size() + 64;  // + header, ACL, flags
+      if (auto full = packer.add(std::move(c), bytes)) batches.push_back(std::move(*full));
     }
+    if (!packer.empty()) batches.push_back(packer.take());
     pendingCreates_.clear();
     createsInFlight_ += batches.size();
     if (createsInFlight_ == 0) idle.swap(afterCreates_);
