@@ -26,6 +26,14 @@ Options:
   --config FILE             JSON config file; flags given on the command line override it
   --lease-ttl-ms N          presence lease lifetime after its last renewal (default 150000)
   --lease-sweep-ms N        how often expired leases are swept (default 5000, at most the TTL)
+  --debounce-ms N           a user's offline is published only after N ms with no device back
+                            (default 20000; 0 publishes at once)
+  --subscribe-listen HOST:PORT  the subscribers' WebSocket listener (default 127.0.0.1:8481;
+                            printed as "SUBSCRIBE-LISTENING HOST:PORT")
+  --coalesce-ms N           changes for one subscriber are sent at most once per N ms, merged
+                            (default 100)
+  --subscriber-queue N      unsent messages a subscriber may have before it is closed with 4008
+                            (resubscribe) (default 64)
   --log-level LEVEL         trace, debug, info (default), warn, error
   --log-format FORMAT       text (default) or json
   --help, --version
@@ -42,6 +50,8 @@ Environment:
 constexpr int64_t kMaxLeaseMs = 86400000;  // a day; longer means a lease outlives any incident
 // The model wants TTL > 2 x the writer's renewal interval, and that interval is >= 1 ms.
 constexpr int64_t kMinLeaseTtlMs = 3;
+constexpr int64_t kMaxCoalesceMs = 60000;
+constexpr int64_t kMaxSubscriberQueue = 65536;
 
 int64_t parseInteger(std::string_view field, std::string_view text, int64_t low, int64_t high) {
   int64_t value = 0;
@@ -64,7 +74,19 @@ void validateConfig(const Config& config) {
   }
 }
 
+void splitHostPort(std::string_view field, std::string_view value, std::string& address,
+                   uint16_t& port);
+
 void setListen(Config& config, std::string_view field, std::string_view value) {
+  splitHostPort(field, value, config.listenAddress, config.listenPort);
+}
+
+void setSubscribeListen(Config& config, std::string_view field, std::string_view value) {
+  splitHostPort(field, value, config.subscribeAddress, config.subscribePort);
+}
+
+void splitHostPort(std::string_view field, std::string_view value, std::string& address,
+                   uint16_t& boundPort) {
   auto colon = value.rfind(':');
   if (colon == std::string_view::npos || colon == 0) fail(field, "expected HOST:PORT");
   auto host = value.substr(0, colon);
@@ -77,8 +99,8 @@ void setListen(Config& config, std::string_view field, std::string_view value) {
   if (error != std::errc() || end != portText.data() + portText.size() || port > 65535) {
     fail(field, "port must be a number from 0 to 65535, got '" + std::string(portText) + "'");
   }
-  config.listenAddress = std::string(host);
-  config.listenPort = static_cast<uint16_t>(port);
+  address = std::string(host);
+  boundPort = static_cast<uint16_t>(port);
 }
 
 void setUntrusted(Config& config, std::string_view field, std::string_view value) {
@@ -206,7 +228,26 @@ Config parseConfigJson(std::string_view text, Config config) {
   }
   if (root.contains("presence")) {
     const auto& presence = root["presence"];
-    requireKnownKeys(presence, "presence", {"lease_ttl_ms", "sweep_ms"});
+    requireKnownKeys(presence, "presence",
+                     {"lease_ttl_ms", "sweep_ms", "debounce_ms", "subscribe_listen", "coalesce_ms",
+                      "subscriber_queue"});
+    if (presence.contains("debounce_ms")) {
+      config.debounceMs = static_cast<int>(
+          integerField(presence, "debounce_ms", "presence.debounce_ms", 0, kMaxLeaseMs));
+    }
+    if (presence.contains("subscribe_listen")) {
+      setSubscribeListen(
+          config, "presence.subscribe_listen",
+          stringField(presence, "subscribe_listen", "presence.subscribe_listen"));
+    }
+    if (presence.contains("coalesce_ms")) {
+      config.coalesceMs = static_cast<int>(
+          integerField(presence, "coalesce_ms", "presence.coalesce_ms", 0, kMaxCoalesceMs));
+    }
+    if (presence.contains("subscriber_queue")) {
+      config.subscriberQueue = static_cast<int>(integerField(
+          presence, "subscriber_queue", "presence.subscriber_queue", 1, kMaxSubscriberQueue));
+    }
     if (presence.contains("lease_ttl_ms")) {
       config.leaseTtlMs = static_cast<int>(integerField(
           presence, "lease_ttl_ms", "presence.lease_ttl_ms", kMinLeaseTtlMs, kMaxLeaseMs));
@@ -272,6 +313,14 @@ CommandLine parseCommandLine(const std::vector<std::string>& args,
             static_cast<int>(parseInteger(flag, value, kMinLeaseTtlMs, kMaxLeaseMs));
       } else if (flag == "--lease-sweep-ms") {
         config.leaseSweepMs = static_cast<int>(parseInteger(flag, value, 1, kMaxLeaseMs));
+      } else if (flag == "--debounce-ms") {
+        config.debounceMs = static_cast<int>(parseInteger(flag, value, 0, kMaxLeaseMs));
+      } else if (flag == "--subscribe-listen") {
+        setSubscribeListen(config, flag, value);
+      } else if (flag == "--coalesce-ms") {
+        config.coalesceMs = static_cast<int>(parseInteger(flag, value, 0, kMaxCoalesceMs));
+      } else if (flag == "--subscriber-queue") {
+        config.subscriberQueue = static_cast<int>(parseInteger(flag, value, 1, kMaxSubscriberQueue));
       } else if (flag == "--log-level") {
         setLogLevel(config, flag, value);
       } else if (flag == "--log-format") {

@@ -149,6 +149,10 @@ http::Router Gateway::router() {
                [this](const http::Request& request) { return presenceLeases(request); });
     router.add(http::Method::Get, "/v1/presence/{account}",
                [this](const http::Request& request) { return presenceOf(request); });
+    router.add(http::Method::Put, "/v1/presence/privacy/{account}",
+               [this](const http::Request& request) { return presencePrivacy(request); });
+    router.add(http::Method::Get, "/v1/presence/privacy/{account}",
+               [this](const http::Request& request) { return presencePrivacy(request); });
   }
   return router;
 }
@@ -368,8 +372,7 @@ http::Response Gateway::presenceLeases(const http::Request& request) {
       });
 }
 
-http::Response Gateway::presenceOf(const http::Request& request) {
-  const auto& account = request.params.at("account");
+std::optional<http::Response> Gateway::refusedAccount(const std::string& account) const {
   if (!fencing::isValidAccountId(account)) {
     return http::Response::error(400, "account: must match [A-Za-z0-9_.-]{1,128}, not . or ..");
   }
@@ -377,7 +380,20 @@ http::Response Gateway::presenceOf(const http::Request& request) {
                                              account) == config_.accounts.end()) {
     return http::Response::error(404, "account " + account + " is not served by this gateway");
   }
+  return std::nullopt;
+}
+
+http::Response Gateway::presenceOf(const http::Request& request) {
+  const auto& account = request.params.at("account");
+  if (auto refused = refusedAccount(account)) return std::move(*refused);
   return presence_->accountPresence(account);
+}
+
+http::Response Gateway::presencePrivacy(const http::Request& request) {
+  const auto& account = request.params.at("account");
+  if (auto refused = refusedAccount(account)) return std::move(*refused);
+  if (request.method == http::Method::Put) return presence_->putPrivacy(account, request.body);
+  return presence_->getPrivacy(account);
 }
 
 http::Response Gateway::metricsText() {

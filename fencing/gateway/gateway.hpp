@@ -42,6 +42,14 @@ struct Config {
   // the gateway's own monotonic clock, and is swept every leaseSweepMs.
   int leaseTtlMs = 150000;
   int leaseSweepMs = 5000;
+  // Subscribers (presence_subscribers.hpp): a user's offline is published after debounceMs with
+  // no device back; changes for one subscriber go out at most once per coalesceMs, merged; a
+  // subscriber with more than subscriberQueue messages unsent is closed (4008, resubscribe).
+  int debounceMs = 20000;
+  std::string subscribeAddress = "127.0.0.1";
+  uint16_t subscribePort = 8481;
+  int coalesceMs = 100;
+  int subscriberQueue = 64;
   std::string logLevel = "info";
   bool jsonLogs = false;
 };
@@ -105,6 +113,9 @@ class Gateway {
   http::Response metricsText();
   http::Response presenceLeases(const http::Request& request);
   http::Response presenceOf(const http::Request& request);
+  http::Response presencePrivacy(const http::Request& request);
+  // 400 for an invalid account id, 404 for one outside config.accounts; nullopt when served.
+  std::optional<http::Response> refusedAccount(const std::string& account) const;
 
   Config config_;
   fencing::TokenValidator& validator_;

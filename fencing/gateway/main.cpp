@@ -13,6 +13,7 @@
 
 #include "gateway.hpp"
 #include "presence_store.hpp"
+#include "presence_subscribers.hpp"
 
 namespace {
 
@@ -97,14 +98,24 @@ int run(const gateway::Config& config) {
                        .bodyLimit = gateway::kMaxLeaseBatchBytes,
                        .handlerThreads = config.handlerThreads},
                       gateway.router());
+  gateway::SubscriberEndpoint subscribers(io, config, presence, registry);
   server.start();
-  auto host = server.address();
-  if (host.find(':') != std::string::npos) host = "[" + host + "]";
+  subscribers.start();
+  auto bracketed = [](std::string address) {
+    return address.find(':') != std::string::npos ? "[" + address + "]" : address;
+  };
+  const auto host = bracketed(server.address());
   std::cout << "LISTENING " << host << ":" << server.port() << std::endl;
+  std::cout << "SUBSCRIBE-LISTENING " << bracketed(subscribers.address()) << ":"
+            << subscribers.port() << std::endl;
   spdlog::info("fencing-gateway {} listening on {}:{}{}", ZKAGENT_VERSION, host, server.port(),
                config.bearerToken.empty() ? " without authentication" : " (bearer token required)");
   spdlog::info("presence leases: ttl {} ms, swept every {} ms; soft state, warming up for one ttl",
                config.leaseTtlMs, config.leaseSweepMs);
+  spdlog::info("presence subscribers on ws://{}:{}/v1/presence/subscribe: debounce {} ms, "
+               "coalesce {} ms, queue {} messages, versions from restart {}",
+               bracketed(subscribers.address()), subscribers.port(), config.debounceMs,
+               config.coalesceMs, config.subscriberQueue, presence.versionBase() >> 32);
 
   boost::asio::steady_timer refresh(io);
   refreshPeriodically(refresh, gateway);
@@ -113,6 +124,7 @@ int run(const gateway::Config& config) {
     if (error) return;
     spdlog::info("signal {}: stopping", signal);
     server.stop();
+    subscribers.stop();
     refresh.cancel();
     presence.stop();  // its sweep timers would keep io.run() going
   });

@@ -10,11 +10,13 @@
 #include <boost/asio/strand.hpp>
 #include <future>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <unordered_map>
 
 #include "gateway.hpp"
+#include "presence_privacy.hpp"
 #include "zkagent/presence/asio_clock.hpp"
 
 namespace zkagent::gateway {
@@ -146,6 +148,8 @@ struct PresenceStore::Impl {
         clock(strand),
         service(std::make_unique<presence::PresenceService>(clock, params)),
         started(clock.now()),
+        disk(config.dataDir),
+        generation(disk.nextGeneration()),
         leases(registry
                    .gauge("zkagent_gateway_presence_leases",
                           "Device leases held now (soft state, rebuilt from renewals after a "
@@ -168,7 +172,16 @@ struct PresenceStore::Impl {
                   .counter("zkagent_gateway_presence_device_flaps_total",
                            "Device-level appearances and disappearances in the lease store, "
                            "counted apart from user-level changes.")
-                  .with({})) {
+                  .with({})),
+        published(registry
+                      .counter("zkagent_gateway_presence_published_changes_total",
+                               "User-level changes the view published to subscribers (online at "
+                               "once, offline after the debounce), against the device flaps.")
+                      .with({})) {
+    // Before the strand runs: nothing else touches the model yet.
+    for (const auto& [account, rules] : disk.loadPrivacy()) {
+      service->privacy().replace(account, rules);
+    }
     for (const char* result : {"ok", "bad_request", "refused"}) requests.with({result});
     for (const char* op : {"renew", "remove"}) {
       for (const char* result : {"accepted", "stale", "fenced"}) entries.with({op, result});
@@ -181,6 +194,7 @@ struct PresenceStore::Impl {
     params.sweepInterval = presence::Millis{config.leaseSweepMs};
     // The writers' renewal interval is theirs; the model only checks TTL > 2 x it.
     params.renewInterval = std::max(presence::Millis{1}, params.leaseTtl / 3);
+    params.offlineDebounce = presence::Millis{config.debounceMs};
     return params;
   }
 
@@ -216,6 +230,9 @@ struct PresenceStore::Impl {
     const auto flapped = service->view().counters().deviceFlaps;
     flaps.inc(static_cast<double>(flapped - seenFlaps));
     seenFlaps = flapped;
+    const auto publishedNow = service->view().counters().publishedChanges;
+    published.inc(static_cast<double>(publishedNow - seenPublished));
+    seenPublished = publishedNow;
   }
 
   boost::asio::strand<boost::asio::io_context::executor_type> strand;
@@ -225,7 +242,11 @@ struct PresenceStore::Impl {
   // Everything below up to the metrics is touched only on the strand.
   std::unique_ptr<presence::PresenceService> service;
   presence::TimePoint started;
+  PresenceDisk disk;
+  const std::uint64_t generation;
+  std::mutex privacyWrites;  // one PUT at a time: the file and the model follow the same order
   bool stopped = false;
+  std::uint64_t seenPublished = 0;
   std::uint64_t seenExpirations = 0;
   std::uint64_t seenFlaps = 0;
 
@@ -234,6 +255,7 @@ struct PresenceStore::Impl {
   metrics::CounterFamily& entries;
   metrics::Counter& expirations;
   metrics::Counter& flaps;
+  metrics::Counter& published;
 };
 
 PresenceStore::PresenceStore(boost::asio::io_context& io, const Config& config,
@@ -380,6 +402,49 @@ http::Response PresenceStore::accountPresence(const std::string& account) {
   });
   if (!answer) return unavailable("presence store stopped or did not answer in time");
   return http::Response::json(200, std::move(*answer));
+}
+
+std::uint64_t PresenceStore::versionBase() const { return impl_->generation << 32; }
+
+boost::asio::any_io_executor PresenceStore::executor() const { return impl_->strand; }
+
+bool PresenceStore::warmingUp() const {
+  return impl_->clock.now() < impl_->started + impl_->params.leaseTtl;
+}
+
+http::Response PresenceStore::putPrivacy(const std::string& account, std::string_view body) {
+  Impl& impl = *impl_;
+  presence::TargetPrivacy rules;
+  try {
+    rules = parsePrivacyBody(body);
+  } catch (const BadRequest& error) {
+    return http::Response::error(400, error.what());
+  }
+  std::lock_guard lock(impl.privacyWrites);
+  try {
+    impl.disk.savePrivacy(account, rules);
+  } catch (const std::exception& error) {
+    spdlog::error("presence privacy of {} not saved: {}", account, error.what());
+    return http::Response::error(500, "privacy rules not saved; the previous rules still apply");
+  }
+  auto applied = impl.onStrand([&impl, account, rules] {
+    impl.service->privacy().replace(account, rules);
+    impl.service->subscriptions().onPrivacyChange(account);
+    return true;
+  });
+  // Saved but not applied in time: the strand applies it soon, a restart certainly.
+  if (!applied) return unavailable("privacy rules saved; applying them did not finish in time");
+  spdlog::info("presence privacy of {} set: {}", account, privacyJson(rules));
+  return http::Response::json(200, privacyJson(rules, account));
+}
+
+http::Response PresenceStore::getPrivacy(const std::string& account) {
+  Impl& impl = *impl_;
+  auto rules = impl.onStrand([&impl, account] {
+    return impl.service->privacy().rulesOf(account).value_or(presence::TargetPrivacy{});
+  });
+  if (!rules) return unavailable("presence store stopped or did not answer in time");
+  return http::Response::json(200, privacyJson(*rules, account));
 }
 
 void PresenceStore::refreshMetrics() {

@@ -9,6 +9,7 @@
 // once per account of a batch.
 #pragma once
 
+#include <boost/asio/any_io_executor.hpp>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -82,6 +83,19 @@ class PresenceStore {
   http::Response refuseLeases(std::string_view why);
   // GET /v1/presence/{account}, account already checked.
   http::Response accountPresence(const std::string& account);
+  // PUT /v1/presence/privacy/{account}, account already checked: 400 naming the field (nothing
+  // changed), else durable first (atomic replace in the data dir), then applied to the live
+  // subscriptions before the 200. GET the same path: the rules, the defaults when none were set.
+  http::Response putPrivacy(const std::string& account, std::string_view body);
+  http::Response getPrivacy(const std::string& account);
+  // Added to every version sent to subscribers: the durable restart counter << 32 (see
+  // presence_privacy.hpp), so versions grow across restarts.
+  std::uint64_t versionBase() const;
+  // The strand the model runs on, for the I/O objects of what plugs in (their handlers then run
+  // where the model does, and may touch it directly).
+  boost::asio::any_io_executor executor() const;
+  // True during the first lease TTL after start: "offline" may only mean "not renewed yet".
+  bool warmingUp() const;
   // Brings the lease gauge and the expiration and flap counters up to date (before a scrape).
   void refreshMetrics();
   // Runs `work` on the model's strand, for what plugs into the service (the subscriber side

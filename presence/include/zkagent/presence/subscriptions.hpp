@@ -61,6 +61,11 @@ class Subscriptions {
   // removal, one that may see it now gets its status (at the current version), one whose trimmed
   // status changed (another level) gets the new status. Applied at once, not at the next change.
   void onPrivacyChange(const std::string& target);
+  // Targets one subscription watches (0 for an unknown id).
+  std::size_t targetCount(SubscriptionId id) const {
+    auto it = subscriptions_.find(id);
+    return it == subscriptions_.end() ? 0 : it->second.targets.size();
+  }
   // Distinct (subscription, target) pairs watched.
   std::size_t targetsWatched() const { return targetsWatched_; }
   // Delivers the change to every subscriber of the user who may see it and whose trimmed status

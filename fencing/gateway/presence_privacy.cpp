@@ -1,0 +1,178 @@
+#include "presence_privacy.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+#include "zkagent/fencing.hpp"
+
+namespace zkagent::gateway {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+[[noreturn]] void fail(const std::string& field, std::string_view problem) {
+  throw fencing::BadRequest(field + ": " + std::string(problem));
+}
+
+[[noreturn]] void failIo(const std::string& what) {
+  throw std::runtime_error(what + ": " + std::strerror(errno));
+}
+
+std::vector<std::string> idList(const json& body, const char* key) {
+  std::vector<std::string> ids;
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return ids;
+  if (!it->is_array()) fail(key, "must be an array of account ids");
+  if (it->size() > kMaxPrivacyList) {
+    fail(key, "more than " + std::to_string(kMaxPrivacyList) + " entries");
+  }
+  for (std::size_t i = 0; i < it->size(); ++i) {
+    const json& id = (*it)[i];
+    if (!id.is_string() || !fencing::isValidAccountId(id.get<std::string>())) {
+      fail(std::string(key) + "[" + std::to_string(i) + "]",
+           "must match [A-Za-z0-9_.-]{1,128}, not . or ..");
+    }
+    ids.push_back(id.get<std::string>());
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+std::string_view levelName(presence::PrivacyLevel level) {
+  switch (level) {
+    case presence::PrivacyLevel::Exact:
+      return "exact";
+    case presence::PrivacyLevel::Coarse:
+      return "coarse";
+    case presence::PrivacyLevel::Hidden:
+      return "hidden";
+  }
+  return "exact";
+}
+
+void syncPath(const fs::path& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) failIo("open " + path.string());
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) failIo("fsync " + path.string());
+}
+
+// Temporary file, fsync, rename over `path`, fsync of the directory.
+void replaceFile(const fs::path& path, std::string_view contents) {
+  const fs::path temp = path.string() + ".tmp";
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
+    out.flush();
+    if (!out) failIo("write " + temp.string());
+  }
+  syncPath(temp, O_RDONLY);
+  std::error_code error;
+  fs::rename(temp, path, error);
+  if (error) throw std::runtime_error("rename " + temp.string() + ": " + error.message());
+  syncPath(path.parent_path(), O_RDONLY | O_DIRECTORY);
+}
+
+std::string readFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) failIo("read " + path.string());
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+presence::TargetPrivacy parsePrivacyBody(std::string_view text) {
+  json body = json::parse(text.begin(), text.end(), nullptr, false);
+  if (body.is_discarded()) fail("body", "not valid JSON");
+  if (!body.is_object()) fail("body", "must be a JSON object");
+  for (const auto& [key, value] : body.items()) {
+    if (key != "granularity" && key != "contacts" && key != "blocked") {
+      fail(key.substr(0, 64), "unknown field (granularity, contacts, blocked)");
+    }
+  }
+  presence::TargetPrivacy rules;
+  auto granularity = body.find("granularity");
+  if (granularity == body.end()) fail("granularity", "missing");
+  if (*granularity == "exact") {
+    rules.level = presence::PrivacyLevel::Exact;
+  } else if (*granularity == "coarse") {
+    rules.level = presence::PrivacyLevel::Coarse;
+  } else if (*granularity == "hidden") {
+    rules.level = presence::PrivacyLevel::Hidden;
+  } else {
+    fail("granularity", "must be \"exact\", \"coarse\" or \"hidden\"");
+  }
+  rules.contacts = idList(body, "contacts");
+  rules.blocked = idList(body, "blocked");
+  return rules;
+}
+
+std::string privacyJson(const presence::TargetPrivacy& rules, std::string_view account) {
+  nlohmann::ordered_json out;
+  if (!account.empty()) out["account"] = account;
+  out["granularity"] = levelName(rules.level);
+  out["contacts"] = rules.contacts;
+  out["blocked"] = rules.blocked;
+  return out.dump();
+}
+
+PresenceDisk::PresenceDisk(fs::path dataDir) : dir_(std::move(dataDir) / "presence") {
+  std::error_code error;
+  fs::create_directories(dir_ / "privacy", error);
+  if (error) throw std::runtime_error("create " + (dir_ / "privacy").string() + ": " + error.message());
+}
+
+std::uint64_t PresenceDisk::nextGeneration() {
+  const fs::path path = dir_ / "generation";
+  std::uint64_t generation = 0;
+  if (fs::exists(path)) {
+    const std::string text = readFile(path);
+    try {
+      std::size_t used = 0;
+      generation = std::stoull(text, &used);
+      if (used == 0) throw std::invalid_argument("empty");
+    } catch (const std::exception&) {
+      throw std::runtime_error(path.string() + ": not a restart counter; versions sent to "
+                               "subscribers would go backwards");
+    }
+  }
+  ++generation;
+  replaceFile(path, std::to_string(generation) + "\n");
+  return generation;
+}
+
+std::map<std::string, presence::TargetPrivacy> PresenceDisk::loadPrivacy() const {
+  std::map<std::string, presence::TargetPrivacy> all;
+  for (const auto& entry : fs::directory_iterator(dir_ / "privacy")) {
+    const fs::path& path = entry.path();
+    if (path.extension() != ".json") continue;  // a .tmp left by a crash: the old file holds
+    const std::string account = path.stem().string();
+    if (!fencing::isValidAccountId(account)) continue;
+    try {
+      all.emplace(account, parsePrivacyBody(readFile(path)));
+    } catch (const fencing::BadRequest& error) {
+      throw std::runtime_error(path.string() + ": " + error.what());
+    }
+  }
+  return all;
+}
+
+void PresenceDisk::savePrivacy(const std::string& account,
+                               const presence::TargetPrivacy& rules) const {
+  replaceFile(dir_ / "privacy" / (account + ".json"), privacyJson(rules) + "\n");
+}
+
+}  // namespace zkagent::gateway

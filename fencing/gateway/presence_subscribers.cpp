@@ -1,0 +1,564 @@
+// The subscribers' WebSocket endpoint. The only translation unit of the gateway that includes
+// Beast's WebSocket; every handler runs on the presence model's strand.
+#include "presence_subscribers.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+#include <charconv>
+#include <deque>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <unordered_set>
+
+#include "gateway.hpp"
+#include "presence_store.hpp"
+#include "zkagent/fencing.hpp"
+
+namespace zkagent::gateway {
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+namespace websocket = beast::websocket;
+using tcp = asio::ip::tcp;
+using ordered = nlohmann::ordered_json;
+using SteadyClock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr std::size_t kHeaderLimit = 16 * 1024;
+constexpr auto kUpgradeTimeout = std::chrono::seconds(5);  // reading the upgrade request
+constexpr auto kCloseGrace = std::chrono::seconds(2);      // a close frame, then the socket goes
+constexpr std::string_view kIdRule = "must match [A-Za-z0-9_.-]{1,128}, not . or ..";
+
+[[noreturn]] void fail(const std::string& field, std::string_view problem) {
+  throw fencing::BadRequest(field + ": " + std::string(problem));
+}
+
+// %XX escapes of a query value (a client may encode the commas); ids need nothing else.
+std::string unescape(std::string_view in) {
+  std::string out;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    unsigned value = 0;
+    if (in[i] == '%' && i + 2 < in.size() &&
+        std::from_chars(in.data() + i + 1, in.data() + i + 3, value, 16).ptr == in.data() + i + 3) {
+      out.push_back(static_cast<char>(value));
+      i += 2;
+    } else {
+      out.push_back(in[i]);
+    }
+  }
+  return out;
+}
+
+void checkTargetCount(const std::string& field, std::size_t count) {
+  if (count > kMaxSubscribeTargets) {
+    fail(field, "more than " + std::to_string(kMaxSubscribeTargets) + " targets");
+  }
+}
+
+std::string checkedId(const std::string& field, std::string id) {
+  if (!fencing::isValidAccountId(id)) fail(field, kIdRule);
+  return id;
+}
+
+ordered statusJson(const std::string& target, const presence::VisibleStatus& status,
+                   std::uint64_t version) {
+  ordered out{{"target", target},
+              {"status", presence::toString(status.status)},
+              {"version", version}};
+  if (status.lastSeenMinute) out["last_seen_minute"] = *status.lastSeenMinute;
+  return out;
+}
+
+}  // namespace
+
+SubscribeRequest parseSubscribeQuery(std::string_view query) {
+  std::optional<std::string> viewer, targets;
+  while (!query.empty()) {
+    const auto amp = query.find('&');
+    const auto part = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    if (part.empty()) continue;
+    const auto eq = part.find('=');
+    const std::string key = unescape(part.substr(0, eq));
+    std::string value = eq == std::string_view::npos ? "" : unescape(part.substr(eq + 1));
+    std::optional<std::string>* slot = key == "viewer"    ? &viewer
+                                       : key == "targets" ? &targets
+                                                          : nullptr;
+    if (slot == nullptr) fail(key.substr(0, 64), "unknown parameter (viewer, targets)");
+    if (*slot) fail(key, "given twice");
+    *slot = std::move(value);
+  }
+  if (!viewer) fail("viewer", "missing");
+  if (!targets) fail("targets", "missing (a comma-separated list of account ids; may be empty)");
+  SubscribeRequest request{checkedId("viewer", std::move(*viewer)), {}};
+  std::string_view list(*targets);
+  for (std::size_t i = 0; !list.empty(); ++i) {
+    const auto comma = list.find(',');
+    request.targets.push_back(
+        checkedId("targets[" + std::to_string(i) + "]", std::string(list.substr(0, comma))));
+    checkTargetCount("targets", request.targets.size());
+    list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+    if (comma != std::string_view::npos && list.empty()) {
+      fail("targets[" + std::to_string(i + 1) + "]", kIdRule);
+    }
+  }
+  return request;
+}
+
+SubscriberCommand parseSubscriberCommand(std::string_view text) {
+  const auto message = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
+  if (message.is_discarded()) fail("message", "not valid JSON");
+  if (!message.is_object()) fail("message", "must be a JSON object");
+  for (const auto& [key, value] : message.items()) {
+    if (key != "type" && key != "targets") fail(key.substr(0, 64), "unknown field (type, targets)");
+  }
+  SubscriberCommand command;
+  const auto type = message.find("type");
+  if (type == message.end()) fail("type", "missing");
+  if (*type == "add") {
+    command.add = true;
+  } else if (*type == "remove") {
+    command.add = false;
+  } else {
+    fail("type", "must be \"add\" or \"remove\"");
+  }
+  const auto targets = message.find("targets");
+  if (targets == message.end()) fail("targets", "missing");
+  if (!targets->is_array()) fail("targets", "must be an array of account ids");
+  checkTargetCount("targets", targets->size());
+  for (std::size_t i = 0; i < targets->size(); ++i) {
+    const auto& id = (*targets)[i];
+    const std::string field = "targets[" + std::to_string(i) + "]";
+    if (!id.is_string()) fail(field, kIdRule);
+    command.targets.push_back(checkedId(field, id.get<std::string>()));
+  }
+  return command;
+}
+
+class Session;
+
+struct SubscriberEndpoint::Core : std::enable_shared_from_this<Core> {
+  Core(asio::io_context& io, const Config& config, PresenceStore& presenceStore,
+       metrics::Registry& registry)
+      : strand(presenceStore.executor()),
+        store(presenceStore),
+        router({.bearerToken = config.bearerToken}),
+        acceptor(strand),
+        coalesce(config.coalesceMs),
+        queueLimit(static_cast<std::size_t>(config.subscriberQueue)),
+        subscribers(registry
+                        .gauge("zkagent_gateway_presence_subscribers",
+                               "Subscriber WebSocket sessions with a live subscription.")
+                        .with({})),
+        watched(registry
+                    .gauge("zkagent_gateway_presence_watched_targets",
+                           "(subscription, target) pairs watched over all subscribers.")
+                    .with({})),
+        events(registry
+                   .counter("zkagent_gateway_presence_subscriber_events_total",
+                            "Change events (and privacy removals) written to subscribers.")
+                   .with({})),
+        messages(registry
+                     .counter("zkagent_gateway_presence_subscriber_messages_total",
+                              "WebSocket messages written to subscribers (snapshots, merged "
+                              "events, answers).")
+                     .with({})),
+        coalesced(registry
+                      .counter("zkagent_gateway_presence_coalesced_events_total",
+                               "Events replaced by a newer one for the same target before they "
+                               "were sent (bursts merged per subscriber).")
+                      .with({})),
+        dropped(registry
+                    .counter("zkagent_gateway_presence_dropped_subscribers_total",
+                             "Subscribers closed with 4008 (resubscribe): more unsent messages "
+                             "than presence.subscriber_queue.")
+                    .with({})),
+        refused(registry.counter("zkagent_gateway_presence_refused_subscribes_total",
+                                 "Subscribe requests refused before the upgrade, by HTTP status.",
+                                 {"code"})) {
+    (void)io;
+    // The Router gives the upgrade request the same 404/405/401 answers as the HTTP API.
+    router.add(http::Method::Get, "/v1/presence/subscribe", [](const http::Request& request) {
+      try {
+        parseSubscribeQuery(request.query);
+      } catch (const fencing::BadRequest& error) {
+        return http::Response::error(400, error.what());
+      }
+      http::Response upgrade;
+      upgrade.status = 101;
+      return upgrade;
+    });
+    tcp::endpoint endpoint{asio::ip::make_address(config.subscribeAddress), config.subscribePort};
+    acceptor.open(endpoint.protocol());
+    acceptor.set_option(asio::socket_base::reuse_address(true));
+    acceptor.bind(endpoint);
+    acceptor.listen(asio::socket_base::max_listen_connections);
+    bound = acceptor.local_endpoint();
+  }
+
+  void accept();
+
+  asio::any_io_executor strand;
+  PresenceStore& store;
+  http::Router router;
+  tcp::acceptor acceptor;
+  tcp::endpoint bound;
+  const std::chrono::milliseconds coalesce;
+  const std::size_t queueLimit;
+  bool stopping = false;
+  std::unordered_set<std::shared_ptr<Session>> sessions;
+
+  metrics::Gauge& subscribers;
+  metrics::Gauge& watched;
+  metrics::Counter& events;
+  metrics::Counter& messages;
+  metrics::Counter& coalesced;
+  metrics::Counter& dropped;
+  metrics::CounterFamily& refused;
+};
+
+// One subscriber connection; lives while one of its operations is pending.
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(std::shared_ptr<SubscriberEndpoint::Core> core, tcp::socket socket)
+      : core_(std::move(core)), ws_(std::move(socket)), timer_(core_->strand) {}
+
+  void start() {
+    parser_.emplace();
+    parser_->header_limit(kHeaderLimit);
+    parser_->body_limit(0);
+    beast::get_lowest_layer(ws_).expires_after(kUpgradeTimeout);
+    bhttp::async_read(ws_.next_layer(), buffer_, *parser_,
+                      [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                        self->onRequest(ec);
+                      });
+  }
+
+  // Closes the socket under every pending operation.
+  void abort() {
+    beast::error_code ignored;
+    beast::get_lowest_layer(ws_).socket().shutdown(tcp::socket::shutdown_both, ignored);
+    beast::get_lowest_layer(ws_).close();
+    timer_.cancel();
+  }
+
+  // Sends a close frame with `code` after the message being written, drops the rest, and cuts the
+  // socket kCloseGrace later if the peer does not take the close (a reader that is stuck).
+  void closeWith(std::uint16_t code, std::string reason) {
+    if (!open_) return abort();
+    if (closing_) return;
+    closing_ = true;
+    pending_.clear();
+    if (writing_) {
+      queue_.erase(queue_.begin() + 1, queue_.end());
+    } else {
+      queue_.clear();
+    }
+    unsubscribe();
+    close_ = websocket::close_reason(static_cast<websocket::close_code>(code), reason);
+    timer_.cancel();
+    timer_.expires_after(kCloseGrace);
+    timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (!ec) self->abort();
+    });
+    if (!writing_) sendClose();
+  }
+
+  // The model's sink: merge by target, flush at most once per coalesce interval.
+  void onEvent(const presence::ChangeEvent& event) {
+    if (closing_ || done_) return;
+    auto [it, inserted] = pending_.insert_or_assign(event.target, event);
+    if (!inserted) core_->coalesced.inc();
+    scheduleFlush();
+  }
+
+ private:
+  void onRequest(beast::error_code ec) {
+    if (ec) return finish();
+    const auto& raw = parser_->get();
+    http::Request request;
+    request.method = raw.method() == bhttp::verb::get ? http::Method::Get : http::Method::Other;
+    request.target = std::string(raw.target());
+    const auto question = request.target.find('?');
+    request.path = request.target.substr(0, question);
+    if (question != std::string::npos) request.query = request.target.substr(question + 1);
+    if (auto auth = raw.find(bhttp::field::authorization); auth != raw.end()) {
+      request.headers.emplace_back("authorization", std::string(auth->value()));
+    }
+    http::Response answer = core_->router.handle(request);
+    if (answer.status == 101 && !websocket::is_upgrade(raw)) {
+      answer = http::Response::error(426, "not a WebSocket upgrade");
+      answer.headers.emplace_back("Upgrade", "websocket");
+    }
+    if (answer.status != 101) return refuse(std::move(answer));
+    subscribeRequest_ = parseSubscribeQuery(request.query);
+    viewer_ = subscribeRequest_.viewer;
+    beast::get_lowest_layer(ws_).expires_never();
+    ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
+    ws_.read_message_max(kMaxSubscriberFrameBytes);
+    ws_.async_accept(raw, [self = shared_from_this()](beast::error_code error) {
+      self->onAccepted(error);
+    });
+  }
+
+  void refuse(http::Response answer) {
+    core_->refused.with({std::to_string(answer.status)}).inc();
+    refusal_.emplace(static_cast<bhttp::status>(answer.status), 11);
+    refusal_->set(bhttp::field::content_type, answer.contentType);
+    for (const auto& [name, value] : answer.headers) refusal_->set(name, value);
+    refusal_->keep_alive(false);
+    refusal_->body() = std::move(answer.body);
+    refusal_->prepare_payload();
+    bhttp::async_write(ws_.next_layer(), *refusal_,
+                       [self = shared_from_this()](beast::error_code, std::size_t) {
+                         self->abort();
+                         self->finish();
+                       });
+  }
+
+  void onAccepted(beast::error_code ec) {
+    parser_.reset();
+    buffer_.clear();
+    if (ec || core_->stopping) return finish();
+    open_ = true;
+    beast::error_code ignored;
+    beast::get_lowest_layer(ws_).socket().set_option(tcp::no_delay(true), ignored);
+    core_->store.post([self = shared_from_this()](presence::PresenceService& service) {
+      if (self->closing_ || self->done_) return;
+      std::weak_ptr<Session> weak = self;
+      auto subscribed = service.subscriptions().subscribe(
+          self->subscribeRequest_.viewer, self->subscribeRequest_.targets,
+          [weak](const presence::ChangeEvent& event) {
+            if (auto session = weak.lock()) session->onEvent(event);
+          });
+      self->subscribeRequest_.targets = {};
+      self->id_ = subscribed.id;
+      self->subscribed_ = true;
+      self->core_->subscribers.inc();
+      self->core_->watched.set(static_cast<double>(service.subscriptions().targetsWatched()));
+      ordered message{{"type", "snapshot"}, {"targets", self->snapshotJson(subscribed.snapshot)}};
+      if (self->core_->store.warmingUp()) message["warming_up"] = true;
+      self->enqueue(message.dump(), 0);
+    });
+    read();
+  }
+
+  ordered snapshotJson(const std::vector<presence::SnapshotEntry>& snapshot) const {
+    auto entries = ordered::array();
+    const std::uint64_t base = core_->store.versionBase();
+    for (const auto& entry : snapshot) {
+      entries.push_back(statusJson(entry.target, entry.status, base + entry.version));
+    }
+    return entries;
+  }
+
+  void read() {
+    ws_.async_read(incoming_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      self->onMessage(ec);
+    });
+  }
+
+  void onMessage(beast::error_code ec) {
+    if (ec) return finish();
+    const std::string text = beast::buffers_to_string(incoming_.data());
+    incoming_.consume(incoming_.size());
+    if (!closing_) handle(text);
+    read();
+  }
+
+  void answerError(const std::string& error) {
+    enqueue(ordered{{"type", "error"}, {"status", 400}, {"error", error}}.dump(), 0);
+  }
+
+  // add / remove; a bad message gets an error answer and changes nothing.
+  void handle(const std::string& text) {
+    SubscriberCommand command;
+    try {
+      command = parseSubscriberCommand(text);
+    } catch (const fencing::BadRequest& error) {
+      return answerError(error.what());
+    }
+    core_->store.post([self = shared_from_this(),
+                       command = std::move(command)](presence::PresenceService& service) {
+      if (self->closing_ || self->done_ || !self->subscribed_) return;
+      auto& subscriptions = service.subscriptions();
+      if (command.add) {
+        if (subscriptions.targetCount(self->id_) + command.targets.size() > kMaxSubscribeTargets) {
+          return self->answerError("targets: a subscription watches at most " +
+                                   std::to_string(kMaxSubscribeTargets) + " targets");
+        }
+        const auto snapshot = subscriptions.addTargets(self->id_, command.targets);
+        self->enqueue(ordered{{"type", "snapshot"},
+                              {"added", command.targets},
+                              {"targets", self->snapshotJson(snapshot)}}
+                          .dump(),
+                      0);
+      } else {
+        subscriptions.removeTargets(self->id_, command.targets);
+        for (const auto& target : command.targets) self->pending_.erase(target);
+        self->enqueue(ordered{{"type", "unsubscribed"}, {"targets", command.targets}}.dump(), 0);
+      }
+      self->core_->watched.set(static_cast<double>(subscriptions.targetsWatched()));
+    });
+  }
+
+  void scheduleFlush() {
+    if (flushArmed_) return;
+    flushArmed_ = true;
+    const auto due = lastFlush_ + core_->coalesce;
+    if (due <= SteadyClock::now()) {
+      // Still after everything the current strand task delivers (one lease batch, say).
+      asio::post(core_->strand, [self = shared_from_this()] { self->flush(); });
+      return;
+    }
+    timer_.expires_at(due);
+    timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (!ec) self->flush();
+    });
+  }
+
+  void flush() {
+    flushArmed_ = false;
+    if (pending_.empty() || closing_ || done_) return;
+    const std::uint64_t base = core_->store.versionBase();
+    auto events = ordered::array();
+    for (const auto& [target, event] : pending_) {
+      if (event.removed) {
+        events.push_back(ordered{{"target", target}, {"removed", true}});
+        continue;
+      }
+      auto out = statusJson(target, event.status, base + event.version);
+      out["observed_at_minute"] = event.observedAtMinute;
+      events.push_back(std::move(out));
+    }
+    const std::size_t count = pending_.size();
+    pending_.clear();
+    lastFlush_ = SteadyClock::now();
+    enqueue(ordered{{"type", "events"}, {"events", std::move(events)}}.dump(), count);
+  }
+
+  void enqueue(std::string message, std::size_t events) {
+    if (closing_ || done_) return;
+    queue_.emplace_back(std::move(message), events);
+    if (queue_.size() > core_->queueLimit) {
+      core_->dropped.inc();
+      spdlog::info("presence subscriber {} closed: more than {} messages unsent (4008)",
+                   viewer_, core_->queueLimit);
+      return closeWith(kResubscribeCode, "resubscribe: too slow");
+    }
+    pump();
+  }
+
+  void pump() {
+    if (writing_ || queue_.empty()) return;
+    writing_ = true;
+    ws_.async_write(asio::buffer(queue_.front().first),
+                    [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                      self->onWritten(ec);
+                    });
+  }
+
+  void onWritten(beast::error_code ec) {
+    writing_ = false;
+    if (ec) return finish();
+    core_->messages.inc();
+    if (queue_.front().second > 0) core_->events.inc(static_cast<double>(queue_.front().second));
+    queue_.pop_front();
+    if (closing_) return sendClose();
+    pump();
+  }
+
+  void sendClose() {
+    if (closeSent_) return;
+    closeSent_ = true;
+    ws_.async_close(close_, [self = shared_from_this()](beast::error_code) { self->abort(); });
+  }
+
+  void unsubscribe() {
+    if (!subscribed_) return;
+    subscribed_ = false;
+    core_->subscribers.dec();
+    core_->store.post([core = core_, id = id_](presence::PresenceService& service) {
+      service.subscriptions().unsubscribe(id);
+      core->watched.set(static_cast<double>(service.subscriptions().targetsWatched()));
+    });
+  }
+
+  void finish() {
+    if (done_) return;
+    done_ = true;
+    unsubscribe();
+    pending_.clear();
+    queue_.clear();
+    timer_.cancel();
+    auto self = shared_from_this();
+    core_->sessions.erase(self);
+  }
+
+  std::shared_ptr<SubscriberEndpoint::Core> core_;
+  websocket::stream<beast::tcp_stream> ws_;
+  asio::steady_timer timer_;  // the next flush, then the close grace
+  beast::flat_buffer buffer_;
+  beast::flat_buffer incoming_;
+  std::optional<bhttp::request_parser<bhttp::empty_body>> parser_;
+  std::optional<bhttp::response<bhttp::string_body>> refusal_;
+  SubscribeRequest subscribeRequest_;
+  std::string viewer_;
+  presence::SubscriptionId id_ = 0;
+  bool subscribed_ = false, open_ = false, closing_ = false, closeSent_ = false, done_ = false;
+  bool writing_ = false, flushArmed_ = false;
+  SteadyClock::time_point lastFlush_{};
+  std::map<std::string, presence::ChangeEvent> pending_;  // merged by target until the flush
+  std::deque<std::pair<std::string, std::size_t>> queue_;  // message, events in it
+  websocket::close_reason close_;
+};
+
+void SubscriberEndpoint::Core::accept() {
+  acceptor.async_accept(strand, [self = shared_from_this()](beast::error_code ec,
+                                                            tcp::socket socket) {
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !self->acceptor.is_open()) return;
+      return self->accept();  // e.g. too many open files: keep serving the others
+    }
+    if (self->stopping) return;
+    auto session = std::make_shared<Session>(self, std::move(socket));
+    self->sessions.insert(session);
+    session->start();
+    self->accept();
+  });
+}
+
+SubscriberEndpoint::SubscriberEndpoint(asio::io_context& io, const Config& config,
+                                       PresenceStore& store, metrics::Registry& registry)
+    : core_(std::make_shared<Core>(io, config, store, registry)) {}
+
+SubscriberEndpoint::~SubscriberEndpoint() = default;
+
+void SubscriberEndpoint::start() {
+  asio::post(core_->strand, [core = core_] { core->accept(); });
+}
+
+void SubscriberEndpoint::stop() {
+  asio::post(core_->strand, [core = core_] {
+    core->stopping = true;
+    beast::error_code ignored;
+    core->acceptor.close(ignored);
+    const auto sessions = core->sessions;
+    for (const auto& session : sessions) session->closeWith(kGoingAwayCode, "gateway stopping");
+  });
+}
+
+std::uint16_t SubscriberEndpoint::port() const { return core_->bound.port(); }
+
+std::string SubscriberEndpoint::address() const { return core_->bound.address().to_string(); }
+
+}  // namespace zkagent::gateway

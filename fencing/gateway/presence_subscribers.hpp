@@ -1,0 +1,76 @@
+// The subscribers' side of presence at the gateway: a WebSocket listener of its own
+// (presence.subscribe_listen) where a viewer subscribes to targets and gets a snapshot of those it
+// may see, then their changes, trimmed by the targets' privacy rules. The wire protocol is in
+// docs/presence-runtime.md ("Subscribers").
+//
+// Every session runs on the presence model's strand (PresenceStore::executor()), so the model's
+// event sink writes into a session directly. Per session, changes are merged by target and sent
+// at most once per coalesce interval; a session with more than subscriberQueue messages not yet
+// written is closed with kResubscribeCode, so a slow reader costs the others nothing.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "zkagent/metrics.hpp"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace zkagent::gateway {
+
+struct Config;
+class PresenceStore;
+
+// Close codes the gateway sends to subscribers.
+inline constexpr std::uint16_t kResubscribeCode = 4008;  // too slow: subscribe again for a snapshot
+inline constexpr std::uint16_t kGoingAwayCode = 1001;    // the gateway stops
+// Targets one subscription may watch at once.
+inline constexpr std::size_t kMaxSubscribeTargets = 10000;
+// One message from a subscriber.
+inline constexpr std::size_t kMaxSubscriberFrameBytes = 1024 * 1024;
+
+struct SubscribeRequest {
+  std::string viewer;
+  std::vector<std::string> targets;
+};
+
+// The query of GET /v1/presence/subscribe: viewer=V&targets=a,b,c (targets may be empty, added
+// later). Throws fencing::BadRequest naming the parameter (`viewer: missing`,
+// `targets[2]: must match ...`).
+SubscribeRequest parseSubscribeQuery(std::string_view query);
+
+// A subscriber's message: {"type": "add" | "remove", "targets": [ids]}.
+struct SubscriberCommand {
+  bool add = true;
+  std::vector<std::string> targets;
+};
+// Throws fencing::BadRequest naming the field.
+SubscriberCommand parseSubscriberCommand(std::string_view text);
+
+class SubscriberEndpoint {
+ public:
+  // Binds and listens at once (so port() is known); throws std::system_error when it cannot.
+  SubscriberEndpoint(boost::asio::io_context& io, const Config& config, PresenceStore& store,
+                     metrics::Registry& registry);
+  ~SubscriberEndpoint();
+  SubscriberEndpoint(const SubscriberEndpoint&) = delete;
+  SubscriberEndpoint& operator=(const SubscriberEndpoint&) = delete;
+
+  void start();
+  // Stops accepting and closes every session (1001); io.run() can return afterwards.
+  void stop();
+  std::uint16_t port() const;
+  std::string address() const;
+
+  struct Core;  // the implementation's, shared with its sessions
+
+ private:
+  std::shared_ptr<Core> core_;
+};
+
+}  // namespace zkagent::gateway
