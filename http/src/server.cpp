@@ -1,11 +1,12 @@
 // The HTTP/1.1 server: listener + one session per connection on its own strand (Boost.Beast's
-// clean-shutdown example, with bmcweb's router in front of the handlers).
+// clean-shutdown example, with bmcweb's router in front of the handlers), plain or TLS.
 #include <boost/asio/strand.hpp>
 #include <mutex>
 #include <optional>
 #include <unordered_set>
 
 #include "beast.hpp"
+#include "tls.hpp"
 
 namespace zkagent::http {
 namespace {
@@ -40,7 +41,13 @@ bhttp::response<bhttp::string_body> toBeast(Response&& response, unsigned versio
 
 }  // namespace
 
-class Session;
+// What the server keeps of each open connection, plain or TLS.
+class SessionBase {
+ public:
+  virtual ~SessionBase() = default;
+  virtual void start() = 0;
+  virtual void close() = 0;
+};
 
 struct detail::ServerState {
   asio::io_context& io;
@@ -48,9 +55,10 @@ struct detail::ServerState {
   Router router;
   tcp::acceptor acceptor;
   tcp::endpoint bound;  // kept: the acceptor's own endpoint is gone once it is closed
+  std::optional<asio::ssl::context> tls;
   std::optional<asio::thread_pool> handlerPool;
   std::mutex mutex;  // guards sessions and stopped
-  std::unordered_set<std::shared_ptr<Session>> sessions;
+  std::unordered_set<std::shared_ptr<SessionBase>> sessions;
   bool stopped = false;
 
   ServerState(asio::io_context& context, ServerOptions serverOptions, Router serverRouter)
@@ -58,52 +66,78 @@ struct detail::ServerState {
         options(std::move(serverOptions)),
         router(std::move(serverRouter)),
         acceptor(asio::make_strand(context)) {
+    if (options.tls) tls.emplace(detail::serverContext(*options.tls));
     if (options.handlerThreads > 0) handlerPool.emplace(options.handlerThreads);
   }
   void accept(std::shared_ptr<ServerState> self);
-  void forget(const std::shared_ptr<Session>& session) {
+  void forget(const std::shared_ptr<SessionBase>& session) {
     std::lock_guard lock(mutex);
     sessions.erase(session);
   }
 };
 
-class Session : public std::enable_shared_from_this<Session> {
+// One connection. `Stream` is beast::tcp_stream or an ssl_stream over one; every deadline is on
+// the TCP layer and covers a whole step (handshake, one request, one response), so a client
+// trickling bytes cannot stretch it.
+template <typename Stream>
+class Session : public SessionBase, public std::enable_shared_from_this<Session<Stream>> {
  public:
-  Session(tcp::socket&& socket, std::shared_ptr<detail::ServerState> server)
-      : stream_(std::move(socket)), server_(std::move(server)) {
+  static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
+
+  template <typename... Tls>
+  Session(tcp::socket&& socket, std::shared_ptr<detail::ServerState> server, Tls&... tls)
+      : stream_(std::move(socket), tls...), server_(std::move(server)) {
     beast::error_code ignored;
-    auto endpoint = stream_.socket().remote_endpoint(ignored);
+    auto endpoint = tcp().socket().remote_endpoint(ignored);
     if (!ignored) remote_ = endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
   }
 
-  void start() {
-    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read(); });
+  void start() override {
+    asio::dispatch(stream_.get_executor(), [self = this->shared_from_this()] {
+      if constexpr (kTls) {
+        self->tcp().expires_after(self->server_->options.readTimeout);
+        self->stream_.async_handshake(
+            asio::ssl::stream_base::server, [self](beast::error_code error) {
+              if (error) return self->finish();
+              self->peer_ = detail::peerIdentities(self->stream_.native_handle());
+              self->read();
+            });
+      } else {
+        self->read();
+      }
+    });
   }
 
-  void close() {
-    asio::post(stream_.get_executor(), [self = shared_from_this()] {
+  void close() override {
+    asio::post(stream_.get_executor(), [self = this->shared_from_this()] {
       beast::error_code ignored;
-      self->stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-      self->stream_.close();
+      self->tcp().socket().shutdown(tcp::socket::shutdown_both, ignored);
+      self->tcp().close();
     });
   }
 
  private:
+  beast::tcp_stream& tcp() { return beast::get_lowest_layer(stream_); }
+
   void read() {
     parser_.emplace();
     parser_->body_limit(server_->options.bodyLimit);
-    stream_.expires_after(server_->options.readTimeout);
-    bhttp::async_read(
-        stream_, buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code error, size_t) { self->onRead(error); });
+    parser_->header_limit(static_cast<std::uint32_t>(server_->options.headerLimit));
+    tcp().expires_after(server_->options.readTimeout);
+    bhttp::async_read(stream_, buffer_, *parser_,
+                      [self = this->shared_from_this()](beast::error_code error, size_t) {
+                        self->onRead(error);
+                      });
   }
 
   void onRead(beast::error_code error) {
-    if (error == bhttp::error::body_limit) {
-      auto limit = std::to_string(server_->options.bodyLimit);
+    if (error == bhttp::error::body_limit || error == bhttp::error::header_limit) {
+      const bool body = error == bhttp::error::body_limit;
+      auto limit = std::to_string(body ? server_->options.bodyLimit : server_->options.headerLimit);
       drainAfter_ = true;
-      write(
-          toBeast(Response::error(413, "request body larger than " + limit + " bytes"), 11, false));
+      write(toBeast(body ? Response::error(413, "request body larger than " + limit + " bytes")
+                         : Response::error(431, "request header larger than " + limit + " bytes"),
+                    11, false));
       return;
     }
     if (error) return finish();  // closed by the peer, timed out or unparsable: just close
@@ -111,18 +145,18 @@ class Session : public std::enable_shared_from_this<Session> {
     unsigned version = raw.version();
     bool keepAlive = raw.keep_alive();
     auto request = toRequest(std::move(raw), remote_);
-    auto respond = [self = shared_from_this(), version, keepAlive](Response response) {
+    request.peerIdentities = peer_;
+    auto respond = [self = this->shared_from_this(), version, keepAlive](Response response) {
       self->write(toBeast(std::move(response), version, keepAlive));
     };
     if (server_->handlerPool) {
-      asio::post(*server_->handlerPool,
-                 [self = shared_from_this(), respond, request = std::move(request)]() mutable {
-                   Response response = self->server_->router.handle(std::move(request));
-                   asio::post(self->stream_.get_executor(),
-                              [respond, response = std::move(response)]() mutable {
-                                respond(std::move(response));
-                              });
-                 });
+      asio::post(*server_->handlerPool, [self = this->shared_from_this(), respond,
+                                         request = std::move(request)]() mutable {
+        Response response = self->server_->router.handle(std::move(request));
+        asio::post(
+            self->stream_.get_executor(),
+            [respond, response = std::move(response)]() mutable { respond(std::move(response)); });
+      });
     } else {
       respond(server_->router.handle(std::move(request)));
     }
@@ -130,31 +164,31 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void write(bhttp::response<bhttp::string_body> response) {
     response_ = std::move(response);
-    stream_.expires_after(server_->options.writeTimeout);
+    tcp().expires_after(server_->options.writeTimeout);
     bhttp::async_write(stream_, response_,
-                       [self = shared_from_this()](beast::error_code error, size_t) {
+                       [self = this->shared_from_this()](beast::error_code error, size_t) {
                          if (!error && self->drainAfter_) return self->drain();
                          if (error || !self->response_.keep_alive()) return self->finish();
                          self->read();
                        });
   }
 
-  // After an early answer (413) the client may still be sending the body; closing now would
-  // reset the connection and could destroy our answer before the client reads it. So: signal
-  // the end of our response, then discard what still arrives (bounded) until the client closes.
+  // After an early answer (413, 431) the client may still be sending; closing now would reset
+  // the connection and could destroy our answer before the client reads it. So: signal the end
+  // of our response, then discard what still arrives (bounded) until the client closes.
   void drain() {
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    tcp().socket().shutdown(tcp::socket::shutdown_send, ignored);
     discard(0);
   }
 
   void discard(size_t discarded) {
     constexpr size_t kMaxDiscarded = 64 * 1024 * 1024;
     if (discarded > kMaxDiscarded) return finish();
-    stream_.expires_after(server_->options.readTimeout);
+    tcp().expires_after(server_->options.readTimeout);
     buffer_.clear();
-    stream_.async_read_some(buffer_.prepare(64 * 1024), [self = shared_from_this(), discarded](
-                                                            beast::error_code error, size_t bytes) {
+    tcp().async_read_some(buffer_.prepare(64 * 1024), [self = this->shared_from_this(), discarded](
+                                                          beast::error_code error, size_t bytes) {
       if (error) return self->finish();
       self->discard(discarded + bytes);
     });
@@ -162,14 +196,15 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void finish() {
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.close();
-    server_->forget(shared_from_this());
+    tcp().socket().shutdown(tcp::socket::shutdown_send, ignored);
+    tcp().close();
+    server_->forget(this->shared_from_this());
   }
 
-  beast::tcp_stream stream_;
+  Stream stream_;
   std::shared_ptr<detail::ServerState> server_;
   std::string remote_;
+  std::vector<std::string> peer_;
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   bhttp::response<bhttp::string_body> response_;
@@ -182,10 +217,19 @@ void detail::ServerState::accept(std::shared_ptr<ServerState> self) {
       if (error == asio::error::operation_aborted || !self->acceptor.is_open()) return;
       return self->accept(self);  // e.g. too many open files: keep serving the others
     }
-    auto session = std::make_shared<Session>(std::move(socket), self);
+    std::shared_ptr<SessionBase> session;
+    if (self->tls) {
+      session = std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(std::move(socket),
+                                                                                self, *self->tls);
+    } else {
+      session = std::make_shared<Session<beast::tcp_stream>>(std::move(socket), self);
+    }
     {
       std::lock_guard lock(self->mutex);
       if (self->stopped) return;
+      // Over the limit: closed at once (the session is dropped unstarted), so the open
+      // connections keep being served.
+      if (self->sessions.size() >= self->options.maxConnections) return self->accept(self);
       self->sessions.insert(session);
     }
     session->start();
@@ -214,7 +258,7 @@ void Server::start() {
 }
 
 void Server::stop() {
-  std::unordered_set<std::shared_ptr<Session>> open;
+  std::unordered_set<std::shared_ptr<SessionBase>> open;
   {
     std::lock_guard lock(state_->mutex);
     if (state_->stopped) return;

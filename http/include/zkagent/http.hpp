@@ -13,11 +13,16 @@
 //
 // The client keeps idle connections open for reuse, is thread-safe, and never throws for
 // transport problems: they come back as ClientResponse::transportError.
+//
+// Both sides speak TLS when given ServerOptions::tls / ClientOptions::tls (OpenSSL, inside the
+// library). A server that verifies client certificates tells each handler who the peer is
+// (Request::peerIdentities): the certificate's subject CN and its DNS and URI names.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -47,6 +52,9 @@ struct Request {
   std::string body;
   std::map<std::string, std::string, std::less<>> params;  // {name} segments, set by the Router
   std::string remoteAddress;
+  // The verified client certificate's subject CN first, then its DNS and URI subject alternative
+  // names; empty over plain HTTP or when the client sent no certificate.
+  std::vector<std::string> peerIdentities;
 
   // Case-insensitive header lookup.
   std::optional<std::string_view> header(std::string_view name) const;
@@ -99,6 +107,15 @@ class Router {
   std::vector<Route> routes_;
 };
 
+// PEM files. With a clientCa, a client certificate signed by it is verified during the handshake
+// (expired, unknown CA or no certificate when required: the handshake fails, no handler runs).
+struct ServerTls {
+  std::filesystem::path cert{};      // the server's certificate chain
+  std::filesystem::path key{};       // its private key
+  std::filesystem::path clientCa{};  // empty: client certificates are not asked for
+  bool requireClientCert = true;     // with a clientCa: refuse clients without a certificate
+};
+
 struct ServerOptions {
   std::string address = "127.0.0.1";
   uint16_t port = 0;               // 0: any free port (see Server::port())
@@ -108,6 +125,10 @@ struct ServerOptions {
   // 0: handlers run on the io_context's threads (they must not block). N > 0: handlers run on a
   // pool of N threads, for handlers that block (e.g. waiting for an fsync).
   size_t handlerThreads = 0;
+  std::optional<ServerTls> tls{};  // unset: plain HTTP
+  // Connections beyond this are closed as soon as they are accepted; the open ones are served.
+  size_t maxConnections = 4096;
+  size_t headerLimit = 16 * 1024;  // request line + headers; larger gets 431 and a close
 };
 
 namespace detail {
@@ -116,7 +137,8 @@ struct ServerState;
 
 class Server {
  public:
-  // Binds and listens at once (so port() is known); throws std::system_error when it cannot.
+  // Binds and listens at once (so port() is known); throws std::system_error when it cannot, and
+  // std::invalid_argument (naming the file) when a TLS file cannot be loaded.
   Server(boost::asio::io_context& io, ServerOptions options, Router router);
   ~Server();  // stop(), then waits for running handlers
   Server(const Server&) = delete;
@@ -132,6 +154,13 @@ class Server {
   std::shared_ptr<detail::ServerState> state_;
 };
 
+// PEM files. The server's certificate must chain to `ca` and name `host` (DNS name or IP).
+struct ClientTls {
+  std::filesystem::path ca{};
+  std::filesystem::path cert{};  // optional client certificate (with `key`) for servers that ask
+  std::filesystem::path key{};
+};
+
 struct ClientOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 80;
@@ -141,6 +170,7 @@ struct ClientOptions {
   size_t maxIdleConnections = 64;  // idle keep-alive connections kept for reuse
   size_t asyncThreads = 2;         // workers that run asyncRequest()
   size_t responseBodyLimit = 8 * 1024 * 1024;
+  std::optional<ClientTls> tls{};  // unset: plain HTTP
 };
 
 struct ClientResponse {
@@ -154,6 +184,7 @@ struct ClientResponse {
 
 class Client {
  public:
+  // Throws std::invalid_argument when a TLS file cannot be loaded (naming the file).
   explicit Client(ClientOptions options);
   ~Client();  // waits for asyncRequest() calls in flight
   Client(const Client&) = delete;

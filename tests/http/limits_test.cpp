@@ -1,0 +1,166 @@
+// The listener's limits against misbehaving clients: too many connections, oversized headers, and
+// a slowloris client trickling a request byte by byte.
+#include <gtest/gtest.h>
+#include <poll.h>
+
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
+#include <chrono>
+#include <thread>
+
+#include "zkagent/http.hpp"
+#include "zktest/deadline.hpp"
+
+using namespace zkagent::http;
+using namespace std::chrono_literals;
+namespace asio = boost::asio;
+
+namespace {
+
+class RunningServer {
+ public:
+  explicit RunningServer(ServerOptions options) : server_(io_, std::move(options), router()) {
+    server_.start();
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  ~RunningServer() {
+    server_.stop();
+    thread_.join();
+  }
+  uint16_t port() const { return server_.port(); }
+
+ private:
+  static Router router() {
+    Router r;
+    r.add(Method::Get, "/ping", [](const Request&) { return Response::text(200, "pong"); });
+    return r;
+  }
+  asio::io_context io_;
+  Server server_;
+  std::thread thread_;
+};
+
+// A raw client socket: what it sends is up to the test.
+class RawClient {
+ public:
+  explicit RawClient(uint16_t port) : socket_(io_) {
+    socket_.connect({asio::ip::make_address("127.0.0.1"), port});
+  }
+  bool send(std::string_view bytes) {
+    boost::system::error_code error;
+    asio::write(socket_, asio::buffer(bytes.data(), bytes.size()), error);
+    return !error;
+  }
+  // What arrives within `deadline` until the server closes or stops sending; "" when nothing.
+  std::string receive(std::chrono::milliseconds deadline) {
+    std::string out;
+    const auto until = std::chrono::steady_clock::now() + deadline;
+    while (std::chrono::steady_clock::now() < until) {
+      pollfd fd{socket_.native_handle(), POLLIN, 0};
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          until - std::chrono::steady_clock::now());
+      if (::poll(&fd, 1, static_cast<int>(std::max<int64_t>(left.count(), 1))) != 1) break;
+      char buffer[4096];
+      boost::system::error_code error;
+      size_t n = socket_.read_some(asio::buffer(buffer), error);
+      if (error) {
+        closed_ = true;
+        break;
+      }
+      out.append(buffer, n);
+      if (out.find("\r\n\r\n") != std::string::npos) break;
+    }
+    return out;
+  }
+  // Whether the server closes the connection within `deadline`.
+  bool closedByServer(std::chrono::milliseconds deadline) {
+    receive(deadline);
+    return closed_;
+  }
+
+ private:
+  asio::io_context io_;
+  asio::ip::tcp::socket socket_;
+  bool closed_ = false;
+};
+
+constexpr std::string_view kPing = "GET /ping HTTP/1.1\r\nHost: x\r\n\r\n";
+
+TEST(HttpLimits, ConnectionsBeyondTheLimitAreClosedAndTheOpenOnesStillServed) {
+  RunningServer server({.maxConnections = 2});
+  RawClient first(server.port());
+  RawClient second(server.port());
+  ASSERT_TRUE(first.send(kPing));
+  ASSERT_NE(first.receive(5s).find("200 OK"), std::string::npos);  // both are accepted by now
+  RawClient third(server.port());
+  EXPECT_TRUE(third.closedByServer(5s));
+  ASSERT_TRUE(second.send(kPing));
+  EXPECT_NE(second.receive(5s).find("200 OK"), std::string::npos);
+}
+
+TEST(HttpLimits, AClosedConnectionFreesItsPlaceUnderTheLimit) {
+  RunningServer server({.maxConnections = 1});
+  {
+    RawClient first(server.port());
+    ASSERT_TRUE(first.send(kPing));
+    ASSERT_NE(first.receive(5s).find("200 OK"), std::string::npos);
+  }
+  // The server learns of the close asynchronously: a fresh client is served once it has.
+  ASSERT_TRUE(zktest::eventually(
+      [&] {
+        Client client({.port = server.port()});
+        return client.get("/ping").status == 200;
+      },
+      5s));
+}
+
+TEST(HttpLimits, AnOversizedHeaderGets431AndTheConnectionCloses) {
+  RunningServer server({.headerLimit = 1024});
+  RawClient client(server.port());
+  ASSERT_TRUE(client.send("GET /ping HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(4096, 'a') +
+                          "\r\n\r\n"));
+  EXPECT_NE(client.receive(5s).find("431"), std::string::npos);
+  EXPECT_TRUE(client.closedByServer(5s));
+}
+
+TEST(HttpLimits, AnOversizedBodyGets413) {
+  RunningServer server({.bodyLimit = 16});
+  RawClient client(server.port());
+  ASSERT_TRUE(client.send("POST /ping HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"));
+  EXPECT_NE(client.receive(5s).find("413"), std::string::npos);
+}
+
+// A client sending one byte at a time neither holds the only handler thread nor delays other
+// clients, and its connection is closed when the read deadline passes although bytes still come:
+// the deadline covers the whole request, not the time between two bytes.
+TEST(HttpLimits, ASlowlorisClientBlocksNobodyAndIsCutAtTheReadDeadline) {
+  RunningServer server({.readTimeout = 1000ms, .handlerThreads = 1});
+  RawClient slow(server.port());
+  std::atomic<bool> cut{false};
+  std::atomic<int> sent{0};
+  std::thread trickle([&] {
+    const std::string request = "GET /ping HTTP/1.1\r\nHost: x\r\nX-Pad: " + std::string(200, 'a');
+    for (char byte : request) {
+      if (!slow.send(std::string_view(&byte, 1))) {
+        cut = true;
+        return;
+      }
+      ++sent;
+      std::this_thread::sleep_for(100ms);  // the attack's pace, not a wait for a condition
+    }
+  });
+  Client client({.port = server.port()});
+  for (int i = 0; i < 20; ++i) {
+    auto response = client.get("/ping");
+    ASSERT_EQ(response.status, 200) << response.transportError;
+  }
+  EXPECT_TRUE(zktest::eventually([&] { return cut.load(); }, 10s))
+      << "the server kept a trickling connection open; bytes sent: " << sent;
+  trickle.join();
+  // 200+ bytes would take 20 s at this pace: the request was cut long before it completed.
+  EXPECT_LT(sent.load(), 100);
+}
+
+}  // namespace
