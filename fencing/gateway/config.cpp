@@ -28,7 +28,8 @@ Options:
   --lease-sweep-ms N        how often expired leases are swept (default 5000, at most the TTL)
   --debounce-ms N           a user's offline is published only after N ms with no device back
                             (default 20000; 0 publishes at once)
-  --subscribe-listen HOST:PORT  the subscribers' WebSocket listener (default 127.0.0.1:8481;
+  --subscribe-listen HOST:PORT  the subscribers' WebSocket listener (default: the --listen host
+                            and the next port, 8481; any free port when --listen has port 0;
                             printed as "SUBSCRIBE-LISTENING HOST:PORT")
   --coalesce-ms N           changes for one subscriber are sent at most once per N ms, merged
                             (default 100)
@@ -83,6 +84,7 @@ void setListen(Config& config, std::string_view field, std::string_view value) {
 
 void setSubscribeListen(Config& config, std::string_view field, std::string_view value) {
   splitHostPort(field, value, config.subscribeAddress, config.subscribePort);
+  config.subscribeListenSet = true;
 }
 
 void splitHostPort(std::string_view field, std::string_view value, std::string& address,
@@ -331,6 +333,13 @@ CommandLine parseCommandLine(const std::vector<std::string>& args,
     }
     if (environmentToken && !environmentToken->empty()) config.bearerToken = *environmentToken;
     if (config.dataDir.empty()) fail("--data-dir", "required: the HWM must survive restarts");
+    if (!config.subscribeListenSet) {
+      config.subscribeAddress = config.listenAddress;
+      config.subscribePort =
+          config.listenPort == 0 || config.listenPort == 65535
+              ? uint16_t{0}
+              : static_cast<uint16_t>(config.listenPort + 1);
+    }
     validateConfig(config);
     result.config = std::move(config);
   } catch (const std::invalid_argument& error) {

@@ -46,8 +46,10 @@ struct Config {
   // no device back; changes for one subscriber go out at most once per coalesceMs, merged; a
   // subscriber with more than subscriberQueue messages unsent is closed (4008, resubscribe).
   int debounceMs = 20000;
+  // Unless set, the HTTP listen address with the next port (port 0 stays 0: any free port).
   std::string subscribeAddress = "127.0.0.1";
   uint16_t subscribePort = 8481;
+  bool subscribeListenSet = false;
   int coalesceMs = 100;
   int subscriberQueue = 64;
   std::string logLevel = "info";

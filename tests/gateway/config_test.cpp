@@ -144,3 +144,41 @@ TEST(GatewayConfig, BadPresenceLeaseSettingsAreRefusedNamingTheField) {
             std::string::npos);
   EXPECT_NE(error(R"({"presence":7})").find("presence: must be a JSON object"), std::string::npos);
 }
+
+TEST(GatewayConfig, SubscriberSettingsHaveDefaultsComeFromTheFileAndFlagsAndAreChecked) {
+  auto defaults = parse({"--data-dir", "d"});
+  ASSERT_TRUE(defaults.config) << defaults.message;
+  EXPECT_EQ(defaults.config->debounceMs, 20000);
+  EXPECT_EQ(defaults.config->subscribePort, 8481) << "the HTTP port's neighbour";
+  EXPECT_EQ(defaults.config->coalesceMs, 100);
+  EXPECT_EQ(defaults.config->subscriberQueue, 64);
+  auto anyPort = parse({"--data-dir", "d", "--listen", "127.0.0.1:0"});
+  ASSERT_TRUE(anyPort.config) << anyPort.message;
+  EXPECT_EQ(anyPort.config->subscribePort, 0);
+  zkagent::fencing::testing::TempDir dir;
+  auto file = dir.path() / "gateway.json";
+  std::ofstream(file) << R"({"dataDir":"d","presence":{"debounce_ms":500,"coalesce_ms":10,)"
+                         R"("subscriber_queue":4,"subscribe_listen":"127.0.0.1:9000"}})";
+  auto fromFile = parse({"--config", file.string()});
+  ASSERT_TRUE(fromFile.config) << fromFile.message;
+  EXPECT_EQ(fromFile.config->debounceMs, 500);
+  EXPECT_EQ(fromFile.config->coalesceMs, 10);
+  EXPECT_EQ(fromFile.config->subscriberQueue, 4);
+  EXPECT_EQ(fromFile.config->subscribePort, 9000);
+  auto overridden = parse({"--config", file.string(), "--debounce-ms", "0", "--subscribe-listen",
+                           "127.0.0.1:9001"});
+  ASSERT_TRUE(overridden.config) << overridden.message;
+  EXPECT_EQ(overridden.config->debounceMs, 0);
+  EXPECT_EQ(overridden.config->subscribePort, 9001);
+
+  EXPECT_NE(errorOf({"--data-dir", "d", "--debounce-ms", "-1"}).find("--debounce-ms: must be"),
+            std::string::npos);
+  EXPECT_NE(errorOf({"--data-dir", "d", "--subscriber-queue", "0"})
+                .find("--subscriber-queue: must be"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"presence":{"debounce_ms":"20s"}})").find("presence.debounce_ms: must be"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"presence":{"subscribe_listen":"nowhere"}})")
+                .find("presence.subscribe_listen: expected HOST:PORT"),
+            std::string::npos);
+}
