@@ -610,7 +610,12 @@ void Agent::Impl::closeNow() {
 Agent::Agent(asio::io_context& io, Config config)
     : impl_(std::make_shared<Impl>(io, std::move(config))) {}
 
-Agent::~Agent() { impl_->closeNow(); }
+Agent::~Agent() {
+  impl_->closeNow();
+  // The device endpoint's thread calls the gate, which locks the Impl: end it while we still
+  // hold the Impl, so its last reference is never dropped on that thread.
+  impl_->devices->halt();
+}
 
 void Agent::start() {
   impl_->start();

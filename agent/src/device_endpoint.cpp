@@ -10,15 +10,15 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
-#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
+#include <charconv>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -124,8 +124,24 @@ std::variant<presence::DeviceKey, Refusal> parseIds(std::string_view query) {
   return presence::DeviceKey{std::move(*values[0]), std::move(*values[1])};
 }
 
+// Exactly `{"type":"ping","seq":N}` (what every device sends), N a JSON unsigned integer that
+// fits 64 bits -> N; anything else, valid or not, -> nullopt for the full parser to judge. A
+// heartbeat costs no allocation or DOM this way.
+std::optional<uint64_t> exactPing(std::string_view text) {
+  constexpr std::string_view head = R"({"type":"ping","seq":)";
+  if (text.size() < head.size() + 2 || !text.starts_with(head) || text.back() != '}')
+    return std::nullopt;
+  const auto digits = text.substr(head.size(), text.size() - head.size() - 1);
+  if (digits.size() > 1 && digits.front() == '0') return std::nullopt;  // not JSON: full parser
+  uint64_t seq = 0;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), seq);
+  if (error != std::errc{} || end != digits.data() + digits.size()) return std::nullopt;
+  return seq;
+}
+
 // `{"type":"ping","seq":N}` -> N; anything else -> why it is a bad frame.
 std::variant<uint64_t, std::string> parsePing(std::string_view text) {
+  if (auto seq = exactPing(text)) return *seq;
   const auto frame = json::parse(text, nullptr, false);
   if (frame.is_discarded()) return std::string("not JSON");
   if (!frame.is_object()) return std::string("not a JSON object");
@@ -168,10 +184,22 @@ PresenceMetrics::PresenceMetrics(metrics::Registry& r)
                                "Accounts whose lease writes the gateway fenced (a newer leader).")
                          .with({})) {}
 
+struct DeviceEndpoint::Counts {
+  explicit Counts(const Config& config) {
+    for (const auto& account : config.accounts) deviceCounts.try_emplace(account, 0);
+  }
+  metrics::Registry registry;  // owned here: sessions may outlive the agent's own registry
+  PresenceMetrics m{registry};
+  // Fixed key set (the configured accounts): written on the endpoint's thread, read by
+  // /v1/status.
+  std::map<std::string, std::atomic<int64_t>, std::less<>> deviceCounts;
+};
+
 class Session;
 
 struct DeviceEndpoint::Core : std::enable_shared_from_this<Core> {
-  Core(asio::io_context& ioc, const Config& config);
+  Core(asio::io_context& agentIo, asio::io_context& own, const Config& config,
+       std::shared_ptr<Counts> counts);
 
   void accept();
   void reap();
@@ -187,12 +215,12 @@ struct DeviceEndpoint::Core : std::enable_shared_from_this<Core> {
     if (!state.empty()) m.connections.with({state}).inc(delta);
   }
 
-  asio::io_context& io;
-  PresenceStrand strand;
+  asio::io_context& io;  // the agent's: stop()'s `done` runs there
+  PresenceExecutor executor;  // the endpoint's own io_context, one thread
   const std::string instanceId;
   const Config::Presence settings;
-  metrics::Registry registry;  // owned here: sessions may outlive the agent's own registry
-  PresenceMetrics m{registry};
+  std::shared_ptr<Counts> counts;
+  PresenceMetrics& m;
   tcp::acceptor acceptor;
   std::string advertised;
   uint16_t port = 0;
@@ -203,7 +231,6 @@ struct DeviceEndpoint::Core : std::enable_shared_from_this<Core> {
   std::unique_ptr<presence::ConnectionTable> table;
   asio::steady_timer reaper, acceptRetry, stopTimer;
   bool stopping = false;
-  std::atomic<bool> stopRequested{false};
   std::function<void()> stopDone;
 
   std::unordered_set<Session*> sessions;                  // every live session
@@ -211,12 +238,10 @@ struct DeviceEndpoint::Core : std::enable_shared_from_this<Core> {
   std::map<uint64_t, std::pair<SteadyClock::time_point, std::weak_ptr<Session>>> upgrading;
   uint64_t nextUpgrade = 0;
   std::unordered_map<std::string, uint64_t> fenced;  // account -> token the gateway refused
-  // Fixed key set (the configured accounts): written on the strand, read by /v1/status.
-  std::map<std::string, std::atomic<int64_t>, std::less<>> deviceCounts;
 };
 
 // One device connection. Lives while an operation of it is pending; every handler runs on the
-// presence strand.
+// endpoint's thread.
 class Session : public std::enable_shared_from_this<Session> {
  public:
   enum class State : uint8_t { Upgrading, Open, Moving, Closing, Done };
@@ -345,7 +370,7 @@ class Session : public std::enable_shared_from_this<Session> {
                                                            : target.substr(question + 1));
     if (auto* refusal = std::get_if<Refusal>(&ids)) return refuse(std::move(*refusal));
     key_ = std::move(std::get<presence::DeviceKey>(ids));
-    if (!core_->deviceCounts.contains(key_.user)) {
+    if (!core_->counts->deviceCounts.contains(key_.user)) {
       return refuse(Refusal{bhttp::status::not_found, "unknown_account",
                             "account: '" + key_.user + "' is not served by this agent", ""});
     }
@@ -504,7 +529,13 @@ class Session : public std::enable_shared_from_this<Session> {
                   {"timeout_ms", core_->settings.pingTimeout.count()}}
                  .dump();
     } else if (!pongs_.empty()) {
-      out_ = "{\"type\":\"pong\",\"seq\":" + std::to_string(pongs_.front()) + "}";
+      // Into the same buffer every time: no allocation per pong once it has grown.
+      constexpr std::string_view head = R"({"type":"pong","seq":)";
+      char digits[24];
+      const auto end = std::to_chars(digits, digits + sizeof digits, pongs_.front()).ptr;
+      out_.assign(head);
+      out_.append(digits, end);
+      out_.push_back('}');
       pongs_.erase(pongs_.begin());
     } else {
       return;
@@ -533,16 +564,19 @@ class Session : public std::enable_shared_from_this<Session> {
   bool inTable_ = false, writing_ = false, welcomePending_ = false, closeSent_ = false;
 };
 
-DeviceEndpoint::Core::Core(asio::io_context& ioc, const Config& config)
-    : io(ioc),
-      strand(asio::make_strand(ioc)),
+DeviceEndpoint::Core::Core(asio::io_context& agentIo, asio::io_context& own, const Config& config,
+                           std::shared_ptr<Counts> c)
+    : io(agentIo),
+      executor(own.get_executor()),
       instanceId(config.instanceId),
       settings(config.presence),
-      acceptor(strand),
-      clock(strand),
-      reaper(strand),
-      acceptRetry(strand),
-      stopTimer(strand) {
+      counts(std::move(c)),
+      m(counts->m),
+      acceptor(executor),
+      clock(executor),
+      reaper(executor),
+      acceptRetry(executor),
+      stopTimer(executor) {
   const auto address = asio::ip::make_address(
       config.presence.listen.host == "localhost" ? "127.0.0.1" : config.presence.listen.host);
   const tcp::endpoint at(address, config.presence.listen.port);
@@ -554,18 +588,17 @@ DeviceEndpoint::Core::Core(asio::io_context& ioc, const Config& config)
   advertised = config.presence.advertise.empty()
                    ? "ws://" + config.presence.listen.host + ":" + std::to_string(port)
                    : config.presence.advertise;
-  for (const auto& account : config.accounts) deviceCounts.try_emplace(account, 0);
   for (const char* state : {"upgrading", "open", "moving", "closing"})
     m.connections.with({state}).set(0);
 }
 
 void DeviceEndpoint::Core::countDevices(const std::string& account, int64_t delta) {
-  if (auto it = deviceCounts.find(account); it != deviceCounts.end()) it->second += delta;
+  if (auto it = counts->deviceCounts.find(account); it != counts->deviceCounts.end())
+    it->second += delta;
 }
 
 void DeviceEndpoint::Core::accept() {
-  acceptor.async_accept(strand, [self = shared_from_this()](beast::error_code ec,
-                                                            tcp::socket socket) {
+  acceptor.async_accept([self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted || !self->acceptor.is_open()) return;
     if (ec) {
       // Out of descriptors or similar: back off a little instead of spinning.
@@ -641,7 +674,7 @@ void DeviceEndpoint::Core::closeMoved(std::string account,
                                       std::vector<std::weak_ptr<Session>> moving, int attempt) {
   const auto leader = gate ? leaderElsewhere(gate(account)) : std::nullopt;
   if (!leader && attempt < kLeaderLookups && !stopping) {
-    auto timer = std::make_shared<asio::steady_timer>(strand, kLeaderLookup);
+    auto timer = std::make_shared<asio::steady_timer>(executor, kLeaderLookup);
     timer->async_wait([self = shared_from_this(), timer, account = std::move(account),
                        moving = std::move(moving), attempt](beast::error_code) mutable {
       self->closeMoved(std::move(account), std::move(moving), attempt + 1);
@@ -715,10 +748,16 @@ void DeviceEndpoint::Core::stopped() {
 // ---------------------------------------------------------------------------------------------
 
 DeviceEndpoint::DeviceEndpoint(asio::io_context& io, const Config& config)
-    : core_(std::make_shared<Core>(io, config)) {
+    : counts_(std::make_shared<Counts>(config)),
+      // One thread runs it: the hint lets Asio skip the locking and waking a pool would need.
+      own_(std::make_unique<asio::io_context>(1)),
+      core_(std::make_shared<Core>(io, *own_, config, counts_)),
+      agentIo_(io),
+      advertised_(core_->advertised),
+      port_(core_->port) {
   // The writer needs the gateway settings now; its gate is wired in start().
   core_->writer = std::make_shared<GatewayLeaseWriter>(
-      core_->strand, config, core_->m,
+      core_->executor, config, core_->m,
       [weak = std::weak_ptr<Core>(core_)](std::string_view account) {
         auto core = weak.lock();
         if (!core || !core->gate)
@@ -732,16 +771,56 @@ DeviceEndpoint::DeviceEndpoint(asio::io_context& io, const Config& config)
       [weak = std::weak_ptr<Core>(core_)](const std::string& account, uint64_t token) {
         if (auto core = weak.lock()) core->onFenced(account, token);
       });
+  // Runs until halt(), also while nothing is pending (before start(), after stop()).
+  thread_ = std::thread([io = own_.get()] {
+    auto work = asio::make_work_guard(*io);
+    io->run();
+  });
 }
 
-DeviceEndpoint::~DeviceEndpoint() { closeNow(); }
+DeviceEndpoint::~DeviceEndpoint() {
+  closeNow();
+  halt();
+}
 
-const std::string& DeviceEndpoint::endpoint() const { return core_->advertised; }
-uint16_t DeviceEndpoint::port() const { return core_->port; }
+template <class F>
+void DeviceEndpoint::post(F&& f) {
+  std::lock_guard lock(mutex_);
+  if (!halted_) asio::post(*own_, std::forward<F>(f));
+}
+
+void DeviceEndpoint::halt() {
+  {
+    std::lock_guard lock(mutex_);
+    if (halted_) return;
+    halted_ = true;
+  }
+  if (thread_.get_id() == std::this_thread::get_id()) {
+    // Misuse (the owner's last reference dropped inside `gate`): the thread cannot join itself,
+    // and the io_context cannot be destroyed under its own run(). Leave it to the process; the
+    // Core goes as if a handler dropped it.
+    own_->stop();
+    thread_.detach();
+    static_cast<void>(own_.release());
+    return;
+  }
+  own_->stop();
+  thread_.join();
+  // Nothing runs the io_context now. The lease writer's client posts its answers into it from
+  // its own worker: wait for that worker before the io_context goes.
+  core_->writer->shutdown();
+  // Pending handlers hold sessions, and sessions hold the Core: destroying the io_context
+  // destroys them, and with the last of them the Core's sockets and timers, while their services
+  // still exist.
+  core_.reset();
+  own_.reset();
+}
+
+const std::string& DeviceEndpoint::endpoint() const { return advertised_; }
+uint16_t DeviceEndpoint::port() const { return port_; }
 
 void DeviceEndpoint::start(GateCheck gate, std::function<int64_t()> sessionId) {
-  asio::dispatch(core_->strand, [core = core_, gate = std::move(gate),
-                                 sessionId = std::move(sessionId)]() mutable {
+  post([core = core_, gate = std::move(gate), sessionId = std::move(sessionId)]() mutable {
     if (core->stopping) return;
     core->gate = std::move(gate);
     core->sessionId = std::move(sessionId);
@@ -759,29 +838,33 @@ void DeviceEndpoint::start(GateCheck gate, std::function<int64_t()> sessionId) {
 }
 
 void DeviceEndpoint::leadershipLost(const std::string& account) {
-  asio::dispatch(core_->strand, [core = core_, account] { core->leadershipLost(account); });
+  post([core = core_, account] { core->leadershipLost(account); });
 }
 
 void DeviceEndpoint::stop(std::function<void()> done) {
-  core_->stopRequested = true;
-  asio::dispatch(core_->strand, [core = core_, done = std::move(done)]() mutable {
+  std::unique_lock lock(mutex_);
+  if (halted_) {
+    lock.unlock();
+    return asio::post(agentIo_, std::move(done));
+  }
+  lock.unlock();
+  post([core = core_, done = std::move(done)]() mutable {
     if (core->stopping) return asio::post(core->io, std::move(done));
     core->stop(std::move(done));
   });
 }
 
 void DeviceEndpoint::closeNow() {
-  if (core_->stopRequested.exchange(true)) return;
-  asio::dispatch(core_->strand, [core = core_] {
+  post([core = core_] {
     if (!core->stopping) core->stop([] {});
   });
 }
 
 int64_t DeviceEndpoint::devices(std::string_view account) const {
-  auto it = core_->deviceCounts.find(account);
-  return it == core_->deviceCounts.end() ? 0 : it->second.load();
+  auto it = counts_->deviceCounts.find(account);
+  return it == counts_->deviceCounts.end() ? 0 : it->second.load();
 }
 
-std::string DeviceEndpoint::metricsText() const { return core_->registry.expose(); }
+std::string DeviceEndpoint::metricsText() const { return counts_->registry.expose(); }
 
 }  // namespace zkagent::agent::detail

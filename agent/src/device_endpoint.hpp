@@ -7,18 +7,23 @@
 //   devices->start(gate, sessionId);     // accept; gate = the election's fast check
 //   devices->leadershipLost("acct-1");   // release its connections, close them with 4001
 //   devices->stop(done);                 // 1001 (4001 for released ones), listener and timers off
+//   devices->halt();                     // after stop/closeNow: its thread is joined
 //
-// One strand runs everything (listener, every connection, the table, its clock and the lease
-// writer), so the model needs no locks and a device's frames are handled in order. The public
-// calls are thread-safe; Beast stays inside device_endpoint.cpp.
+// The endpoint runs on an io_context of its own with one dedicated thread: the listener, every
+// connection, the table, its clock and the lease writer's completions. So the model needs no
+// locks, a device's frames are handled in order, and no completion hops between threads (which
+// cost more than the heartbeats themselves on the agent's shared pool). The public calls are
+// thread-safe; Beast stays inside device_endpoint.cpp.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "zkagent/agent/config.hpp"
 #include "zkagent/election.hpp"
@@ -29,9 +34,10 @@ class DeviceEndpoint {
  public:
   using GateCheck = std::function<election::GateDecision(std::string_view account)>;
 
-  // Throws std::system_error when presence.listen cannot be bound.
+  // Throws std::system_error when presence.listen cannot be bound. `io` is the agent's: stop()'s
+  // `done` runs there; the endpoint's own work runs on its own thread.
   DeviceEndpoint(boost::asio::io_context& io, const Config& config);
-  ~DeviceEndpoint();
+  ~DeviceEndpoint();  // closeNow() and halt()
   DeviceEndpoint(const DeviceEndpoint&) = delete;
   DeviceEndpoint& operator=(const DeviceEndpoint&) = delete;
 
@@ -49,15 +55,33 @@ class DeviceEndpoint {
   // connection is gone (or after a short bound).
   void stop(std::function<void()> done);
   void closeNow();  // the same without waiting, for the destructor path
+  // Ends the endpoint's thread and frees its sockets, timers and the lease writer's client (its
+  // requests in flight are waited for); later calls are ignored. Must not run on the endpoint's
+  // own thread (nor from `gate`): the owner calls it before the last reference to whatever `gate`
+  // captures can be dropped there.
+  void halt();
 
-  // Devices connected under this agent's leadership of `account` now (any thread).
+  // Devices connected under this agent's leadership of `account` now (any thread, even after
+  // halt()).
   int64_t devices(std::string_view account) const;
   std::string metricsText() const;  // the zkagent_presence_* families
 
-  struct Core;  // opaque; public so the endpoint's sessions can hold it
+  struct Core;    // opaque; public so the endpoint's sessions can hold it
+  struct Counts;  // metrics and device counts: outlive the Core for status and /metrics
 
  private:
+  template <class F>
+  void post(F&& f);  // onto the endpoint's thread, unless halted
+
+  std::shared_ptr<Counts> counts_;
+  std::unique_ptr<boost::asio::io_context> own_;  // before core_: its I/O objects live in it
   std::shared_ptr<Core> core_;
+  boost::asio::io_context& agentIo_;
+  const std::string advertised_;
+  const uint16_t port_;
+  std::thread thread_;
+  std::mutex mutex_;  // post() against halt()
+  bool halted_ = false;
 };
 
 }  // namespace zkagent::agent::detail

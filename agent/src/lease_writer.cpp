@@ -2,7 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
@@ -39,18 +38,18 @@ json entryJson(const presence::LeaseEntry& entry) {
 }
 }  // namespace
 
-GatewayLeaseWriter::GatewayLeaseWriter(PresenceStrand strand, const Config& config,
+GatewayLeaseWriter::GatewayLeaseWriter(PresenceExecutor executor, const Config& config,
                                        PresenceMetrics& metrics, GateCheck gate,
                                        std::function<int64_t()> sessionId, FencedHandler onFenced)
-    : strand_(strand),
+    : executor_(executor),
       instanceId_(config.instanceId),
       maxEntries_(config.presence.maxBatchEntries),
       m_(metrics),
       gate_(std::move(gate)),
       sessionId_(std::move(sessionId)),
       onFenced_(std::move(onFenced)),
-      client_(leaseClientOptions(config.gateway)),
-      timer_(strand) {}
+      client_(std::make_unique<http::Client>(leaseClientOptions(config.gateway))),
+      timer_(executor) {}
 
 void GatewayLeaseWriter::renew(std::string_view, std::span<const presence::LeaseEntry> entries) {
   if (stopped_) return;
@@ -72,23 +71,27 @@ void GatewayLeaseWriter::stop() {
   timer_.cancel();
 }
 
+void GatewayLeaseWriter::shutdown() {
+  stop();
+  client_.reset();  // joins its worker; an answer it posts meanwhile is dropped with the queue
+}
+
 void GatewayLeaseWriter::flushSoon(std::chrono::milliseconds delay) {
   if (scheduled_ || inFlight_ || stopped_) return;
   scheduled_ = true;
   timer_.expires_after(delay);
-  timer_.async_wait(boost::asio::bind_executor(
-      strand_, [weak = weak_from_this()](boost::system::error_code ec) {
-        auto self = weak.lock();
-        if (!self) return;
-        self->scheduled_ = false;
-        if (!ec) self->flush();
-      }));
+  timer_.async_wait([weak = weak_from_this()](boost::system::error_code ec) {
+    auto self = weak.lock();
+    if (!self) return;
+    self->scheduled_ = false;
+    if (!ec) self->flush();
+  });
 }
 
 // One batch of at most maxEntries_: renewals first, so a connection's renewal never travels after
 // its own removal.
 void GatewayLeaseWriter::flush() {
-  if (stopped_ || inFlight_ || (renewals_.empty() && removals_.empty())) return;
+  if (stopped_ || !client_ || inFlight_ || (renewals_.empty() && removals_.empty())) return;
   std::unordered_map<std::string, int64_t> tokens;  // account -> our token now, -1: not leading
   auto leads = [&](const presence::LeaseEntry& entry) {
     auto [it, fresh] = tokens.try_emplace(entry.key.user, -1);
@@ -137,11 +140,13 @@ void GatewayLeaseWriter::flush() {
                   {"remove", std::move(remove)}};
   const size_t renewed = taken - sent.size();
   inFlight_ = true;
-  client_.asyncRequest(
+  client_->asyncRequest(
       http::Method::Post, "/v1/presence/leases", body.dump(),
-      [weak = weak_from_this(), strand = strand_, sent = std::move(sent),
+      [weak = weak_from_this(), executor = executor_, sent = std::move(sent),
        renewed](http::ClientResponse response) mutable {
-        boost::asio::post(strand, [weak, sent = std::move(sent), renewed,
+        // The client's worker thread: back onto the endpoint's. shutdown() joins this worker
+        // before the io_context goes, so the post never finds it gone.
+        boost::asio::post(executor, [weak, sent = std::move(sent), renewed,
                                    response = std::move(response)]() mutable {
           auto self = weak.lock();
           if (!self) return;

@@ -1,7 +1,7 @@
 // The presence model's LeaseWriter over the network: the connection table's renewals and removals
 // become POST /v1/presence/leases batches to the fencing-gateway (docs/presence-runtime.md).
 //
-// Everything runs on the presence strand. Writes are queued and flushed a few milliseconds later,
+// Everything runs on the device endpoint's own thread (its io_context's executor). Writes are queued and flushed a few milliseconds later,
 // so a removal rides with whatever else came in that window; at most one request is in flight, so
 // a lease's renewal and removal reach the gateway in the order they were made. Right before a
 // batch leaves, every entry is checked against the gate: an entry whose account this agent does
@@ -9,8 +9,8 @@
 // no lease write leaves a suspended agent.
 #pragma once
 
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -26,23 +26,27 @@
 
 namespace zkagent::agent::detail {
 
-using PresenceStrand = boost::asio::strand<boost::asio::io_context::executor_type>;
+// The device endpoint's io_context, run by one thread: no strand needed.
+using PresenceExecutor = boost::asio::io_context::executor_type;
 using GateCheck = std::function<election::GateDecision(std::string_view account)>;
 
 class GatewayLeaseWriter final : public presence::LeaseWriter,
                                  public std::enable_shared_from_this<GatewayLeaseWriter> {
  public:
   // The gateway refused `account`'s writes under `token` (a newer leader exists): runs on the
-  // strand.
+  // endpoint's thread.
   using FencedHandler = std::function<void(const std::string& account, uint64_t token)>;
 
-  GatewayLeaseWriter(PresenceStrand strand, const Config& config, PresenceMetrics& metrics,
+  GatewayLeaseWriter(PresenceExecutor executor, const Config& config, PresenceMetrics& metrics,
                      GateCheck gate, std::function<int64_t()> sessionId, FencedHandler onFenced);
 
   void renew(std::string_view gateway, std::span<const presence::LeaseEntry> entries) override;
   void remove(const presence::DeviceKey& key, presence::Epoch epoch,
               presence::LeaveReason reason) override;
   void stop();  // drops what is queued; nothing more is sent
+  // stop(), then waits for the request in flight and frees the client, so none of its threads
+  // posts into the endpoint's io_context afterwards. Only while that io_context runs nowhere.
+  void shutdown();
 
  private:
   struct Removal {
@@ -54,14 +58,14 @@ class GatewayLeaseWriter final : public presence::LeaseWriter,
   void flush();
   void answered(size_t renewed, std::vector<Removal> removals, http::ClientResponse response);
 
-  PresenceStrand strand_;
+  PresenceExecutor executor_;
   const std::string instanceId_;
   const size_t maxEntries_;
   PresenceMetrics& m_;
   GateCheck gate_;
   std::function<int64_t()> sessionId_;
   FencedHandler onFenced_;
-  http::Client client_;  // its own kept-alive connection to the gateway
+  std::unique_ptr<http::Client> client_;  // its own kept-alive connection to the gateway
   boost::asio::steady_timer timer_;
   bool scheduled_ = false, inFlight_ = false, stopped_ = false;
   std::vector<presence::LeaseEntry> renewals_;

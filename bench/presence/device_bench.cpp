@@ -2,8 +2,9 @@
 // zk-device simulator processes), printed as a table and one JSON object on the last line.
 //
 //   load       one agent leading A accounts holds N simulated devices (heartbeat 1 s): agent RSS
-//              per connection, agent CPU per heartbeat (heartbeats/s per core), heartbeat RTT
-//              p50/p99 as the devices measure it;
+//              per connection, agent CPU per heartbeat (heartbeats per agent CPU-second), the
+//              simulators' CPU apart (they share the machine), heartbeat RTT p50/p99 as the
+//              devices measure it (the median over the window's per-second STATS lines);
 //   migration  D devices over A accounts on a leader; SIGTERM it: time from the signal until each
 //              device is connected to the successor (p50/max), and whether any device's lease was
 //              missing at the gateway meanwhile.
@@ -20,6 +21,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -287,19 +289,43 @@ class Bench {
     std::this_thread::sleep_for(3s);  // let connection set-up work drain before measuring
     const long rssAfter = rssKiB(agent.process->pid());
 
+    auto simulatorCpu = [&] {
+      double total = 0;
+      for (auto* sim : sims) total += cpuSeconds(sim->pid());
+      return total;
+    };
+    for (auto* sim : sims) {
+      while (sim->tryReadLine(0ms)) {
+      }
+    }
     const double beatsBefore = agent.metric("zkagent_presence_heartbeats_total");
     const double cpuBefore = cpuSeconds(agent.process->pid());
+    const double simCpuBefore = simulatorCpu();
     const auto started = Clock::now();
-    std::this_thread::sleep_for(std::chrono::seconds(options_.seconds));
+    // Every simulator prints one STATS line a second with that second's RTT percentiles.
+    std::vector<double> p50s, p99s;
+    for (const auto end = started + std::chrono::seconds(options_.seconds); Clock::now() < end;) {
+      for (auto* sim : sims) {
+        while (auto line = sim->tryReadLine(0ms)) {
+          if (!line->starts_with("STATS ")) continue;
+          auto stats = statsOf(*line);
+          if (std::isfinite(stats["rtt_p50_ms"])) p50s.push_back(stats["rtt_p50_ms"]);
+          if (std::isfinite(stats["rtt_p99_ms"])) p99s.push_back(stats["rtt_p99_ms"]);
+        }
+      }
+      std::this_thread::sleep_for(100ms);
+    }
     const double beats = agent.metric("zkagent_presence_heartbeats_total") - beatsBefore;
     const double cpu = cpuSeconds(agent.process->pid()) - cpuBefore;
+    const double simCpu = simulatorCpu() - simCpuBefore;
     const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
-    auto stats = awaitConnected(sims, options_.devices, 30s);
-    double p50 = 0, p99 = 0;
-    for (auto& s : stats) {
-      p50 = std::max(p50, s["rtt_p50_ms"]);
-      p99 = std::max(p99, s["rtt_p99_ms"]);
-    }
+    awaitConnected(sims, options_.devices, 30s);
+    auto median = [](std::vector<double> v) {
+      if (v.empty()) return -1.0;
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    const double p99max = p99s.empty() ? -1.0 : *std::max_element(p99s.begin(), p99s.end());
     json result{{"devices", options_.devices},
                 {"accounts", options_.accounts},
                 {"agent_rss_kib_before", rssBefore},
@@ -310,8 +336,10 @@ class Bench {
                 {"heartbeats_per_second", beats / elapsed},
                 {"agent_cpu_cores", cpu / elapsed},
                 {"heartbeats_per_cpu_second", cpu > 0 ? beats / cpu : 0},
-                {"rtt_p50_ms_worst_simulator", p50},
-                {"rtt_p99_ms_worst_simulator", p99}};
+                {"simulator_cpu_cores", simCpu / elapsed},
+                {"rtt_p50_ms", median(p50s)},
+                {"rtt_p99_ms", median(p99s)},
+                {"rtt_p99_ms_worst_second", p99max}};
     simulators_.clear();
     agents_.clear();
     return result;
@@ -350,24 +378,37 @@ class Bench {
 
     const auto signalled = std::chrono::system_clock::now();
     a.process->signal(SIGTERM);
-    std::vector<double> moveMs;
-    std::set<std::string> moved;
+    std::vector<double> moveMs, closedMs;  // connected to b; first close by a
+    std::set<std::string> moved, closed;
+    std::map<std::string, size_t> reasons;  // every disconnect and failed attempt, by reason
+    size_t redirects = 0;
+    auto sinceSignal = [&](long long unixNs) {
+      const auto at = std::chrono::system_clock::time_point(std::chrono::nanoseconds(unixNs));
+      return std::chrono::duration<double, std::milli>(at - signalled).count();
+    };
     const auto deadline = Clock::now() + 120s;
     while (moved.size() < options_.migrationDevices && Clock::now() < deadline) {
       bool any = false;
       for (auto* sim : sims) {
         while (auto line = sim->tryReadLine(0ms)) {
           any = true;
-          if (!line->starts_with("CONNECTED ") || line->find(" mig-b ") == std::string::npos) {
-            continue;
-          }
           std::istringstream in(*line);
-          std::string word, account, device, agent, epoch;
+          std::string word, account, device, third;
+          in >> word >> account >> device >> third;
+          if (word == "REDIRECTED") ++redirects;
+          if (word == "DISCONNECTED") {
+            long long unixNs = 0;
+            in >> unixNs;
+            ++reasons[third.substr(0, third.find(':') == std::string::npos ? third.size()
+                                                                            : third.find(':') + 12)];
+            if (closed.insert(account + "/" + device).second) closedMs.push_back(sinceSignal(unixNs));
+          }
+          if (word != "CONNECTED" || third != "mig-b") continue;
+          std::string epoch;
           long long unixNs = 0;
-          in >> word >> account >> device >> agent >> epoch >> unixNs;
+          in >> epoch >> unixNs;
           if (!moved.insert(account + "/" + device).second) continue;
-          const auto at = std::chrono::system_clock::time_point(std::chrono::nanoseconds(unixNs));
-          moveMs.push_back(std::chrono::duration<double, std::milli>(at - signalled).count());
+          moveMs.push_back(sinceSignal(unixNs));
         }
       }
       if (!any) std::this_thread::sleep_for(10ms);
@@ -375,16 +416,21 @@ class Bench {
     watching = false;
     watcher.join();
     std::sort(moveMs.begin(), moveMs.end());
-    auto at = [&](double q) {
-      return moveMs.empty() ? -1.0 : moveMs[std::min(moveMs.size() - 1,
-                                                     static_cast<size_t>(q * moveMs.size()))];
+    std::sort(closedMs.begin(), closedMs.end());
+    auto quantile = [](const std::vector<double>& v, double q) {
+      return v.empty() ? -1.0 : v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))];
     };
+    auto at = [&](double q) { return quantile(moveMs, q); };
     json result{{"devices", options_.migrationDevices},
                 {"accounts", options_.accounts},
                 {"moved", moveMs.size()},
                 {"move_ms_p50", at(0.5)},
                 {"move_ms_p99", at(0.99)},
                 {"move_ms_max", moveMs.empty() ? -1.0 : moveMs.back()},
+                {"closed_by_a_ms_p50", quantile(closedMs, 0.5)},
+                {"closed_by_a_ms_max", closedMs.empty() ? -1.0 : closedMs.back()},
+                {"disconnect_reasons", reasons},
+                {"redirects", redirects},
                 {"lease_poll_rounds", rounds.load()},
                 {"rounds_with_a_lease_missing", missingSeen.load()}};
     simulators_.clear();

@@ -11,6 +11,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
+#include <charconv>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -51,8 +52,28 @@ struct Connection {
 
 enum class Phase { Idle, Waiting, Connecting, AwaitingWelcome, Open, Stopping, Stopped };
 
-std::string pingFrame(std::uint64_t seq) {
-  return "{\"type\":\"ping\",\"seq\":" + std::to_string(seq) + "}";
+// Into `out`, reusing its capacity: a heartbeat allocates nothing once the buffer has grown.
+void pingFrame(std::string& out, std::uint64_t seq) {
+  constexpr std::string_view head = R"({"type":"ping","seq":)";
+  char digits[24];
+  const auto end = std::to_chars(digits, digits + sizeof digits, seq).ptr;
+  out.assign(head);
+  out.append(digits, end);
+  out.push_back('}');
+}
+
+// Exactly `{"type":"pong","seq":N}` (what the agent sends) -> N, without building a DOM; anything
+// else -> nullopt for the full parser.
+std::optional<std::uint64_t> exactPong(std::string_view text) {
+  constexpr std::string_view head = R"({"type":"pong","seq":)";
+  if (text.size() < head.size() + 2 || !text.starts_with(head) || text.back() != '}')
+    return std::nullopt;
+  const auto digits = text.substr(head.size(), text.size() - head.size() - 1);
+  if (digits.size() > 1 && digits.front() == '0') return std::nullopt;
+  std::uint64_t seq = 0;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), seq);
+  if (error != std::errc{} || end != digits.data() + digits.size()) return std::nullopt;
+  return seq;
 }
 
 }  // namespace
@@ -371,6 +392,14 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
     const auto data = c->buffer.cdata();
     const std::string_view text(static_cast<const char*>(data.data()), data.size());
     const bool wasText = c->ws.got_text();
+    if (wasText && phase == Phase::Open) {
+      if (const auto seq = exactPong(text)) {
+        c->buffer.consume(c->buffer.size());
+        pong(*seq, now);
+        if (conn == c) read(c);
+        return;
+      }
+    }
     auto frame = nlohmann::json::parse(text, nullptr, false);
     c->buffer.consume(c->buffer.size());
     if (!wasText || frame.is_discarded() || !frame.is_object()) {
@@ -388,7 +417,12 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
       }
       if (!welcome(c, frame)) return;
     } else if (type == "pong") {
-      pong(frame, now);
+      const auto seq = frame.find("seq");
+      if (seq != frame.end() && seq->is_number_unsigned()) {
+        pong(seq->get<std::uint64_t>(), now);
+      } else {
+        ++stats.heartbeatsAnswered;  // counted, but it answers no ping we timed
+      }
     }
     // Other types are the agent's business (newer protocol); they still prove it is alive.
     if (conn == c) read(c);
@@ -424,13 +458,9 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
     return true;
   }
 
-  void pong(const nlohmann::json& frame, SteadyClock::time_point now) {
+  void pong(std::uint64_t seq, SteadyClock::time_point now) {
     ++stats.heartbeatsAnswered;
-    const auto seq = frame.find("seq");
-    if (seq == frame.end() || !seq->is_number_unsigned() ||
-        seq->get<std::uint64_t>() != outstandingSeq) {
-      return;  // an older ping's answer: its send time is not kept
-    }
+    if (seq != outstandingSeq) return;  // an older ping's answer: its send time is not kept
     outstandingSeq = 0;
     stats.lastRtt = std::chrono::duration_cast<Micros>(now - outstandingSentAt);
     if (rttCallback) rttCallback(stats.lastRtt);
@@ -445,7 +475,7 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
     const auto c = conn;
     outstandingSeq = nextSeq++;
     outstandingSentAt = SteadyClock::now();
-    c->out = pingFrame(outstandingSeq);
+    pingFrame(c->out, outstandingSeq);
     c->writing = true;
     ++stats.heartbeatsSent;
     c->ws.text(true);
