@@ -35,6 +35,13 @@ Options:
                             (default 100)
   --subscriber-queue N      unsent messages a subscriber may have before it is closed with 4008
                             (resubscribe) (default 64)
+  --tls-cert FILE           serve HTTPS with this certificate (PEM); needs --tls-key and
+                            --tls-client-ca
+  --tls-key FILE            the certificate's private key (PEM)
+  --tls-client-ca FILE      CA whose client certificates are accepted; an agent may act only as
+                            the instance its certificate names (docs/gateway.md)
+  --insecure                allow plain HTTP on a non-loopback --listen (logged as a warning)
+  --token-file FILE         the bearer token, read from FILE (ZKAGENT_GATEWAY_TOKEN overrides)
   --log-level LEVEL         trace, debug, info (default), warn, error
   --log-format FORMAT       text (default) or json
   --help, --version
@@ -64,9 +71,45 @@ int64_t parseInteger(std::string_view field, std::string_view text, int64_t low,
   return value;
 }
 
+// A token file holds the token alone; one trailing newline (as editors write it) is not part of it.
+std::string readTokenFile(std::string_view field, const std::string& path) {
+  std::ifstream file(path);
+  if (!file) fail(field, "cannot read " + path);
+  std::stringstream text;
+  text << file.rdbuf();
+  std::string token = text.str();
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+  if (token.empty()) fail(field, path + " is empty");
+  return token;
+}
+
+bool isLoopback(std::string_view host) {
+  return host == "localhost" || host == "::1" || host.starts_with("127.");
+}
+
+// TLS all or nothing, its files readable; plain HTTP only on loopback unless insecure is set.
+void validateTransport(const Config& config) {
+  const bool any = !config.tlsCert.empty() || !config.tlsKey.empty() || !config.tlsClientCa.empty();
+  const std::pair<std::string_view, const std::string*> files[] = {
+      {"tls.cert (--tls-cert)", &config.tlsCert},
+      {"tls.key (--tls-key)", &config.tlsKey},
+      {"tls.clientCa (--tls-client-ca)", &config.tlsClientCa}};
+  for (const auto& [field, path] : files) {
+    if (!any) break;
+    if (path->empty()) fail(field, "required with the other TLS settings");
+    if (!std::ifstream(*path)) fail(field, "cannot read " + *path);
+  }
+  if (!any && !config.insecure && !isLoopback(config.listenAddress)) {
+    fail("tls.cert (--tls-cert)",
+         "required to listen on " + config.listenAddress +
+             ": plain HTTP is served on loopback only, unless insecure is set");
+  }
+}
+
 // Checks between fields, on the final config (after the file and the flags): each field alone was
 // checked where it was set.
 void validateConfig(const Config& config) {
+  validateTransport(config);
   if (config.leaseSweepMs > config.leaseTtlMs) {
     fail("presence.sweep_ms (--lease-sweep-ms)",
          "must not exceed presence.lease_ttl_ms (" + std::to_string(config.leaseSweepMs) + " > " +
@@ -181,12 +224,27 @@ Config parseConfigJson(std::string_view text, Config config) {
   } catch (const nlohmann::json::parse_error& error) {
     fail("config", std::string("not valid JSON: ") + error.what());
   }
-  requireKnownKeys(root, "",
-                   {"listen", "dataDir", "zookeeper", "token", "accounts", "commitMode",
-                    "handlerThreads", "ioThreads", "agentTimeoutMs", "presence", "log"});
+  requireKnownKeys(
+      root, "",
+      {"listen", "dataDir", "zookeeper", "token", "tokenFile", "tls", "insecure", "accounts",
+       "commitMode", "handlerThreads", "ioThreads", "agentTimeoutMs", "presence", "log"});
   if (root.contains("listen")) setListen(config, "listen", stringField(root, "listen", "listen"));
   if (root.contains("dataDir")) config.dataDir = stringField(root, "dataDir", "dataDir");
   if (root.contains("token")) config.bearerToken = stringField(root, "token", "token");
+  if (root.contains("tokenFile")) {
+    config.bearerToken = readTokenFile("tokenFile", stringField(root, "tokenFile", "tokenFile"));
+  }
+  if (root.contains("insecure")) {
+    if (!root["insecure"].is_boolean()) fail("insecure", "must be true or false");
+    config.insecure = root["insecure"].get<bool>();
+  }
+  if (root.contains("tls")) {
+    const auto& tls = root["tls"];
+    requireKnownKeys(tls, "tls", {"cert", "key", "clientCa"});
+    if (tls.contains("cert")) config.tlsCert = stringField(tls, "cert", "tls.cert");
+    if (tls.contains("key")) config.tlsKey = stringField(tls, "key", "tls.key");
+    if (tls.contains("clientCa")) config.tlsClientCa = stringField(tls, "clientCa", "tls.clientCa");
+  }
   if (root.contains("commitMode")) {
     setCommitMode(config, "commitMode", stringField(root, "commitMode", "commitMode"));
   }
@@ -238,9 +296,8 @@ Config parseConfigJson(std::string_view text, Config config) {
           integerField(presence, "debounce_ms", "presence.debounce_ms", 0, kMaxLeaseMs));
     }
     if (presence.contains("subscribe_listen")) {
-      setSubscribeListen(
-          config, "presence.subscribe_listen",
-          stringField(presence, "subscribe_listen", "presence.subscribe_listen"));
+      setSubscribeListen(config, "presence.subscribe_listen",
+                         stringField(presence, "subscribe_listen", "presence.subscribe_listen"));
     }
     if (presence.contains("coalesce_ms")) {
       config.coalesceMs = static_cast<int>(
@@ -293,6 +350,11 @@ CommandLine parseCommandLine(const std::vector<std::string>& args,
     }
     for (size_t i = 0; i < args.size(); i += 2) {
       const std::string& flag = args[i];
+      if (flag == "--insecure") {
+        config.insecure = true;
+        --i;  // a flag without a value
+        continue;
+      }
       if (i + 1 >= args.size())
         fail(flag, flag.starts_with("--") ? "needs a value" : "unexpected argument");
       const std::string& value = args[i + 1];
@@ -322,9 +384,18 @@ CommandLine parseCommandLine(const std::vector<std::string>& args,
       } else if (flag == "--coalesce-ms") {
         config.coalesceMs = static_cast<int>(parseInteger(flag, value, 0, kMaxCoalesceMs));
       } else if (flag == "--subscriber-queue") {
-        config.subscriberQueue = static_cast<int>(parseInteger(flag, value, 1, kMaxSubscriberQueue));
+        config.subscriberQueue =
+            static_cast<int>(parseInteger(flag, value, 1, kMaxSubscriberQueue));
       } else if (flag == "--log-level") {
         setLogLevel(config, flag, value);
+      } else if (flag == "--tls-cert") {
+        config.tlsCert = value;
+      } else if (flag == "--tls-key") {
+        config.tlsKey = value;
+      } else if (flag == "--tls-client-ca") {
+        config.tlsClientCa = value;
+      } else if (flag == "--token-file") {
+        config.bearerToken = readTokenFile(flag, value);
       } else if (flag == "--log-format") {
         setLogFormat(config, flag, value);
       } else {
@@ -335,10 +406,9 @@ CommandLine parseCommandLine(const std::vector<std::string>& args,
     if (config.dataDir.empty()) fail("--data-dir", "required: the HWM must survive restarts");
     if (!config.subscribeListenSet) {
       config.subscribeAddress = config.listenAddress;
-      config.subscribePort =
-          config.listenPort == 0 || config.listenPort == 65535
-              ? uint16_t{0}
-              : static_cast<uint16_t>(config.listenPort + 1);
+      config.subscribePort = config.listenPort == 0 || config.listenPort == 65535
+                                 ? uint16_t{0}
+                                 : static_cast<uint16_t>(config.listenPort + 1);
     }
     validateConfig(config);
     result.config = std::move(config);

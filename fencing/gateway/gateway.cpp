@@ -8,6 +8,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "identity.hpp"
 #include "presence_store.hpp"
 
 namespace zkagent::gateway {
@@ -181,6 +182,9 @@ http::Response Gateway::submitOperation(const http::Request& request) {
     badRequests_.inc();
     return http::Response::error(400, error.what());
   }
+  if (auto refused = refuseForeignInstance(config_, request, {operation.fencing.instanceId})) {
+    return *refused;
+  }
   const auto& account = operation.fencing.account;
 
   CheckMode mode = refreshCheckMode();
@@ -246,7 +250,13 @@ http::Response Gateway::accountStatus(const http::Request& request) {
   // What ZooKeeper says now, when trusted: the seq an operation must carry (null: no leader).
   if (refreshCheckMode() == CheckMode::ZooKeeper) {
     auto active = leaders_->active(account);
-    if (active.state == fencing::ActiveView::State::present) body["activeSeq"] = active.seq;
+    if (active.state == fencing::ActiveView::State::present) {
+      body["activeSeq"] = active.seq;
+      if (!active.instanceId.empty()) {
+        body["activeInstance"] = active.instanceId;
+        body["activeSession"] = active.sessionId;
+      }
+    }
     if (active.state == fencing::ActiveView::State::absent) body["activeSeq"] = nullptr;
   }
   return jsonResponse(200, body);
@@ -353,6 +363,9 @@ http::Response Gateway::presenceLeases(const http::Request& request) {
   if (mode == CheckMode::Refusing) {
     return presence_->refuseLeases(
         "ZooKeeper is unreachable and the gateway is configured to refuse writes meanwhile");
+  }
+  if (auto refused = refuseForeignInstance(config_, request, topLevelInstanceIds(request.body))) {
+    return *refused;
   }
   // Lease writes are fenced like operations (an old leader can write neither), but they do not
   // raise the HWM: presence is soft state and leaves nothing in the durable log.

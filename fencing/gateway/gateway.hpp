@@ -33,6 +33,12 @@ struct Config {
   int zkSessionTimeoutMs = 10000;
   UntrustedPolicy untrusted = UntrustedPolicy::HwmOnly;
   std::string bearerToken;            // empty: no authentication (and no HWM reset)
+  // TLS on the listener: all three or none (identity.hpp). Without TLS the listener must be on
+  // loopback, or `insecure` set (a warning at start).
+  std::string tlsCert;
+  std::string tlsKey;
+  std::string tlsClientCa;
+  bool insecure = false;
   std::vector<std::string> accounts;  // empty: any valid account id
   fencing::CommitMode commitMode = fencing::CommitMode::group;
   size_t handlerThreads = 64;  // concurrent ops waiting on one group commit

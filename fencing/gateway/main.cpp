@@ -55,6 +55,12 @@ void setUpLogging(const gateway::Config& config) {
   spdlog::set_default_logger(logger);
 }
 
+std::optional<http::ServerTls> listenerTls(const gateway::Config& config) {
+  if (config.tlsCert.empty()) return std::nullopt;
+  return http::ServerTls{
+      .cert = config.tlsCert, .key = config.tlsKey, .clientCa = config.tlsClientCa};
+}
+
 // Re-reads the ZooKeeper trust state and sweeps silent agents every second, so a change is
 // logged and shown in the metrics even when no request arrives.
 void refreshPeriodically(boost::asio::steady_timer& timer, gateway::Gateway& gateway) {
@@ -96,7 +102,8 @@ int run(const gateway::Config& config) {
                       {.address = config.listenAddress,
                        .port = config.listenPort,
                        .bodyLimit = gateway::kMaxLeaseBatchBytes,
-                       .handlerThreads = config.handlerThreads},
+                       .handlerThreads = config.handlerThreads,
+                       .tls = listenerTls(config)},
                       gateway.router());
   gateway::SubscriberEndpoint subscribers(io, config, presence, registry);
   server.start();
@@ -108,14 +115,25 @@ int run(const gateway::Config& config) {
   std::cout << "LISTENING " << host << ":" << server.port() << std::endl;
   std::cout << "SUBSCRIBE-LISTENING " << bracketed(subscribers.address()) << ":"
             << subscribers.port() << std::endl;
-  spdlog::info("fencing-gateway {} listening on {}:{}{}", ZKAGENT_VERSION, host, server.port(),
+  spdlog::info("fencing-gateway {} listening on {}://{}:{}{}", ZKAGENT_VERSION,
+               config.tlsCert.empty() ? "http" : "https", host, server.port(),
                config.bearerToken.empty() ? " without authentication" : " (bearer token required)");
+  if (!config.tlsClientCa.empty()) {
+    spdlog::info(
+        "client certificates from {} required; an agent acts only as the instance its "
+        "certificate names",
+        config.tlsClientCa);
+  } else if (config.insecure) {
+    spdlog::warn("insecure: plain HTTP on {}: anyone who can reach it can submit for any instance",
+                 host);
+  }
   spdlog::info("presence leases: ttl {} ms, swept every {} ms; soft state, warming up for one ttl",
                config.leaseTtlMs, config.leaseSweepMs);
-  spdlog::info("presence subscribers on ws://{}:{}/v1/presence/subscribe: debounce {} ms, "
-               "coalesce {} ms, queue {} messages, versions from restart {}",
-               bracketed(subscribers.address()), subscribers.port(), config.debounceMs,
-               config.coalesceMs, config.subscriberQueue, presence.versionBase() >> 32);
+  spdlog::info(
+      "presence subscribers on ws://{}:{}/v1/presence/subscribe: debounce {} ms, "
+      "coalesce {} ms, queue {} messages, versions from restart {}",
+      bracketed(subscribers.address()), subscribers.port(), config.debounceMs, config.coalesceMs,
+      config.subscriberQueue, presence.versionBase() >> 32);
 
   boost::asio::steady_timer refresh(io);
   refreshPeriodically(refresh, gateway);

@@ -20,7 +20,8 @@ fencing::ActiveView toActiveView(const election::LeaderObserver::View& view) {
   switch (view.state) {
     case State::Leader:
       if (view.active.seq < 0) return fencing::ActiveView::unknown();
-      return fencing::ActiveView::present(static_cast<uint64_t>(view.active.seq));
+      return fencing::ActiveView::heldBy(static_cast<uint64_t>(view.active.seq),
+                                         view.active.instanceId, view.active.sessionId);
     case State::NoLeader:
       return fencing::ActiveView::absent();
     case State::Unknown:

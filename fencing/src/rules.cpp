@@ -62,6 +62,13 @@ Outcome Rules::submit(const Operation& operation, const ActiveView& active) {
                                                    " is not the active seq " +
                                                    std::to_string(active.seq));
   }
+  if (active.state == ActiveView::State::present && !active.instanceId.empty() &&
+      (fencing.instanceId != active.instanceId || fencing.sessionId != active.sessionId)) {
+    return reject(Verdict::not_current_leader,
+                  "instance " + fencing.instanceId + " session " +
+                      std::to_string(fencing.sessionId) + " does not hold the active node (" +
+                      active.instanceId + " session " + std::to_string(active.sessionId) + ")");
+  }
   AcceptedOp accepted{operation, fencing.token};
   apply(accepted);
   return {Decision{Verdict::accepted, fencing.token, false, {}}, std::move(accepted)};

@@ -33,9 +33,9 @@ std::string error(std::string_view json) {
 }  // namespace
 
 TEST(GatewayConfig, FlagsFillTheConfig) {
-  auto result =
-      parse({"--listen", "0.0.0.0:9000", "--data-dir", "/var/lib/gw", "--zk", "zk1:2181,zk2:2181",
-             "--root", "/accounts", "--zk-untrusted", "refuse", "--commit-mode", "per_operation"});
+  auto result = parse({"--listen", "0.0.0.0:9000", "--insecure", "--data-dir", "/var/lib/gw",
+                       "--zk", "zk1:2181,zk2:2181", "--root", "/accounts", "--zk-untrusted",
+                       "refuse", "--commit-mode", "per_operation"});
   ASSERT_TRUE(result.config) << result.message;
   const auto& config = *result.config;
   EXPECT_EQ(config.listenAddress, "0.0.0.0");
@@ -165,17 +165,17 @@ TEST(GatewayConfig, SubscriberSettingsHaveDefaultsComeFromTheFileAndFlagsAndAreC
   EXPECT_EQ(fromFile.config->coalesceMs, 10);
   EXPECT_EQ(fromFile.config->subscriberQueue, 4);
   EXPECT_EQ(fromFile.config->subscribePort, 9000);
-  auto overridden = parse({"--config", file.string(), "--debounce-ms", "0", "--subscribe-listen",
-                           "127.0.0.1:9001"});
+  auto overridden = parse(
+      {"--config", file.string(), "--debounce-ms", "0", "--subscribe-listen", "127.0.0.1:9001"});
   ASSERT_TRUE(overridden.config) << overridden.message;
   EXPECT_EQ(overridden.config->debounceMs, 0);
   EXPECT_EQ(overridden.config->subscribePort, 9001);
 
   EXPECT_NE(errorOf({"--data-dir", "d", "--debounce-ms", "-1"}).find("--debounce-ms: must be"),
             std::string::npos);
-  EXPECT_NE(errorOf({"--data-dir", "d", "--subscriber-queue", "0"})
-                .find("--subscriber-queue: must be"),
-            std::string::npos);
+  EXPECT_NE(
+      errorOf({"--data-dir", "d", "--subscriber-queue", "0"}).find("--subscriber-queue: must be"),
+      std::string::npos);
   EXPECT_NE(error(R"({"presence":{"debounce_ms":"20s"}})").find("presence.debounce_ms: must be"),
             std::string::npos);
   EXPECT_NE(error(R"({"presence":{"subscribe_listen":"nowhere"}})")

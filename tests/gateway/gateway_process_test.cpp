@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "temp_dir.hpp"
+#include "zk_read.hpp"
 #include "zkagent/fencing.hpp"
 #include "zkagent/http.hpp"
 #include "zktest/child_process.hpp"
@@ -51,10 +52,17 @@ class GatewayProcess {
   uint16_t port_ = 0;
 };
 
-std::string op(std::string_view account, uint64_t token, std::string_view opId) {
-  return json{{"account", account}, {"token", token}, {"instanceId", "host"},
-              {"sessionId", 1},     {"opId", opId},   {"payload", {{"n", opId}}}}
+std::string op(std::string_view account, uint64_t token, std::string_view opId,
+               std::string_view instance = "host", int64_t session = 1) {
+  return json{{"account", account},   {"token", token}, {"instanceId", instance},
+              {"sessionId", session}, {"opId", opId},   {"payload", {{"n", opId}}}}
       .dump();
+}
+
+// The account's active node as ZooKeeper holds it.
+json activeNode(const std::string& connect, const std::string& root, const std::string& account) {
+  auto data = gateway::testing::readZNode(connect, root + "/" + account + "/active");
+  return data ? json::parse(*data) : json();
 }
 
 // The token printed by zk-elect in "LEADER <account> <token> <unix_ns>".
@@ -211,9 +219,17 @@ TEST(GatewayProcess, PausedOldLeaderAndForgedTokenAreRejectedOnceTheSuccessorHol
   };
   auto oldLeader = elect("host-a");
   uint64_t oldToken = leaderToken(oldLeader->waitForLine("LEADER acc ", 20s));
+  const auto oldHolder = activeNode(zookeeper.connectString(), root, "acc");
+  const auto oldSession = oldHolder.value("sessionId", int64_t{0});
   auto successor = elect("host-b");
   successor->waitForLine("READY", 20s);
-  ASSERT_EQ(client.post("/v1/ops", op("acc", oldToken, "a-1")).status, 200);
+  // The token alone is not enough: the operation must come from the holder's instance and session.
+  auto stranger = client.post("/v1/ops", op("acc", oldToken, "x-1", "host-b", oldSession));
+  EXPECT_EQ(stranger.status, 409) << stranger.body;
+  EXPECT_EQ(json::parse(stranger.body)["reason"], "not_current_leader");
+  EXPECT_EQ(client.post("/v1/ops", op("acc", oldToken, "x-2", "host-a", oldSession + 1)).status,
+            409);
+  ASSERT_EQ(client.post("/v1/ops", op("acc", oldToken, "a-1", "host-a", oldSession)).status, 200);
 
   oldLeader->signal(SIGSTOP);  // paused past its session timeout: ZooKeeper expires it
   uint64_t newToken = leaderToken(successor->waitForLine("LEADER acc ", 30s));
@@ -227,14 +243,19 @@ TEST(GatewayProcess, PausedOldLeaderAndForgedTokenAreRejectedOnceTheSuccessorHol
       << "the gateway's cache never saw the successor's active node";
 
   // The successor has sent nothing yet, so the HWM alone would still let the old leader in.
-  auto paused = client.post("/v1/ops", op("acc", oldToken, "a-2"));
+  auto paused = client.post("/v1/ops", op("acc", oldToken, "a-2", "host-a", oldSession));
   EXPECT_EQ(paused.status, 409);
   EXPECT_EQ(json::parse(paused.body)["reason"], "not_current_leader");
   auto forged = client.post("/v1/ops", op("acc", newToken + 100, "forged-1"));
   EXPECT_EQ(forged.status, 409);
   EXPECT_EQ(json::parse(forged.body)["reason"], "not_current_leader");
   EXPECT_EQ(json::parse(client.get("/v1/accounts/acc").body)["hwm"], oldToken);
-  EXPECT_EQ(client.post("/v1/ops", op("acc", newToken, "b-1")).status, 200);
+  const auto newHolder = activeNode(zookeeper.connectString(), root, "acc");
+  EXPECT_EQ(client
+                .post("/v1/ops", op("acc", newToken, "b-1", "host-b",
+                                    newHolder.value("sessionId", int64_t{0})))
+                .status,
+            200);
   oldLeader->signal(SIGCONT);
 }
 

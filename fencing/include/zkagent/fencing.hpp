@@ -31,6 +31,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace zkagent::fencing {
@@ -92,10 +93,18 @@ struct ActiveView {
   };
   State state = State::unknown;
   std::uint64_t seq = 0;
+  // Who holds it, when known: then an operation must also come from that instance and session
+  // (a token is readable by anyone who can read ZooKeeper; the holder's session is not forgeable
+  // by an agent whose certificate names another instance). Empty: the seq alone decides.
+  std::string instanceId{};
+  std::int64_t sessionId = 0;
 
   static ActiveView unknown() { return {}; }
   static ActiveView absent() { return {State::absent, 0}; }
   static ActiveView present(std::uint64_t activeSeq) { return {State::present, activeSeq}; }
+  static ActiveView heldBy(std::uint64_t activeSeq, std::string instance, std::int64_t session) {
+    return {State::present, activeSeq, std::move(instance), session};
+  }
 };
 
 enum class Verdict : std::uint8_t {

@@ -1,0 +1,179 @@
+// Agent identity at the gateway without sockets: the router gets requests whose peerIdentities
+// the TLS layer would have set, and the config's transport rules.
+#include "identity.hpp"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <fstream>
+#include <thread>
+#include <nlohmann/json.hpp>
+
+#include "gateway.hpp"
+#include "presence_store.hpp"
+#include "temp_dir.hpp"
+#include "zktest/test_certs.hpp"
+
+using namespace zkagent;
+using nlohmann::json;
+
+namespace {
+
+std::string op(std::string_view instance, std::string_view opId) {
+  return json{{"account", "acc"}, {"token", 5},   {"instanceId", instance},
+              {"sessionId", 42},  {"opId", opId}, {"payload", {{"text", "hi"}}}}
+      .dump();
+}
+
+std::string leases(std::string_view instance) {
+  return json{{"instanceId", instance},
+              {"renew", {{{"account", "acc"}, {"device", "d1"}, {"token", 5}, {"counter", 1}}}}}
+      .dump();
+}
+
+class GatewayIdentity : public ::testing::Test {
+ protected:
+  void start(bool clientCertificates) {
+    config_.dataDir = dir_.path();
+    if (clientCertificates) config_.tlsClientCa = "ca.pem";  // only "is it on" matters here
+    validator_ = std::make_unique<fencing::TokenValidator>(
+        fencing::ValidatorOptions{.dataDir = dir_.path()});
+    presence_ = std::make_unique<gateway::PresenceStore>(io_, config_, registry_);
+    gateway_ = std::make_unique<gateway::Gateway>(config_, *validator_, nullptr, registry_,
+                                                  presence_.get());
+    router_ = std::make_unique<http::Router>(gateway_->router());
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  void TearDown() override {
+    if (!presence_) return;
+    presence_->stop();
+    work_.reset();
+    thread_.join();
+  }
+  http::Response post(std::string path, std::string body, std::vector<std::string> names) {
+    http::Request request;
+    request.method = http::Method::Post;
+    request.path = request.target = std::move(path);
+    request.body = std::move(body);
+    request.peerIdentities = std::move(names);
+    return router_->handle(std::move(request));
+  }
+
+  fencing::testing::TempDir dir_;
+  gateway::Config config_;
+  boost::asio::io_context io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_{
+      io_.get_executor()};
+  std::thread thread_;
+  metrics::Registry registry_;
+  std::unique_ptr<fencing::TokenValidator> validator_;
+  std::unique_ptr<gateway::PresenceStore> presence_;
+  std::unique_ptr<gateway::Gateway> gateway_;
+  std::unique_ptr<http::Router> router_;
+};
+
+const std::vector<std::string> kAgentA = {"agent-a", "zkagent:instance:agent-a"};
+
+TEST_F(GatewayIdentity, AnAgentsCertificateCannotSubmitForAnotherInstance) {
+  start(true);
+  auto foreign = post("/v1/ops", op("agent-b", "op-1"), kAgentA);
+  EXPECT_EQ(foreign.status, 403) << foreign.body;
+  EXPECT_NE(foreign.body.find("agent-b"), std::string::npos);
+  EXPECT_EQ(post("/v1/ops", op("agent-b", "op-1"), {}).status, 403);  // no certificate names
+  EXPECT_EQ(post("/v1/ops", op("agent-a", "op-1"), kAgentA).status, 200);
+  // The refused operation left nothing behind: its opId is still free.
+  EXPECT_EQ(validator_->status("acc")->accepted, 1u);
+}
+
+TEST_F(GatewayIdentity, TheUriNameAloneNamesTheInstance) {
+  start(true);
+  EXPECT_EQ(post("/v1/ops", op("agent-a", "op-1"), {"zkagent:instance:agent-a"}).status, 200);
+  EXPECT_EQ(post("/v1/ops", op("agent-a", "op-2"), {"zkagent:instance:agent-ab"}).status, 403);
+  EXPECT_EQ(post("/v1/ops", op("agent-a", "op-3"), {"zkagent:instance:"}).status, 403);
+}
+
+TEST_F(GatewayIdentity, AnAgentsCertificateCannotWriteLeasesForAnotherInstance) {
+  start(true);
+  EXPECT_EQ(post("/v1/presence/leases", leases("agent-b"), kAgentA).status, 403);
+  // A second instanceId key would win in the batch parser: every one must be the certificate's.
+  std::string smuggled = leases("agent-a");
+  smuggled.insert(1, R"("instanceId":"agent-b",)");
+  EXPECT_EQ(post("/v1/presence/leases", smuggled, kAgentA).status, 403);
+  auto own = post("/v1/presence/leases", leases("agent-a"), kAgentA);
+  EXPECT_EQ(own.status, 200) << own.body;
+}
+
+TEST_F(GatewayIdentity, WithoutClientCertificatesNoInstanceIsChecked) {
+  start(false);
+  EXPECT_EQ(post("/v1/ops", op("agent-b", "op-1"), {}).status, 200);
+}
+
+TEST(GatewayIdentityParsing, TopLevelInstanceIdsAreFoundWhereverTheyStand) {
+  using gateway::topLevelInstanceIds;
+  EXPECT_EQ(topLevelInstanceIds(R"({"a":{"instanceId":"x"},"instanceId":"y"})"),
+            std::vector<std::string>{"y"});
+  EXPECT_EQ(topLevelInstanceIds(R"({"instanceId":"x","instanceId":"y"})"),
+            (std::vector<std::string>{"x", "y"}));
+  EXPECT_TRUE(topLevelInstanceIds(R"({"instanceId":"x")").empty());
+  EXPECT_TRUE(topLevelInstanceIds("[\"instanceId\",\"x\"]").empty());
+  EXPECT_EQ(topLevelInstanceIds(R"({"instanceId":7})").size(), 0u);
+}
+
+gateway::CommandLine parse(std::vector<std::string> args) {
+  return gateway::parseCommandLine(args, std::nullopt);
+}
+
+TEST(GatewayTransportConfig, PlainHttpOffLoopbackNeedsInsecure) {
+  auto refused = parse({"--listen", "0.0.0.0:9000", "--data-dir", "/d"});
+  ASSERT_FALSE(refused.config);
+  EXPECT_NE(refused.message.find("tls.cert (--tls-cert)"), std::string::npos) << refused.message;
+  auto insecure = parse({"--listen", "0.0.0.0:9000", "--insecure", "--data-dir", "/d"});
+  ASSERT_TRUE(insecure.config) << insecure.message;
+  EXPECT_TRUE(insecure.config->insecure);
+  EXPECT_TRUE(parse({"--listen", "127.0.0.1:9000", "--data-dir", "/d"}).config);
+  EXPECT_TRUE(parse({"--listen", "[::1]:9000", "--data-dir", "/d"}).config);
+}
+
+TEST(GatewayTransportConfig, TlsSettingsComeTogetherAndMustBeReadable) {
+  const auto& certs = zktest::testCertificates();
+  const std::string cert = (certs / "gateway.pem").string(), key = (certs / "gateway.key").string(),
+                    ca = (certs / "ca.pem").string();
+  auto partial = parse({"--data-dir", "/d", "--tls-cert", cert, "--tls-key", key});
+  ASSERT_FALSE(partial.config);
+  EXPECT_NE(partial.message.find("tls.clientCa (--tls-client-ca)"), std::string::npos);
+  auto unreadable = parse(
+      {"--data-dir", "/d", "--tls-cert", cert, "--tls-key", "/nope/k.pem", "--tls-client-ca", ca});
+  ASSERT_FALSE(unreadable.config);
+  EXPECT_NE(unreadable.message.find("tls.key (--tls-key): cannot read /nope/k.pem"),
+            std::string::npos)
+      << unreadable.message;
+  auto full = parse({"--listen", "0.0.0.0:0", "--data-dir", "/d", "--tls-cert", cert, "--tls-key",
+                     key, "--tls-client-ca", ca});
+  ASSERT_TRUE(full.config) << full.message;
+  EXPECT_EQ(full.config->tlsClientCa, ca);
+}
+
+TEST(GatewayTransportConfig, TheConfigFileTakesTlsInsecureAndATokenFile) {
+  fencing::testing::TempDir dir;
+  std::ofstream(dir.path() / "token") << "s3cret\n";
+  auto config = gateway::parseConfigJson(json{
+      {"tls", {{"cert", "c.pem"}, {"key", "k.pem"}, {"clientCa", "ca.pem"}}},
+      {"insecure", true},
+      {"tokenFile",
+       (dir.path() / "token").string()}}.dump());
+  EXPECT_EQ(config.tlsCert, "c.pem");
+  EXPECT_EQ(config.tlsKey, "k.pem");
+  EXPECT_EQ(config.tlsClientCa, "ca.pem");
+  EXPECT_TRUE(config.insecure);
+  EXPECT_EQ(config.bearerToken, "s3cret");  // without the newline
+  EXPECT_THROW(gateway::parseConfigJson(R"({"tls":{"certificate":"c"}})"), std::invalid_argument);
+  try {
+    gateway::parseConfigJson(R"({"tokenFile":"/nope/token"})");
+    FAIL();
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("tokenFile: cannot read"), std::string::npos);
+  }
+}
+
+}  // namespace
