@@ -24,24 +24,10 @@ class InstanceIds final : public nlohmann::json_sax<nlohmann::json> {
     return value();
   }
   bool binary(binary_t&) override { return value(); }
-  bool start_object(std::size_t) override {
-    wanted_ = false;
-    ++depth_;
-    return true;
-  }
-  bool end_object() override {
-    --depth_;
-    return true;
-  }
-  bool start_array(std::size_t) override {
-    wanted_ = false;
-    ++depth_;
-    return true;
-  }
-  bool end_array() override {
-    --depth_;
-    return true;
-  }
+  bool start_object(std::size_t) override { return enter(); }
+  bool end_object() override { return leave(); }
+  bool start_array(std::size_t) override { return enter(); }
+  bool end_array() override { return leave(); }
   bool key(string_t& name) override {
     wanted_ = depth_ == 1 && name == "instanceId";
     return true;
@@ -53,6 +39,14 @@ class InstanceIds final : public nlohmann::json_sax<nlohmann::json> {
  private:
   bool value() {
     wanted_ = false;
+    return true;
+  }
+  bool enter() {
+    ++depth_;
+    return value();
+  }
+  bool leave() {
+    --depth_;
     return true;
   }
   int depth_ = 0;
