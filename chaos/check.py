@@ -309,7 +309,13 @@ def check(out_dir, slack_ms):
             violations["5"].append("%s: led again %d ms after the last heal (bound %d ms)" %
                                    (a, led[a]["led_ms"], bound))
 
+    # Operations that went into a held gateway link (not refused by the agent's gate first), and
+    # how many of them the gateway accepted once they were delivered late.
+    held_ops = [op for op in ops if op["outcome"] not in DEFINITE_REFUSALS and not op["probe"]
+                and any(h <= op["invoked_ms"] <= d for h, d in holds.get(op["agent"], []))]
     figures = compute_figures(history, log_ops, notes, unverifiable, bound)
+    figures["held_ops"] = len(held_ops)
+    figures["held_ops_accepted"] = sum(1 for op in held_ops if logged.get(op["op_id"], 0) > 0)
     figures["worst_gap_within_slack_ms"] = worst_gap
     return history, timeline, log_ops, log_others, violations, figures, marks
 
@@ -355,7 +361,9 @@ def compute_figures(history, log_ops, notes, unverifiable, bound):
     totals = Counter()
     for op, label in zip(history["ops"], labels):
         c = outcome_class(op["outcome"])
-        for key in (label, "all"):
+        # Per combination, and per single kind (an event with several faults counts for each).
+        keys = {label, "all"} | {"kind:" + k for k in label.split("+")}
+        for key in keys:
             per_kind[key]["invoked"] += 1
             per_kind[key][c] += 1
             if c == "refused":
@@ -438,20 +446,36 @@ def write_report(out_dir, history, violations, figures, slack_ms):
     lines.append("| (events with several faults at once) | %d |" % figures["combined_events"])
     lines += ["", "## Operations by outcome, per nemesis kind", "",
               "The kind is the event in progress when the operation was invoked (from the fault's "
-              "start until every account was led again); `calm` is between events.", "",
+              "start until every account was led again); `calm` is between events. First per "
+              "kind (an event with several faults counts for each of them), then per "
+              "combination.", "",
               "| during | invoked | acknowledged | refused | indeterminate | refused by reason |",
               "| --- | ---: | ---: | ---: | ---: | --- |"]
     per_kind = figures["per_kind"]
-    for k in sorted(per_kind, key=lambda k: (k == "all", k)):
+    rows = sorted((k for k in per_kind if k.startswith("kind:")), key=lambda k: k)
+    rows.append("all")
+    rows += ["", "By combination (each event's faults together):", ""] + sorted(
+        k for k in per_kind if not k.startswith("kind:") and k != "all")
+    for k in rows:
+        if k == "" or k.startswith("By combination"):
+            lines.append(k)
+            if k.startswith("By"):
+                lines += ["| during | invoked | acknowledged | refused | indeterminate | "
+                          "refused by reason |", "| --- | ---: | ---: | ---: | ---: | --- |"]
+            continue
         v = per_kind[k]
         reasons = ", ".join("%s %d" % r for r in sorted(figures["refused_reasons"].get(k, {})
                                                          .items()))
         lines.append("| %s | %d | %d | %d | %d | %s |" % (
-            "**all**" if k == "all" else k, v.get("invoked", 0), v.get("acknowledged", 0),
+            "**all**" if k == "all" else k.replace("kind:", ""), v.get("invoked", 0), v.get("acknowledged", 0),
             v.get("refused", 0), v.get("indeterminate", 0), reasons))
     lines += ["", "Indeterminate by cause: " + (", ".join(
         "%s %d" % r for r in sorted(figures["indeterminate_reasons"].items())) or "none") +
         ". Operations in the gateway log: %d." % figures["logged_ops"], ""]
+    lines += ["Stale deliveries: %d, with %d operations sent into the held link (not refused by "
+              "the agent's gate first); %d of them were accepted when delivered late." %
+              (figures["stale_deliveries"], figures.get("held_ops", 0),
+               figures.get("held_ops_accepted", 0)), ""]
     lines += ["## Re-election after a heal", ""]
     w = figures["worst_reelect"]
     if w:
