@@ -1,0 +1,250 @@
+// Real presence processes for tests and experiments: a fencing-gateway (restartable on the same
+// ports and data dir), zk-agent processes, zk-device processes and zk-presence-watch subscribers
+// against a real ZooKeeper. Parameters are a Timing, so a test can compress them and an
+// experiment can scale the defaults by one factor.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "zkagent/http.hpp"
+#include "zktest/child_process.hpp"
+
+namespace zktest::presence {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+struct Timing {
+  int sessionTimeoutMs = 1500;
+  int heartbeatMs = 200;
+  int pingTimeoutMs = 600;
+  int checkIntervalMs = 100;
+  int renewIntervalMs = 400;
+  int leaseTtlMs = 1200;
+  int sweepMs = 100;
+  int debounceMs = 500;
+  int coalesceMs = 20;
+};
+
+inline uint16_t portOfLine(const std::string& line) {
+  return static_cast<uint16_t>(std::stoi(line.substr(line.rfind(':') + 1)));
+}
+
+// A loopback port that was free a moment ago.
+inline uint16_t freePort() {
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor acceptor(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  return acceptor.local_endpoint().port();
+}
+
+// One line of zk-presence-watch split into words: SNAPSHOT t s v / CHANGE t s v m ns / ...
+struct WatchLine {
+  std::vector<std::string> words;
+  const std::string& kind() const { return words.at(0); }
+  const std::string& target() const { return words.at(1); }
+  const std::string& status() const { return words.at(2); }
+  uint64_t version() const { return std::stoull(words.at(3)); }
+  int64_t unixNs() const { return std::stoll(words.back()); }
+};
+
+inline WatchLine parseWatchLine(const std::string& line) {
+  std::istringstream in(line);
+  WatchLine parsed;
+  for (std::string word; in >> word;) parsed.words.push_back(word);
+  return parsed;
+}
+
+class Cluster {
+ public:
+  // An empty `zkConnect` runs the gateway without ZooKeeper (for lease writes made by hand).
+  Cluster(std::string zkConnect, std::string root, std::filesystem::path dir, Timing timing = {},
+          std::vector<std::string> gatewayExtra = {})
+      : zk_(std::move(zkConnect)),
+        root_(std::move(root)),
+        dir_(std::move(dir)),
+        timing_(timing),
+        gatewayExtra_(std::move(gatewayExtra)),
+        gatewayPort_(freePort()),
+        subscribePort_(freePort()) {
+    std::filesystem::create_directories(dir_ / "gateway");
+    startGateway();
+  }
+  ~Cluster() {
+    watches_.clear();
+    devices_.clear();
+    agents_.clear();
+    gateway_.reset();
+  }
+
+  const Timing& timing() const { return timing_; }
+  std::string subscribeUrl() const { return "ws://127.0.0.1:" + std::to_string(subscribePort_); }
+  zkagent::http::Client& gateway() { return *client_; }
+  ChildProcess& gatewayProcess() { return *gateway_; }
+
+  void startGateway() {
+    std::vector<std::string> args{"--listen", "127.0.0.1:" + std::to_string(gatewayPort_),
+                                  "--subscribe-listen",
+                                  "127.0.0.1:" + std::to_string(subscribePort_), "--data-dir",
+                                  (dir_ / "gateway").string(), "--lease-ttl-ms",
+                                  std::to_string(timing_.leaseTtlMs), "--lease-sweep-ms",
+                                  std::to_string(timing_.sweepMs), "--debounce-ms",
+                                  std::to_string(timing_.debounceMs), "--coalesce-ms",
+                                  std::to_string(timing_.coalesceMs)};
+    if (!zk_.empty()) {  // without ZooKeeper the gateway fences lease writes by HWM only
+      args.insert(args.end(), {"--zk", zk_, "--root", root_ + "/accounts"});
+    }
+    args.insert(args.end(), gatewayExtra_.begin(), gatewayExtra_.end());
+    gateway_ = std::make_unique<ChildProcess>(binaryPath("fencing-gateway").string(), args,
+                                              dir_ / ("gateway-" + std::to_string(starts_++) + ".log"));
+    waitForPort(gatewayPort_);
+    waitForPort(subscribePort_);
+    zkagent::http::ClientOptions options;
+    options.port = gatewayPort_;
+    options.requestTimeout = milliseconds(3000);
+    client_ = std::make_unique<zkagent::http::Client>(options);
+  }
+  void stopGateway() {
+    gateway_->signal(SIGTERM);
+    gateway_->wait(milliseconds(10000));
+    gateway_.reset();
+  }
+
+  // PUT /v1/presence/privacy/{account}; returns the HTTP status.
+  int setPrivacy(const std::string& account, const json& rules) {
+    auto r = client_->request(zkagent::http::Method::Put, "/v1/presence/privacy/" + account,
+                              rules.dump());
+    return r.status;
+  }
+
+  struct Agent {
+    std::string id;
+    std::unique_ptr<ChildProcess> process;
+    std::string deviceUrl;
+    std::unique_ptr<zkagent::http::Client> admin;
+    json account(const std::string& name) const {
+      auto r = admin->get("/v1/status");
+      if (!r.delivered() || r.status != 200) return json();
+      for (const auto& a : json::parse(r.body, nullptr, false).value("accounts", json::array())) {
+        if (a["account"] == name) return a;
+      }
+      return json();
+    }
+    bool leads(const std::string& name) const {
+      return account(name).value("role", "") == "LEADER";
+    }
+  };
+
+  Agent& startAgent(const std::string& id, const std::vector<std::string>& accounts) {
+    const uint16_t devicePort = freePort();
+    json config{{"instance_id", id},
+                {"zookeeper",
+                 {{"hosts", zk_},
+                  {"session_timeout_ms", timing_.sessionTimeoutMs},
+                  {"root", root_ + "/accounts"},
+                  {"agents_path", root_ + "/agents"}}},
+                {"accounts", accounts},
+                {"gateway",
+                 {{"url", "http://127.0.0.1:" + std::to_string(gatewayPort_)},
+                  {"heartbeat_interval_ms", 200},
+                  {"heartbeat_timeout_ms", 700},
+                  {"request_timeout_ms", 1000}}},
+                {"admin", {{"listen", "127.0.0.1:0"}}},
+                {"presence",
+                 {{"listen", "127.0.0.1:" + std::to_string(devicePort)},
+                  {"heartbeat_ms", timing_.heartbeatMs},
+                  {"ping_timeout_ms", timing_.pingTimeoutMs},
+                  {"check_interval_ms", timing_.checkIntervalMs},
+                  {"renew_interval_ms", timing_.renewIntervalMs},
+                  {"lease_ttl_ms", timing_.leaseTtlMs}}},
+                {"health", {{"interval_ms", 200}, {"ttl_ms", 1000}}},
+                {"shutdown_timeout_ms", 3000}};
+    const auto path = dir_ / (id + ".json");
+    std::ofstream(path) << config.dump(2);
+    auto process = std::make_unique<ChildProcess>(binaryPath("zk-agent").string(),
+                                                  std::vector<std::string>{"--config", path});
+    zkagent::http::ClientOptions options;
+    options.port = portOfLine(process->waitForLine("LISTENING ", milliseconds(20000)));
+    options.requestTimeout = milliseconds(3000);
+    agents_.push_back(std::make_unique<Agent>(
+        Agent{id, std::move(process), "ws://127.0.0.1:" + std::to_string(devicePort),
+              std::make_unique<zkagent::http::Client>(options)}));
+    return *agents_.back();
+  }
+
+  ChildProcess& startDevice(const std::vector<std::string>& urls, const std::string& account,
+                            const std::string& device) {
+    std::string connect;
+    for (const auto& url : urls) connect += (connect.empty() ? "" : ",") + url;
+    devices_.push_back(std::make_unique<ChildProcess>(
+        binaryPath("zk-device").string(),
+        std::vector<std::string>{"--connect", connect, "--account", account, "--device", device,
+                                 "--heartbeat-ms", std::to_string(timing_.heartbeatMs),
+                                 "--timeout-ms", std::to_string(timing_.pingTimeoutMs)}));
+    return *devices_.back();
+  }
+
+  // A zk-presence-watch process; `waitSnapshot` reads through SNAPSHOT-END and returns the
+  // SNAPSHOT lines.
+  ChildProcess& startWatch(const std::string& viewer, const std::string& targets,
+                           std::vector<std::string> extra = {}) {
+    std::vector<std::string> args{"--gateway", subscribeUrl(), "--viewer", viewer, "--targets",
+                                  targets};
+    args.insert(args.end(), extra.begin(), extra.end());
+    watches_.push_back(
+        std::make_unique<ChildProcess>(binaryPath("zk-presence-watch").string(), args));
+    return *watches_.back();
+  }
+  static std::vector<WatchLine> waitSnapshot(ChildProcess& watch, milliseconds timeout) {
+    std::vector<WatchLine> snapshot;
+    for (;;) {
+      const auto line = watch.readLine(timeout);
+      if (line == "SNAPSHOT-END") return snapshot;
+      if (line.starts_with("SNAPSHOT ")) snapshot.push_back(parseWatchLine(line));
+    }
+  }
+
+  // The gateway's lease table for one account (null when it cannot be read).
+  json leases(const std::string& account) {
+    auto r = client_->get("/v1/presence/" + account);
+    if (!r.delivered() || r.status != 200) return json();
+    return json::parse(r.body, nullptr, false);
+  }
+
+ private:
+  static void waitForPort(uint16_t port) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline) {
+      boost::asio::io_context io;
+      boost::asio::ip::tcp::socket socket(io);
+      boost::system::error_code error;
+      socket.connect({boost::asio::ip::make_address("127.0.0.1"), port}, error);
+      if (!error) return;
+      ::usleep(20000);
+    }
+    throw std::runtime_error("nothing listens on port " + std::to_string(port));
+  }
+
+  std::string zk_, root_;
+  std::filesystem::path dir_;
+  Timing timing_;
+  std::vector<std::string> gatewayExtra_;
+  uint16_t gatewayPort_, subscribePort_;
+  int starts_ = 0;
+  std::unique_ptr<ChildProcess> gateway_;
+  std::unique_ptr<zkagent::http::Client> client_;
+  std::vector<std::unique_ptr<Agent>> agents_;
+  std::vector<std::unique_ptr<ChildProcess>> devices_;
+  std::vector<std::unique_ptr<ChildProcess>> watches_;
+};
+
+}  // namespace zktest::presence
