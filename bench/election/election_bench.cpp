@@ -9,8 +9,13 @@
 // Prints progress on stderr, a table on stdout, and writes JSON with --out.
 //
 //   election-bench [--out FILE] [--peers kazoo,curator|none] [--scenarios handover,crash,cold,gate]
-//                  [--max-accounts N] [--quick] [--zk-elect PATH]
+//                  [--max-accounts N] [--sizes N,N] [--rounds N] [--quick] [--zk-elect PATH]
+//                  [--zk-settings defaults|fast]
 // --zk-elect measures another build of zk-elect (a patched copy) against the same peers.
+// --zk-settings: `defaults` (the default) runs ZooKeeper as production does, fsync on every log
+// write and the JVM's default flags; `fast` is the test harness's setting (forceSync off, a
+// C1-only JVM), which hides the disk and the JIT.
+
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -47,16 +52,19 @@ namespace fs = std::filesystem;
 constexpr milliseconds kSessionTimeout{2000};
 constexpr const char* kUsage =
     "usage: election-bench [--out FILE] [--peers kazoo,curator|none]\n"
-    "                      [--scenarios handover,crash,cold,gate] [--max-accounts N] [--quick]\n"
-    "                      [--zk-elect PATH]\n";
+    "                      [--scenarios handover,crash,cold,gate] [--max-accounts N] [--sizes N,N] [--rounds N]\n"
+    "                      [--quick] [--zk-elect PATH] [--zk-settings defaults|fast]\n";
 
 struct Settings {
   fs::path out;
   std::set<std::string> peers{"kazoo", "curator"};
   std::set<std::string> scenarios{"handover", "crash", "cold", "gate"};
   size_t maxAccounts = 10000;
+  std::set<size_t> sizes;  // empty: every planned size (up to maxAccounts)
+  int rounds = 0;          // > 0: this many rounds of every series instead of the plan's
   bool quick = false;  // fewer rounds and sizes: a smoke run of a minute or two
   fs::path zkElect;    // empty: this build's zk-elect
+  bool serverDefaults = true;  // ZooKeeper with fsync on and default JVM flags; false: --zk-settings fast
 };
 
 [[noreturn]] void usageError(const std::string& message) {
@@ -95,10 +103,34 @@ Settings parseArgs(int argc, char** argv) {
     } else if (flag == "--zk-elect") {
       s.zkElect = value;
       if (!fs::exists(s.zkElect)) usageError("--zk-elect: no such file '" + value + "'");
+    } else if (flag == "--zk-settings") {
+      if (value != "defaults" && value != "fast")
+        usageError("--zk-settings must be 'defaults' or 'fast', got '" + value + "'");
+      s.serverDefaults = value == "defaults";
     } else if (flag == "--peers") {
       s.peers = parseList(value, {"kazoo", "curator"}, flag);
     } else if (flag == "--scenarios") {
       s.scenarios = parseList(value, {"handover", "crash", "cold", "gate"}, flag);
+    } else if (flag == "--sizes") {
+      std::stringstream in(value);
+      for (std::string item; std::getline(in, item, ',');) {
+        size_t used = 0, n = 0;
+        try {
+          n = std::stoul(item, &used);
+        } catch (const std::exception&) {
+        }
+        if (used != item.size() || n == 0)
+          usageError("--sizes: '" + item + "' is not a positive integer");
+        s.sizes.insert(n);
+      }
+    } else if (flag == "--rounds") {
+      try {
+        size_t used = 0;
+        s.rounds = std::stoi(value, &used);
+        if (used != value.size() || s.rounds <= 0) throw std::invalid_argument(value);
+      } catch (const std::exception&) {
+        usageError("--rounds must be a positive integer, got '" + value + "'");
+      }
     } else if (flag == "--max-accounts") {
       try {
         size_t used = 0;
@@ -213,13 +245,15 @@ class Bench {
       if (!settings_.scenarios.contains(scenario)) continue;
       for (auto [accounts, rounds] : plan) {
         if (accounts > settings_.maxAccounts) continue;
+        if (!settings_.sizes.empty() && !settings_.sizes.contains(accounts)) continue;
         for (const auto& impl : implementations_) {
           // kazoo needs ~40 s per process to stand for 10000 accounts (one thread per contender on
           // 2 cores): its failover rounds there would take minutes; its cold start is measured
           // once.
           if (impl.name == "kazoo" && accounts >= 10000 && std::string(scenario) != "cold")
             continue;
-          const int implRounds = impl.name == "kazoo" && accounts >= 10000 ? 1 : rounds;
+          const int planned = settings_.rounds > 0 ? settings_.rounds : rounds;
+          const int implRounds = impl.name == "kazoo" && accounts >= 10000 ? 1 : planned;
           series_.push_back(
               std::string(scenario) == "cold"
                   ? runCold(impl, accounts, implRounds)
@@ -230,7 +264,7 @@ class Bench {
     if (settings_.scenarios.contains("gate")) {
       const size_t accounts = std::min<size_t>(10000, settings_.maxAccounts);
       progress("gate: " + std::to_string(accounts) + " accounts in process");
-      zktest::ZooKeeperServer zk;
+      zktest::ZooKeeperServer zk(zkOptions());
       gate_ = measureGate(zk.connectString(), "/gate", accounts);
     }
   }
@@ -252,6 +286,12 @@ class Bench {
     return path;
   }
 
+  zktest::ZooKeeperOptions zkOptions() const {
+    zktest::ZooKeeperOptions o;
+    o.serverDefaults = settings_.serverDefaults;
+    return o;
+  }
+
   ContenderOptions optionsFor(const zktest::ZooKeeperServer& zk, size_t accounts,
                               std::string root) {
     return ContenderOptions{zk.connectString(), std::move(root), accountsFile(accounts), accounts,
@@ -267,7 +307,7 @@ class Bench {
   Series runFailover(const Implementation& impl, size_t accounts, int rounds, bool crash) {
     Series s{crash ? "crash" : "handover", impl.name, accounts, rounds, {}, {}, {}, {}, {}};
     progress(label(s) + ": starting ZooKeeper");
-    zktest::ZooKeeperServer zk;
+    zktest::ZooKeeperServer zk(zkOptions());
     std::optional<ExpiryObserver> observer;
     if (crash) observer.emplace(zk.connectString());
     int instance = 0, generation = 0;
@@ -328,7 +368,7 @@ class Bench {
   Series runCold(const Implementation& impl, size_t accounts, int rounds) {
     Series s{"cold", impl.name, accounts, rounds, {}, {}, {}, {}, {}};
     progress(label(s) + ": starting ZooKeeper");
-    zktest::ZooKeeperServer zk;
+    zktest::ZooKeeperServer zk(zkOptions());
     for (int round = 1; round <= rounds; ++round) {
       try {
         Contender c(impl, optionsFor(zk, accounts, "/cold-" + std::to_string(round)),
@@ -430,8 +470,10 @@ void Bench::printTable() const {
        &Series::fromSpawnMs},
   };
   std::printf(
-      "\nelection-bench: ms, p50 / max over rounds; ZooKeeper 3.8 standalone, tickTime 200 ms, "
+      "\nelection-bench: ms, p50 / max over rounds; ZooKeeper 3.8 standalone (%s), tickTime 200 ms, "
       "session 2000 ms, %u cores, load average %s at start, %s at end\n",
+      settings_.serverDefaults ? "server defaults: fsync on, default JVM"
+                               : "fast: forceSync off, C1-only JVM",
       std::thread::hardware_concurrency(), loadAtStart_.c_str(), loadAverage().c_str());
   for (const auto& m : metrics) {
     std::set<size_t> sizes;
@@ -537,6 +579,7 @@ json Bench::toJson() const {
   }
   json out = {{"setup",
                {{"zookeeper", "3.8.0 standalone (Debian)"},
+                {"zookeeper_settings", settings_.serverDefaults ? "defaults" : "fast"},
                 {"tick_time_ms", 200},
                 {"session_timeout_ms", kSessionTimeout.count()},
                 {"cores", std::thread::hardware_concurrency()},

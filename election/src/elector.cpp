@@ -168,8 +168,8 @@ void Elector::sessionChanged(const SessionEvent& event) {
   });
 }
 
-void Elector::stop(std::function<void(std::vector<MultiOp>)> done) {
-  asio::post(strand_, [self = shared_from_this(), done = std::move(done)]() mutable {
+void Elector::stop(bool withRecord, std::function<void(std::vector<MultiOp>)> done) {
+  asio::post(strand_, [self = shared_from_this(), withRecord, done = std::move(done)]() mutable {
     self->standing_ = false;
     const bool leading = self->role_ == Role::Leader;
     self->feed(Event::Stop, LossReason::Stopped);  // LOST stopped; the gate is closed
@@ -177,7 +177,7 @@ void Elector::stop(std::function<void(std::vector<MultiOp>)> done) {
     // closed, and knows this was clean (from our session mark, else the record), so it skips its
     // lock-delay. The member nodes of the others go with the session close.
     std::vector<MultiOp> ops;
-    if (leading && self->zk_.usable()) ops = self->releaseOps(LossReason::Stopped);
+    if (leading && self->zk_.usable()) ops = self->releaseOps(LossReason::Stopped, withRecord);
     ++self->epoch_;  // nothing of ours runs any more: replies and watches still on the way drop
     self->memberName_.clear();
     self->seq_ = -1;
@@ -186,17 +186,22 @@ void Elector::stop(std::function<void(std::vector<MultiOp>)> done) {
   });
 }
 
-// The handover record, then our member node, then `active`, as one atomic multi. The member goes
-// before `active` so the successor hears of its predecessor first and creates `active` at once;
-// the `active` event that follows finds that create in flight and costs nothing.
-std::vector<MultiOp> Elector::releaseOps(LossReason reason) const {
-  std::string record = nlohmann::json{{"seq", seq_},
-                                      {"instanceId", ctx_->options.instanceId},
-                                      {"reason", std::string(toString(reason))}}
-                           .dump();
-  return {{MultiOp::Kind::Set, handover_, std::move(record), -1},
-          {MultiOp::Kind::Remove, members_ + "/" + memberName_, "", -1},
-          {MultiOp::Kind::Remove, active_, "", activeVersion_}};
+// The handover record (when wanted), then our member node, then `active`, as one atomic multi.
+// The member goes before `active` so the successor hears of its predecessor first and creates
+// `active` at once; the `active` event that follows finds that create in flight and costs nothing.
+std::vector<MultiOp> Elector::releaseOps(LossReason reason, bool withRecord) const {
+  std::vector<MultiOp> ops;
+  if (withRecord) {
+    ops.push_back({MultiOp::Kind::Set, handover_,
+                   nlohmann::json{{"seq", seq_},
+                                  {"instanceId", ctx_->options.instanceId},
+                                  {"reason", std::string(toString(reason))}}
+                       .dump(),
+                   -1});
+  }
+  ops.push_back({MultiOp::Kind::Remove, members_ + "/" + memberName_, "", -1});
+  ops.push_back({MultiOp::Kind::Remove, active_, "", activeVersion_});
+  return ops;
 }
 
 // ---- the state machine -----------------------------------------------------------------------
@@ -454,8 +459,21 @@ void Elector::verifyMember() {
                  if (stat && stat->ephemeralOwner == self->zk_.sessionId()) {
                    self->requestEvaluate();
                  } else {
+                   // An `active` this session still holds would block our new member forever.
+                   self->removeOwnActive();
                    self->feed(Event::MemberMissing);
                  }
+               });
+}
+
+// Deletes `active` if this session owns it (whatever its record says). Sent before anything the
+// caller sends next, so the server applies it first.
+void Elector::removeOwnActive() {
+  activeVersion_ = -1;
+  zk_.existsOn(strand_, active_, nullptr, nullptr,
+               [self = shared_from_this()](ZkError err, std::optional<NodeStat> stat) {
+                 if (err == ZkError::Ok && stat && stat->ephemeralOwner == self->zk_.sessionId())
+                   self->removeUntilGone(self->active_, stat->version);
                });
 }
 
@@ -493,7 +511,6 @@ void Elector::evaluate() {
     // the handover record was created empty with it.
     freshQueueMember_.clear();
     listingPending_ = false;
-    watchOwnMember();
     return acquire(epoch, std::string());
   }
   zk_.childrenOn(strand_, members_, nullptr, nullptr,
@@ -519,8 +536,13 @@ void Elector::evaluate() {
                      self->dirty_ = false;
                      return self->feed(Event::MemberMissing);
                    }
-                   self->watchOwnMember();
-                   if (own == queue.begin()) return self->acquire(epoch);
+                   if (own == queue.begin()) {
+                     // The last leader we saw may be stopping (its stop writes no record): its
+                     // session's mark says so while it lasts.
+                     const auto& last = self->lastLeaderSeen_;
+                     const bool peer = last && last->sessionId != self->zk_.sessionId();
+                     return self->acquire(epoch, std::nullopt, peer ? last->sessionId : 0);
+                   }
                    // Watch only the predecessor: no herd when the leader goes (seed 001 §3.2).
                    const std::string predecessor = std::prev(own)->second;
                    const bool predecessorIsHead = std::prev(own) == queue.begin();
@@ -589,23 +611,6 @@ void Elector::refreshLeaderSoon() {
       });
 }
 
-// Seed 001 signal one: our own member node must stay; watch it directly. Armed once per member
-// node and link (a drop forgets every watch), not on every evaluation.
-void Elector::watchOwnMember() {
-  const uint64_t link = zk_.linkEpoch();
-  if (ownWatch_ == std::pair(memberName_, link)) return;
-  ownWatch_ = {memberName_, link};
-  zk_.existsOn(
-      strand_, members_ + "/" + memberName_, &members_,
-      [weak = weak_from_this()] {
-        if (auto s = weak.lock()) {
-          s->ownWatch_ = {};
-          s->requestEvaluate(Change::Members);
-        }
-      },
-      [](ZkError, std::optional<NodeStat>) {});
-}
-
 // Non-leaders read `active` so refusals name the current leader, and watch it to stay current. The
 // candidate right behind the head reads it without a watch: the head is the leader, and when it
 // goes that candidate hears it from its predecessor watch and leads itself; a watch there would
@@ -662,6 +667,11 @@ void Elector::acquire(uint64_t epoch, std::optional<std::string> knownHandover,
     if (epoch != self->epoch_) return self->finishEvaluate();
     const ZkError err = *pending->created;
     if (err == ZkError::NodeExists) return self->confirm(epoch);
+    if (err == ZkError::NoNode) {  // our member node (the create's guard) is gone
+      self->evaluating_ = false;
+      self->dirty_ = false;
+      return self->feed(Event::MemberMissing);
+    }
     if (err != ZkError::Ok)
       return self->finishEvaluate();  // connection trouble: reconnect re-verifies
     if (self->role_ == Role::Leader) {
@@ -673,6 +683,9 @@ void Elector::acquire(uint64_t epoch, std::optional<std::string> knownHandover,
     self->feed(Event::Elected);
     self->finishEvaluate();
   };
+  // Nobody watches their own member node (a leader's watch on it would cost the server a
+  // notification per account on every stop): `active` is only created while it still exists, in
+  // the same multi, so a candidate whose member was deleted while it waited never leads on it.
   zk_.createBatchedOn(
       strand_, active_, toJson(ownRecord()), NodeKind::Ephemeral,
       [self = shared_from_this(), epoch, pending, settle](ZkError err, std::string) {
@@ -684,7 +697,8 @@ void Elector::acquire(uint64_t epoch, std::optional<std::string> knownHandover,
           self->zk_.whenCreatesIdle(self->strand_, [self, epoch] { self->armActiveWatch(epoch); });
         }
         settle();
-      });
+      },
+      members_ + "/" + memberName_);
   if (!aboutToLead || pending->handover) return;
   auto readRecord = [self = shared_from_this(), pending, settle] {
     self->zk_.getOn(self->strand_, self->handover_, nullptr, nullptr,

@@ -33,9 +33,9 @@ class Elector : public std::enable_shared_from_this<Elector> {
   void resign();
   void sessionChanged(const SessionEvent& event);
   // Reports Lost(stopped) and stops standing. `done` (on the strand) gets the operations that hand
-  // the account over (handover record, member and `active` deleted) when we led it, else none; the
-  // group sends them batched into multis before it closes the session.
-  void stop(std::function<void(std::vector<MultiOp>)> done);
+  // the account over (member and `active` deleted, and the handover record when `withRecord`) when
+  // we led it, else none; the group sends them batched into multis before it closes the session.
+  void stop(bool withRecord, std::function<void(std::vector<MultiOp>)> done);
 
   GateDecision check() const;
   void checkStrict(std::function<void(GateDecision)> done);
@@ -54,6 +54,7 @@ class Elector : public std::enable_shared_from_this<Elector> {
   void repairTree(uint64_t epoch);
   void adoptOrRegister();
   void verifyMember();
+  void removeOwnActive();
   // What changed: the member queue, `active` (both from watches), or not known (anything else).
   enum class Change { Members, Active, Unknown };
   void requestEvaluate(Change change = Change::Unknown);
@@ -68,8 +69,7 @@ class Elector : public std::enable_shared_from_this<Elector> {
   void acquire(uint64_t epoch, std::optional<std::string> knownHandover = std::nullopt,
                int64_t departingSession = 0);
   void armActiveWatch(uint64_t epoch);
-  void watchOwnMember();
-  std::vector<MultiOp> releaseOps(LossReason reason) const;
+  std::vector<MultiOp> releaseOps(LossReason reason, bool withRecord = true) const;
   void confirm(uint64_t epoch);
   void prepareAnnouncement(const std::string* handover, uint64_t linkAtRead);
   void watchActive(uint64_t epoch);
@@ -113,7 +113,6 @@ class Elector : public std::enable_shared_from_this<Elector> {
   uint64_t epoch_ = 0;          // bumped on every registration/session change: stale replies drop
   int32_t activeVersion_ = -1;  // version of our own active node
   std::optional<ActiveInfo> lastLeaderSeen_;   // the last `active` record read or written
-  std::pair<std::string, uint64_t> ownWatch_;  // (member, link epoch) the own-member watch is on
   std::vector<std::pair<std::string, int32_t>> pendingRemovals_;  // deletes to retry on reconnect
   // What the next AnnounceLeader reports (set just before the Elected event is fed).
   std::optional<ActiveInfo> pendingPrevious_;

@@ -25,12 +25,20 @@ std::string SessionMarks::pathOf(int64_t session) const {
 void SessionMarks::announce(int64_t session) {
   // The create goes out right behind the parent's: the server handles them in that order.
   zk_->ensurePath(dir_, [](ZkError) {});
+  // NodeExists: a reply lost across a reconnect (the path names this session, so it is ours).
   zk_->create(pathOf(session), std::string(kRunning), NodeKind::Ephemeral,
-              [](ZkError, std::string) {});
+              [weak = weak_from_this(), session](ZkError err, std::string) {
+                auto self = weak.lock();
+                if (!self || (err != ZkError::Ok && err != ZkError::NodeExists)) return;
+                std::lock_guard lock(self->mu_);
+                self->announced_ = session;
+              });
 }
 
-void SessionMarks::markStopping(int64_t session) {
+bool SessionMarks::markStopping(int64_t session) {
   zk_->set(pathOf(session), std::string(kStopping), -1, [](ZkError, NodeStat) {});
+  std::lock_guard lock(mu_);
+  return announced_ == session && session != 0;
 }
 
 void SessionMarks::follow(int64_t session) {

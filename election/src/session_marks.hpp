@@ -37,8 +37,9 @@ class SessionMarks : public std::enable_shared_from_this<SessionMarks> {
   // Creates this session's mark (on every new session).
   void announce(int64_t session);
   // Marks this session as stopping. Sent before the handover operations, so the server applies it
-  // first (it keeps a session's order).
-  void markStopping(int64_t session);
+  // first (it keeps a session's order). True when the mark was created on this session, so the
+  // set will land and successors can learn the stop from it (no handover record needed).
+  bool markStopping(int64_t session);
   // Follows `session`'s mark with a watch (once per session and link: a link loss drops it).
   void follow(int64_t session);
   // How `session` left; `done` runs on `ex`. Answers from what the watch heard, else after one read
@@ -70,6 +71,7 @@ class SessionMarks : public std::enable_shared_from_this<SessionMarks> {
   const std::string dir_;
   std::mutex mu_;
   std::unordered_map<int64_t, Peer> peers_;
+  int64_t announced_ = 0;  // the session whose mark the server confirmed creating
 };
 
 }  // namespace zkagent::election::detail

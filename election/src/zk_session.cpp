@@ -482,12 +482,13 @@ void ZkSession::createOn(Executor ex, std::string path, std::string data, NodeKi
 }
 
 void ZkSession::createBatchedOn(Executor ex, std::string path, std::string data, NodeKind kind,
-                                std::function<void(ZkError, std::string)> done) {
+                                std::function<void(ZkError, std::string)> done,
+                                std::string guard) {
   bool flushNow = false;
   {
     std::lock_guard lock(mu_);
-    pendingCreates_.push_back(
-        {std::move(ex), std::move(path), std::move(data), kind, std::move(done)});
+    pendingCreates_.push_back({std::move(ex), std::move(path), std::move(data), kind,
+                               std::move(done), std::move(guard)});
     flushNow = !flushPosted_ && createsInFlight_ == 0;
     flushPosted_ = flushPosted_ || flushNow;
   }
@@ -517,7 +518,8 @@ void ZkSession::flushCreates() {
     flushPosted_ = false;
     MultiBatches<PendingCreate> packer(kCreateBatchBytes);
     for (auto& c : pendingCreates_) {
-      const size_t bytes = c.path.size() + c.data.size() + 64;  // + header, ACL, flags
+      // + header, ACL, flags; a guard's check is its path and a header
+      const size_t bytes = c.path.size() + c.data.size() + 64 + (c.guard.empty() ? 0 : c.guard.size() + 16);
       if (auto full = packer.add(std::move(c), bytes)) batches.push_back(std::move(*full));
     }
     if (!packer.empty()) batches.push_back(packer.take());
@@ -542,44 +544,70 @@ void ZkSession::createBatchAnswered() {
 
 // Answers each create on its own executor, then flushes the next batch (on the session strand).
 void ZkSession::sendCreateBatch(std::vector<PendingCreate> creates) {
-  if (creates.size() == 1) {
-    auto& c = creates.front();
-    return createOn(strand_, std::move(c.path), std::move(c.data), c.kind,
-                    [self = shared_from_this(), ex = std::move(c.executor),
-                     done = std::move(c.done)](ZkError err, std::string path) mutable {
-                      asio::post(ex, [done = std::move(done), err, path = std::move(path)] {
-                        done(err, path);
-                      });
-                      self->createBatchAnswered();
-                    });
-  }
+  if (creates.size() == 1) return sendCreateAlone(std::move(creates.front()), true);
   std::vector<MultiOp> ops;
-  ops.reserve(creates.size());
-  for (auto& c : creates) ops.push_back({MultiOp::Kind::Create, c.path, c.data, -1, c.kind});
+  std::vector<size_t> createAt;  // index of each create's own op (its guard's check is before it)
+  ops.reserve(2 * creates.size());
+  createAt.reserve(creates.size());
+  for (auto& c : creates) {
+    if (!c.guard.empty()) ops.push_back({MultiOp::Kind::Check, c.guard, "", -1});
+    createAt.push_back(ops.size());
+    ops.push_back({MultiOp::Kind::Create, c.path, c.data, -1, c.kind});
+  }
+  const size_t opCount = ops.size();
   multiOn(strand_, std::move(ops),
-          [self = shared_from_this(), creates = std::move(creates)](
-              ZkError err, std::vector<MultiResult> results) mutable {
+          [self = shared_from_this(), creates = std::move(creates), createAt = std::move(createAt),
+           opCount](ZkError err, std::vector<MultiResult> results) mutable {
             // No per-operation results when the client refused the multi outright (handle closed).
-            const bool perOperation = results.size() == creates.size();
+            const bool perOperation = results.size() == opCount;
             for (size_t i = 0; i < creates.size(); ++i) {
               auto& one = creates[i];
-              const int rc = perOperation ? results[i].rc : ZOK;
+              const size_t at = createAt[i];
+              // The create's own result, unless its guard is what failed.
+              int rc = perOperation ? results[at].rc : ZOK;
+              if (perOperation && !one.guard.empty() && results[at - 1].rc != ZOK &&
+                  results[at - 1].rc != ZRUNTIMEINCONSISTENCY) {
+                rc = results[at - 1].rc;
+              }
               const bool rolledBack = err != ZkError::Ok && !linkLost(err) && perOperation &&
                                       (rc == ZOK || rc == ZRUNTIMEINCONSISTENCY);
               if (!rolledBack) {
                 // Created, the link's fate, or this create is the one that failed.
                 const ZkError mine =
                     err == ZkError::Ok || linkLost(err) || !perOperation ? err : fromRc(rc);
-                std::string path = perOperation ? std::move(results[i].path) : std::string();
+                std::string path = perOperation ? std::move(results[at].path) : std::string();
                 asio::post(one.executor, [done = std::move(one.done), mine,
                                           path = std::move(path)] { done(mine, path); });
               } else {
                 // Rolled back because another create failed: send it again on its own.
-                self->createOn(std::move(one.executor), std::move(one.path), std::move(one.data),
-                               one.kind, std::move(one.done));
+                self->sendCreateAlone(std::move(one), false);
               }
             }
             self->createBatchAnswered();
+          });
+}
+
+void ZkSession::sendCreateAlone(PendingCreate c, bool ofBatch) {
+  auto answer = [self = shared_from_this(), ex = std::move(c.executor), done = std::move(c.done),
+                 ofBatch](ZkError err, std::string path) mutable {
+    asio::post(ex, [done = std::move(done), err, path = std::move(path)] { done(err, path); });
+    if (ofBatch) self->createBatchAnswered();
+  };
+  if (c.guard.empty()) {
+    return createOn(strand_, std::move(c.path), std::move(c.data), c.kind, std::move(answer));
+  }
+  multiOn(strand_,
+          {{MultiOp::Kind::Check, std::move(c.guard), "", -1},
+           {MultiOp::Kind::Create, std::move(c.path), std::move(c.data), -1, c.kind}},
+          [answer = std::move(answer)](ZkError err, std::vector<MultiResult> results) mutable {
+            if (err == ZkError::Ok || results.size() != 2) {
+              return answer(err, results.size() == 2 ? std::move(results[1].path) : "");
+            }
+            // The guard's failure (NoNode) wins; else the create's own error.
+            const int rc = results[0].rc != ZOK && results[0].rc != ZRUNTIMEINCONSISTENCY
+                               ? results[0].rc
+                               : results[1].rc;
+            answer(linkLost(err) ? err : fromRc(rc), "");
           });
 }
 
@@ -746,6 +774,9 @@ void ZkSession::multiOn(Executor ex, std::vector<MultiOp> ops, MultiDone done) {
       case MultiOp::Kind::Set:
         zoo_set_op_init(&call->zops[i], op.path.c_str(), op.data.data(),
                         static_cast<int>(op.data.size()), op.version, nullptr);
+        break;
+      case MultiOp::Kind::Check:
+        zoo_check_op_init(&call->zops[i], op.path.c_str(), op.version);
         break;
     }
   }

@@ -28,9 +28,10 @@ using Clock = std::chrono::steady_clock;
 enum class WatchEvent { Created, Deleted, Changed, Children };
 using TypedWatch = std::function<void(WatchEvent)>;
 
-// One operation of an atomic multi (only the kinds the election needs).
+// One operation of an atomic multi (only the kinds the election needs). Check fails the multi when
+// the node is missing (or, with a version >= 0, at another version); it writes nothing.
 struct MultiOp {
-  enum class Kind { Create, Remove, Set } kind;
+  enum class Kind { Create, Remove, Set, Check } kind;
   std::string path;
   std::string data;  // Create, Set
   int32_t version = -1;
@@ -93,8 +94,10 @@ class ZkSession : public Session, public std::enable_shared_from_this<ZkSession>
   // Like createOn, but creates issued while earlier batches are being answered go out together in
   // multis: one request and one transaction for many accounts instead of one each. When the
   // multi fails, the create that failed gets its error and the others are sent again one by one.
+  // A non-empty `guard` must exist for the create to happen (a Check in the same multi); when it
+  // is missing the create is not made and `done` gets NoNode.
   void createBatchedOn(Executor ex, std::string path, std::string data, NodeKind kind,
-                       std::function<void(ZkError, std::string)> done);
+                       std::function<void(ZkError, std::string)> done, std::string guard = {});
   // Runs `fn` on `ex` once no batched create is waiting or being answered: work that can wait
   // (arming watches after a takeover) does not queue ahead of takeovers still to come.
   void whenCreatesIdle(Executor ex, std::function<void()> fn);
@@ -140,10 +143,13 @@ class ZkSession : public Session, public std::enable_shared_from_this<ZkSession>
     std::string path, data;
     NodeKind kind;
     std::function<void(ZkError, std::string)> done;
+    std::string guard;  // checked in the same multi when not empty
   };
   void flushCreates();
   void createBatchAnswered();
   void sendCreateBatch(std::vector<PendingCreate> creates);
+  // One create of a batch on its own (its guard still checked), answered on its own executor.
+  void sendCreateAlone(PendingCreate create, bool ofBatch);
 
   template <typename Done, typename Issue>
   void submit(Executor ex, Done done, const void* owner, TypedWatch watch, std::string path,

@@ -252,6 +252,12 @@ TEST_F(HardeningTest, SuccessorTellsACleanStopFromAnExpiredSessionForEveryAccoun
   const auto fromA = acquisitionsFrom(b, "host-a");
   ASSERT_EQ(fromA.size(), static_cast<size_t>(kAccounts));
   for (auto& e : fromA) EXPECT_FALSE(e.previousExpired) << e.account;
+  // The mark said "stopping", so the stop wrote no handover record: the records are still as the
+  // first registration created them (empty), and yet every successor knew the stop was clean.
+  for (int i = 0; i < kAccounts; ++i) {
+    EXPECT_EQ(b.get(root + "/acct" + std::to_string(i) + "/handover").value_or("missing"), "")
+        << "acct" << i;
+  }
 
   Contender c(hosts(), root, "host-c");
   joinAll(c);

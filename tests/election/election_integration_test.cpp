@@ -1,6 +1,8 @@
 // Election against a real ZooKeeper server, contenders in this process.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <functional>
 #include <future>
 #include <memory>
 
@@ -173,7 +175,10 @@ TEST_F(ElectionTest, StrictGateConfirmsWithZooKeeperAndCatchesDriftTheWatchHasNo
   EXPECT_TRUE(eventually([&] { return a.check("acct").verdict == Verdict::Drifted; }, 5s));
 }
 
-TEST_F(ElectionTest, OwnMemberNodeDeletedMakesLeaderStepDownAndRegisterAgain) {
+// Nobody watches their own member node (on a stop, a leader's watch on it would cost the server a
+// notification per account). A deleted member is seen on the next evaluation, on a reconnect, and
+// through the session's events; and a candidate never takes `active` on a member that is gone.
+TEST_F(ElectionTest, LeaderWhoseMemberNodeWasDeletedStepsDownOnItsNextEvaluation) {
   Contender a(hosts(), root, "host-a");
   a.join("acct");
   ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 10s));
@@ -181,9 +186,70 @@ TEST_F(ElectionTest, OwnMemberNodeDeletedMakesLeaderStepDownAndRegisterAgain) {
   auto members = a.children(root + "/acct/members");
   ASSERT_EQ(members.size(), 1u);
   ASSERT_EQ(a.remove(root + "/acct/members/" + members[0]), el::ZkError::Ok);
+  // `active` touched: the evaluation that follows lists the queue and misses our member.
+  ASSERT_EQ(a.remove(root + "/acct/active"), el::ZkError::Ok);
   ASSERT_TRUE(eventually([&] { return a.leads("acct") && a.check("acct").token > token; }, 5s));
   EXPECT_EQ(a.lastLoss("acct"), LossReason::Drift);
   EXPECT_EQ(a.children(root + "/acct/members").size(), 1u);
+}
+
+// The leader's link is cut (`cut`: closed, so the client reconnects at once on the same session;
+// blackholed, so the session expires) and its member node deleted meanwhile; once the link is
+// back it stands again with a new member and leads on it.
+void expectStandsAgainAfterMemberDeletedWhileCut(const std::string& root, TcpProxy::Mode cut,
+                                                 milliseconds sessionTimeout, bool sameSession) {
+  TcpProxy proxy(sharedZooKeeper().port());
+  Contender a(proxy.connectString(), root, "host-a", sessionTimeout);
+  Contender other(sharedZooKeeper().connectString(), root, "other");
+  a.join("acct");
+  ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 10s));
+  const int64_t token = a.check("acct").token;
+  const int64_t session = a.group().sessionId();
+  auto members = other.children(root + "/acct/members");
+  ASSERT_EQ(members.size(), 1u);
+  proxy.setMode(cut);
+  ASSERT_TRUE(eventually([&] { return a.check("acct").verdict == Verdict::Suspended; }, 10s));
+  // NoNode: the server expired the session first, which deleted the member anyway.
+  const el::ZkError removed = other.remove(root + "/acct/members/" + members[0]);
+  EXPECT_TRUE(removed == el::ZkError::Ok || (!sameSession && removed == el::ZkError::NoNode));
+  proxy.setMode(TcpProxy::Mode::pass);
+  ASSERT_TRUE(eventually(
+      [&] {
+        return (a.group().sessionId() == session) == sameSession && a.leads("acct") &&
+               a.check("acct").token > token;
+      },
+      15s))
+      << "role " << el::toString(a.group().status().at(0).role) << " seq "
+      << a.group().status().at(0).seq;
+  EXPECT_EQ(other.children(root + "/acct/members").size(), 1u);
+}
+
+TEST_F(ElectionTest, LeaderWhoseMemberNodeWentDuringALinkDropStepsDownOnReconnect) {
+  expectStandsAgainAfterMemberDeletedWhileCut(root, TcpProxy::Mode::close, 6000ms, true);
+}
+
+TEST_F(ElectionTest, LeaderWhoseMemberNodeWasDeletedStandsAgainOnItsNextSession) {
+  expectStandsAgainAfterMemberDeletedWhileCut(root, TcpProxy::Mode::blackhole, 2000ms, false);
+}
+
+TEST_F(ElectionTest, CandidateWhoseMemberNodeWasDeletedNeverLeadsOnIt) {
+  Contender a(hosts(), root, "host-a");
+  Contender b(hosts(), root, "host-b");
+  a.join("acct");
+  ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 10s));
+  b.join("acct");
+  ASSERT_TRUE(eventually([&] { return b.group().status().at(0).role == el::Role::Waiting; }, 10s));
+  const int64_t deleted = b.group().status().at(0).seq;
+  char name[32];
+  std::snprintf(name, sizeof name, "m-%010lld", static_cast<long long>(deleted));
+  ASSERT_EQ(b.remove(root + "/acct/members/" + name), el::ZkError::Ok);
+  a.group().withdraw("acct");  // b's predecessor goes: b's takeover must find its member missing
+  ASSERT_TRUE(eventually([&] { return b.leads("acct"); }, 10s));
+  EXPECT_GT(b.check("acct").token, deleted) << "led on a member node that no longer exists";
+  auto active = el::parseActive(b.get(root + "/acct/active").value_or(""));
+  ASSERT_TRUE(active);
+  EXPECT_EQ(active->seq, b.check("acct").token);
+  EXPECT_EQ(b.children(root + "/acct/members").size(), 1u);
 }
 
 TEST_F(ElectionTest, BlackholedLinkSuspendsTheGateBeforeTheSessionExpires) {
@@ -270,13 +336,18 @@ TEST_F(ElectionTest, ThousandAccountsOnOneSessionAllFailOverOnStop) {
 // levels are created again and the account is led again, settled on one member node and `active`.
 // The elector may re-create nodes while the removal runs; it is retried until the subtree was gone
 // once, and a retry may take a node just re-created, which the elector then notices and replaces.
+// `nudge` (when given) runs after the removal: what makes the leader look again when the removal
+// touched nothing it watches.
 void expectLedAgainAfterRemoving(const std::string& hosts, const std::string& root,
-                                 const std::string& subtree) {
-  Contender a(hosts, root, "host-a");
+                                 const std::string& subtree,
+                                 const std::function<void(Contender&)>& nudge = {},
+                                 const std::string& leaderHosts = {}) {
+  Contender a(leaderHosts.empty() ? hosts : leaderHosts, root, "host-a", 6000ms);
   Contender admin(hosts, root + "-admin", "admin");
   a.join("acct");
   ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 10s));
   ASSERT_TRUE(eventually([&] { return admin.removeTree(root + subtree); }, 10s));
+  if (nudge) nudge(a);
   ASSERT_TRUE(eventually(
       [&] {
         return a.acquisitions("acct") >= 2 && a.leads("acct") &&
@@ -295,9 +366,18 @@ TEST_F(ElectionTest, DeletedElectionTreeIsRecreatedAndALeaderElectedAgain) {
 }
 
 // The account's node stays: the session created the members path itself, so it must not trust
-// its memory of it.
+// its memory of it. The leader does not watch its own member, so it learns of the removal when it
+// next looks: here, on reconnecting after a link drop.
 TEST_F(ElectionTest, DeletedMembersNodeAloneIsRecreatedAndLedAgain) {
-  expectLedAgainAfterRemoving(hosts(), root, "/acct/members");
+  TcpProxy proxy(sharedZooKeeper().port());
+  expectLedAgainAfterRemoving(
+      hosts(), root, "/acct/members",
+      [&](Contender& a) {
+        proxy.setMode(TcpProxy::Mode::close);
+        ASSERT_TRUE(eventually([&] { return !a.leads("acct"); }, 5s));
+        proxy.setMode(TcpProxy::Mode::pass);
+      },
+      proxy.connectString());
 }
 
 TEST_F(ElectionTest, GateRefusesUnknownAccountsAndJoinRejectsBadIds) {

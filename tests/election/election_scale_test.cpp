@@ -47,10 +47,10 @@ TEST_F(HardeningTest, TenThousandAccountsKeepEveryWatchAcrossReconnectsWithoutLe
     return std::regex_search(text, m, std::regex("Total watches:(\\d+)")) ? std::stol(m[1]) : -1L;
   };
   const int64_t session = b.group().sessionId();
-  // The leader watches its own member and `active`; the standby its own member and its
-  // predecessor (right behind the head it reads `active` without watching it), and the leader's
-  // session mark once.
-  const long expectedWatches = 4L * kAccounts + 1;
+  // The leader watches `active`; the standby its predecessor (right behind the head it reads
+  // `active` without watching it), and the leader's session mark once. Nobody watches their own
+  // member node.
+  const long expectedWatches = 2L * kAccounts + 1;
   ASSERT_TRUE(eventually([&] { return watchCount() == expectedWatches; }, 30s)) << watchCount();
   for (int round = 0; round < 3; ++round) {
     proxy.setMode(TcpProxy::Mode::close);

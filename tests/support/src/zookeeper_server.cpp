@@ -33,24 +33,33 @@ std::filesystem::path makeTemporaryDirectory() {
   return std::filesystem::canonical(pattern);
 }
 
-std::vector<std::string> javaArguments(const std::filesystem::path& config, bool quorum) {
-  return {
-      "-Xmx256m",
-      "-XX:+UseSerialGC",
-      "-XX:TieredStopAtLevel=1",
-      "-XX:-UsePerfData",
-      "-Djava.net.preferIPv4Stack=true",
-      "-Dzookeeper.forceSync=no",       // test data need not survive a power cut
-      "-Dzookeeper.preAllocSize=1024",  // KiB; the default preallocates 64 MiB per log
-      "-Dzookeeper.cnxTimeout=1000",    // do not wait 5 s on a dead or paused peer in elections
-      "-Dzookeeper.fastleader.maxNotificationInterval=500",  // re-send votes often, not every 60 s
-      "-Dorg.slf4j.simpleLogger.showDateTime=true",
-      "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
-      "-cp",
-      std::string(zookeeperJar) + ":" + loggerJar,
-      quorum ? "org.apache.zookeeper.server.quorum.QuorumPeerMain"
-             : "org.apache.zookeeper.server.ZooKeeperServerMain",
-      config.string()};
+std::vector<std::string> javaArguments(const std::filesystem::path& config, bool quorum,
+                                       bool serverDefaults) {
+  std::vector<std::string> args;
+  if (!serverDefaults) {
+    args = {
+        "-Xmx256m",
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",
+        "-XX:-UsePerfData",
+        "-Dzookeeper.forceSync=no",       // test data need not survive a power cut
+        "-Dzookeeper.preAllocSize=1024",  // KiB; the default preallocates 64 MiB per log
+    };
+  }
+  args.insert(args.end(),
+              {
+                  "-Djava.net.preferIPv4Stack=true",
+                  "-Dzookeeper.cnxTimeout=1000",  // do not wait 5 s on a dead or paused peer
+                  "-Dzookeeper.fastleader.maxNotificationInterval=500",  // re-send votes often
+                  "-Dorg.slf4j.simpleLogger.showDateTime=true",
+                  "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
+                  "-cp",
+                  std::string(zookeeperJar) + ":" + loggerJar,
+                  quorum ? "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+                         : "org.apache.zookeeper.server.ZooKeeperServerMain",
+                  config.string(),
+              });
+  return args;
 }
 
 bool contains(const std::optional<std::string>& text, std::string_view part) {
@@ -173,7 +182,8 @@ void ZooKeeperServer::launch() {
       << (myid_ != 0 ? "ensemble member " + std::to_string(myid_) : "standalone server") << " on "
       << connectString() << "\n";
   process_ = std::make_unique<ChildProcess>(
-      "java", javaArguments(directory_ / "zoo.cfg", myid_ != 0), directory_ / "server.log");
+      "java", javaArguments(directory_ / "zoo.cfg", myid_ != 0, options_.serverDefaults),
+      directory_ / "server.log");
 }
 
 bool ZooKeeperServer::serving() const {

@@ -39,6 +39,9 @@ struct ZooKeeperOptions {
   milliseconds maxSessionTimeout{60000};
   // Bound on a start or restart; generous because JVMs start slowly on a loaded 2-core machine.
   milliseconds startTimeout{60000};
+  // false: the fast test settings (forceSync off, a small C1-only JVM). true: the server's own
+  // defaults (fsync on every log write, the JVM's default flags), as production runs it.
+  bool serverDefaults = false;
 };
 
 class ZooKeeperServer {
