@@ -142,10 +142,57 @@ void readAccounts(Config& config, FieldReader& top, const std::filesystem::path&
     top.fail("accounts", "no accounts configured (set accounts or accounts_file)");
 }
 
+std::string readableFile(FieldReader& reader, std::string_view field,
+                         const std::filesystem::path& baseDir) {
+  std::filesystem::path path(reader.string(field, ""));
+  if (path.empty()) return {};
+  if (path.is_relative()) path = baseDir / path;
+  if (!std::ifstream(path)) reader.fail(field, "cannot read '" + path.string() + "'");
+  return path.string();
+}
+
+// "token" or "token_file" (the token alone, a trailing newline dropped), never both: a file keeps
+// the secret out of a config that is shown, copied and checked in.
+std::string secret(FieldReader& reader, const std::filesystem::path& baseDir) {
+  std::string token = reader.string("token", "");
+  const std::string file = readableFile(reader, "token_file", baseDir);
+  if (file.empty()) return token;
+  if (!token.empty()) reader.fail("token_file", "set token or token_file, not both");
+  std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  token = text.str();
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+  if (token.empty()) reader.fail("token_file", "'" + file + "' is empty");
+  return token;
+}
+
+void readGatewayTls(Config::Gateway& gateway, FieldReader& gw, bool https,
+                    const std::filesystem::path& baseDir) {
+  const json* given = gw.find("tls");
+  if (!https) {
+    if (given) gw.fail("tls", "needs an https:// url");
+    return;
+  }
+  if (!given) gw.fail("tls", "is required with an https:// url (ca, cert, key)");
+  auto tls = gw.object("tls");
+  Config::Gateway::Tls files;
+  files.ca = readableFile(tls, "ca", baseDir);
+  if (files.ca.empty()) tls.fail("ca", "is required: the CA the gateway's certificate chains to");
+  files.cert = readableFile(tls, "cert", baseDir);
+  files.key = readableFile(tls, "key", baseDir);
+  if (files.cert.empty() != files.key.empty())
+    tls.fail(files.cert.empty() ? "cert" : "key", "cert and key go together");
+  tls.rejectUnknown();
+  gateway.tls = std::move(files);
+}
+
 // The model's parameter names, as the config fields that set them.
 constexpr std::pair<std::string_view, std::string_view> kPresenceFields[] = {
-    {"heartbeatInterval", "heartbeat_ms"},  {"pingTimeout", "ping_timeout_ms"},
-    {"checkInterval", "check_interval_ms"}, {"renewInterval", "renew_interval_ms"},
+    {"heartbeatInterval", "heartbeat_ms"},
+    {"pingTimeout", "ping_timeout_ms"},
+    {"checkInterval", "check_interval_ms"},
+    {"renewInterval", "renew_interval_ms"},
     {"leaseTtl", "lease_ttl_ms"}};
 
 void readPresence(Config& config, FieldReader& top) {
@@ -230,13 +277,16 @@ Config parseConfig(std::string_view text, const std::filesystem::path& baseDir) 
   {
     auto gw = top.object("gateway");
     const std::string url = gw.string("url", "", true);
-    if (!url.starts_with("http://")) gw.fail("url", "'" + url + "' must start with http://");
-    std::string_view rest = std::string_view(url).substr(7);
+    const bool https = url.starts_with("https://");
+    if (!https && !url.starts_with("http://"))
+      gw.fail("url", "'" + url + "' must start with http:// or https://");
+    std::string_view rest = std::string_view(url).substr(https ? 8 : 7);
     if (rest.ends_with("/")) rest.remove_suffix(1);
     if (rest.find('/') != std::string_view::npos)
       gw.fail("url", "'" + url + "' must not have a path");
     config.gateway.address = parseHostPort(gw, "url", rest, false);
-    config.gateway.token = gw.string("token", "");
+    config.gateway.token = secret(gw, baseDir);
+    readGatewayTls(config.gateway, gw, https, baseDir);
     config.gateway.heartbeatInterval =
         gw.millis("heartbeat_interval_ms", config.gateway.heartbeatInterval);
     config.gateway.heartbeatTimeout =
@@ -257,7 +307,7 @@ Config parseConfig(std::string_view text, const std::filesystem::path& baseDir) 
     auto admin = top.object("admin");
     const std::string listen = admin.string("listen", "127.0.0.1:8470");
     config.admin.listen = parseHostPort(admin, "listen", listen, true);
-    config.admin.token = admin.string("token", "");
+    config.admin.token = secret(admin, baseDir);
     if (!isLoopback(config.admin.listen.host) && config.admin.token.empty()) {
       admin.fail("token", "is required when admin.listen is not a loopback address");
     }
@@ -327,8 +377,12 @@ std::string describe(const Config& c) {
         {"agents_path", c.zookeeper.agentsPath}}},
       {"accounts", c.accounts},
       {"gateway",
-       {{"url", "http://" + hostPort(c.gateway.address)},
+       {{"url", (c.gateway.tls ? "https://" : "http://") + hostPort(c.gateway.address)},
         {"token", c.gateway.token.empty() ? "" : "(set)"},
+        {"tls", c.gateway.tls ? json{{"ca", c.gateway.tls->ca},
+                                     {"cert", c.gateway.tls->cert},
+                                     {"key", c.gateway.tls->key}}
+                              : json(nullptr)},
         {"heartbeat_interval_ms", c.gateway.heartbeatInterval.count()},
         {"heartbeat_timeout_ms", c.gateway.heartbeatTimeout.count()},
         {"request_timeout_ms", c.gateway.requestTimeout.count()}}},

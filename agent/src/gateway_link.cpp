@@ -16,6 +16,7 @@ http::ClientOptions clientOptions(const Config::Gateway& config, std::chrono::mi
   options.connectTimeout = std::min(timeout, std::chrono::milliseconds(2000));
   options.requestTimeout = timeout;
   options.bearerToken = config.token;
+  options.tls = gatewayClientTls(config);
   options.maxIdleConnections = idle;
   options.asyncThreads = 1;
   return options;

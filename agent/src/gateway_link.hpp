@@ -20,6 +20,12 @@
 
 namespace zkagent::agent::detail {
 
+// TLS for every client that talks to the gateway (operations, heartbeats, lease batches).
+inline std::optional<http::ClientTls> gatewayClientTls(const Config::Gateway& config) {
+  if (!config.tls) return std::nullopt;
+  return http::ClientTls{.ca = config.tls->ca, .cert = config.tls->cert, .key = config.tls->key};
+}
+
 class GatewayLink : public std::enable_shared_from_this<GatewayLink> {
  public:
   using ChangeHandler = std::function<void(bool up)>;

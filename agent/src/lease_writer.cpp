@@ -25,6 +25,7 @@ http::ClientOptions leaseClientOptions(const Config::Gateway& gateway) {
   options.connectTimeout = std::min(gateway.requestTimeout, std::chrono::milliseconds(2000));
   options.requestTimeout = gateway.requestTimeout;
   options.bearerToken = gateway.token;
+  options.tls = gatewayClientTls(gateway);
   options.maxIdleConnections = 1;  // one request at a time: one kept-alive connection
   options.asyncThreads = 1;
   return options;

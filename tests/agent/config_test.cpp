@@ -76,7 +76,7 @@ TEST(AgentConfig, EachBadFieldIsRejectedByName) {
        "accounts[1]"},
       {"missing accounts file", [](json& c) { c["accounts_file"] = "/nonexistent/accounts.txt"; },
        "accounts_file"},
-      {"gateway url https", [](json& c) { c["gateway"]["url"] = "https://gw:1"; }, "gateway.url"},
+      {"gateway url scheme", [](json& c) { c["gateway"]["url"] = "ftp://gw:1"; }, "gateway.url"},
       {"gateway url path", [](json& c) { c["gateway"]["url"] = "http://gw:1/x"; }, "gateway.url"},
       {"heartbeat timeout too short",
        [](json& c) {

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -40,8 +41,16 @@ struct Config {
   std::vector<std::string> accounts;  // from "accounts" and/or "accounts_file", no duplicates
 
   struct Gateway {
-    HostPort address;                // from "url": http://host:port
-    std::string token;               // bearer token for the gateway, empty: none
+    HostPort address;   // from "url": http://host:port or https://host:port
+    std::string token;  // bearer token for the gateway, empty: none
+    // With an https url: the CA the gateway's certificate must chain to, and the agent's own
+    // certificate and key, which name this instance (the gateway refuses any other instance).
+    struct Tls {
+      std::string ca;
+      std::string cert;
+      std::string key;
+    };
+    std::optional<Tls> tls;
     Millis heartbeatInterval{1000};  // 0 disables the heartbeat (the link is then assumed up)
     Millis heartbeatTimeout{3000};   // no answer for this long: link down
     Millis requestTimeout{2000};     // one forwarded operation
@@ -57,11 +66,11 @@ struct Config {
   struct Presence {
     HostPort listen{"127.0.0.1", 8471};  // the WebSocket listener for devices
     std::string advertise;               // deviceEndpoint in member/active; default ws://listen
-    Millis heartbeat{30000};    // the devices' heartbeat, told them in the welcome frame
-    Millis pingTimeout{75000};  // close a device silent this long; 0 disables the check
+    Millis heartbeat{30000};             // the devices' heartbeat, told them in the welcome frame
+    Millis pingTimeout{75000};           // close a device silent this long; 0 disables the check
     Millis checkInterval{5000};
-    Millis renewInterval{60000};  // one lease batch per tick for every connection
-    Millis leaseTtl{150000};      // the gateway's lease TTL (must match it)
+    Millis renewInterval{60000};    // one lease batch per tick for every connection
+    Millis leaseTtl{150000};        // the gateway's lease TTL (must match it)
     size_t maxBatchEntries = 2000;  // entries per POST /v1/presence/leases
   } presence;
 

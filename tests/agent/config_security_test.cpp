@@ -1,0 +1,97 @@
+// The agent's secrets and TLS settings: token files, gateway.tls, and what describe() shows.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "zkagent/agent/config.hpp"
+#include "zktest/test_certs.hpp"
+
+namespace {
+
+using nlohmann::json;
+using zkagent::agent::ConfigError;
+using zkagent::agent::parseConfig;
+
+json baseConfig(json gateway) {
+  return {{"instance_id", "agent-a"},
+          {"zookeeper", {{"hosts", "127.0.0.1:2181"}}},
+          {"accounts", {"acct-1"}},
+          {"gateway", std::move(gateway)}};
+}
+
+json tlsGateway() {
+  const auto& certs = zktest::testCertificates();
+  return {{"url", "https://127.0.0.1:8480"},
+          {"tls",
+           {{"ca", (certs / "ca.pem").string()},
+            {"cert", (certs / "agent-a.pem").string()},
+            {"key", (certs / "agent-a.key").string()}}}};
+}
+
+std::string rejectedField(const json& config, const std::filesystem::path& baseDir = {}) {
+  try {
+    parseConfig(config.dump(), baseDir);
+    return "";
+  } catch (const ConfigError& e) {
+    return e.field();
+  }
+}
+
+TEST(AgentSecurityConfig, AnHttpsGatewayTakesItsTlsFiles) {
+  const auto config = parseConfig(baseConfig(tlsGateway()).dump());
+  ASSERT_TRUE(config.gateway.tls);
+  EXPECT_NE(config.gateway.tls->cert.find("agent-a.pem"), std::string::npos);
+  EXPECT_EQ(config.gateway.address.port, 8480);
+  EXPECT_NE(describe(config).find("https://127.0.0.1:8480"), std::string::npos);
+}
+
+TEST(AgentSecurityConfig, BadTlsSettingsAreRejectedNamingTheField) {
+  auto noTls = tlsGateway();
+  noTls.erase("tls");
+  EXPECT_EQ(rejectedField(baseConfig(noTls)), "gateway.tls");
+  auto plainWithTls = tlsGateway();
+  plainWithTls["url"] = "http://127.0.0.1:8480";
+  EXPECT_EQ(rejectedField(baseConfig(plainWithTls)), "gateway.tls");
+  auto noCa = tlsGateway();
+  noCa["tls"].erase("ca");
+  EXPECT_EQ(rejectedField(baseConfig(noCa)), "gateway.tls.ca");
+  auto keyless = tlsGateway();
+  keyless["tls"].erase("key");
+  EXPECT_EQ(rejectedField(baseConfig(keyless)), "gateway.tls.key");
+  auto missing = tlsGateway();
+  missing["tls"]["cert"] = "/nonexistent/agent.pem";
+  EXPECT_EQ(rejectedField(baseConfig(missing)), "gateway.tls.cert");
+  auto typo = tlsGateway();
+  typo["tls"]["certificate"] = "x";
+  EXPECT_EQ(rejectedField(baseConfig(typo)), "gateway.tls.certificate");
+  EXPECT_EQ(rejectedField(baseConfig({{"url", "ftp://127.0.0.1:8480"}})), "gateway.url");
+}
+
+TEST(AgentSecurityConfig, TokensComeFromFilesAndAreNeverShown) {
+  const auto dir = std::filesystem::temp_directory_path() / "zkagent-token-test";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "admin.token") << "admin-s3cret\n";
+  std::ofstream(dir / "gateway.token") << "gateway-s3cret";
+  std::ofstream(dir / "empty.token") << "\n";
+  auto config = baseConfig({{"url", "http://127.0.0.1:8480"}, {"token_file", "gateway.token"}});
+  config["admin"] = {{"listen", "0.0.0.0:8470"}, {"token_file", "admin.token"}};
+  const auto parsed = parseConfig(config.dump(), dir);  // relative to the config's directory
+  EXPECT_EQ(parsed.admin.token, "admin-s3cret");
+  EXPECT_EQ(parsed.gateway.token, "gateway-s3cret");
+  const auto shown = describe(parsed);
+  EXPECT_EQ(shown.find("s3cret"), std::string::npos) << shown;
+
+  auto both = config;
+  both["admin"]["token"] = "inline";
+  EXPECT_EQ(rejectedField(both, dir), "admin.token_file");
+  auto empty = config;
+  empty["admin"]["token_file"] = (dir / "empty.token").string();
+  EXPECT_EQ(rejectedField(empty, dir), "admin.token_file");
+  auto absent = config;
+  absent["admin"]["token_file"] = "/nonexistent/token";
+  EXPECT_EQ(rejectedField(absent, dir), "admin.token_file");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace

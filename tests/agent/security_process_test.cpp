@@ -1,0 +1,156 @@
+// zk-agent and fencing-gateway processes over TLS with client certificates, and the agent's
+// operator token: real ZooKeeper, real processes, certificates from scripts/make-test-certs.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "agent_fixtures.hpp"
+#include "zkagent/http.hpp"
+#include "zktest/child_process.hpp"
+#include "zktest/deadline.hpp"
+#include "zktest/test_certs.hpp"
+#include "zktest/zookeeper_server.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using zktest::ChildProcess;
+
+std::string certFile(const std::string& name) {
+  return (zktest::testCertificates() / name).string();
+}
+
+constexpr std::string_view kAdminToken = "admin-token-7f3a";
+
+class SecureCluster : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    zk_ = &zktest::sharedZooKeeper();
+    root_ = zktest::uniqueTestRoot();
+    dir_ = std::filesystem::temp_directory_path() /
+           ("zk-agent-security-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
+    std::filesystem::create_directories(dir_ / "gateway");
+    std::ofstream(dir_ / "admin.token") << kAdminToken << "\n";
+    gateway_ = std::make_unique<ChildProcess>(
+        zktest::binaryPath("fencing-gateway").string(),
+        std::vector<std::string>{"--listen", "127.0.0.1:0", "--data-dir",
+                                 (dir_ / "gateway").string(), "--zk", zk_->connectString(),
+                                 "--root", root_ + "/accounts", "--tls-cert",
+                                 certFile("gateway.pem"), "--tls-key", certFile("gateway.key"),
+                                 "--tls-client-ca", certFile("ca.pem")},
+        dir_ / "gateway.log");
+    const auto port = zkagent_test::awaitListeningPort(dir_ / "gateway.log", 30s);
+    ASSERT_TRUE(port) << gateway_->transcript();
+    gatewayPort_ = *port;
+  }
+  void TearDown() override {
+    agents_.clear();
+    gateway_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  // An agent `id` leading `account`, presenting `certificate`'s certificate to the gateway.
+  zkagent::http::Client& startAgent(const std::string& id, const std::string& certificate,
+                                    const std::string& account) {
+    json config = {{"instance_id", id},
+                   {"zookeeper",
+                    {{"hosts", zk_->connectString()},
+                     {"session_timeout_ms", 1500},
+                     {"root", root_ + "/accounts"},
+                     {"agents_path", root_ + "/agents"}}},
+                   {"accounts", {account}},
+                   {"gateway",
+                    {{"url", "https://localhost:" + std::to_string(gatewayPort_)},
+                     {"tls",
+                      {{"ca", certFile("ca.pem")},
+                       {"cert", certFile(certificate + ".pem")},
+                       {"key", certFile(certificate + ".key")}}},
+                     {"heartbeat_interval_ms", 200},
+                     {"heartbeat_timeout_ms", 700}}},
+                   {"admin", {{"listen", "127.0.0.1:0"}, {"token_file", "admin.token"}}},
+                   {"presence", {{"listen", "127.0.0.1:0"}}},
+                   {"shutdown_timeout_ms", 3000}};
+    const auto path = dir_ / (id + ".json");
+    std::ofstream(path) << config.dump(2);
+    auto process = std::make_unique<ChildProcess>(zktest::binaryPath("zk-agent").string(),
+                                                  std::vector<std::string>{"--config", path});
+    const auto port = zkagent_test::portOf(process->waitForLine("LISTENING ", 20s));
+    processes_.push_back(std::move(process));
+    ports_.push_back(port);
+    agents_.push_back(std::make_unique<zkagent::http::Client>(zkagent::http::ClientOptions{
+        .port = port, .requestTimeout = 3000ms, .bearerToken = std::string(kAdminToken)}));
+    auto& admin = *agents_.back();
+    EXPECT_TRUE(zktest::eventually(
+        [&] {
+          auto status = json::parse(admin.get("/v1/status").body, nullptr, false);
+          if (!status.is_object()) return false;
+          for (const auto& a : status.value("accounts", json::array())) {
+            if (a["account"] == account && a["role"] == "LEADER") return true;
+          }
+          return false;
+        },
+        20s))
+        << id << " never led " << account << "\n"
+        << processes_.back()->transcript();
+    return admin;
+  }
+
+  static zkagent::http::ClientResponse op(zkagent::http::Client& agent, const std::string& account,
+                                          const std::string& opId) {
+    return agent.post("/v1/accounts/" + account + "/ops",
+                      json{{"opId", opId}, {"payload", {{"text", "hi"}}}}.dump());
+  }
+
+  zktest::ZooKeeperServer* zk_ = nullptr;
+  std::string root_;
+  std::filesystem::path dir_;
+  std::unique_ptr<ChildProcess> gateway_;
+  uint16_t gatewayPort_ = 0;
+  std::vector<std::unique_ptr<ChildProcess>> processes_;
+  std::vector<uint16_t> ports_;  // each agent's admin port
+  std::vector<std::unique_ptr<zkagent::http::Client>> agents_;
+  static inline int counter_ = 0;
+};
+
+TEST_F(SecureCluster, AnAgentWithItsOwnCertificateHasItsOperationsAccepted) {
+  auto& agent = startAgent("agent-a", "agent-a", "acct-a");
+  ASSERT_TRUE(zktest::eventually([&] { return op(agent, "acct-a", "warm-up").status == 200; }, 10s))
+      << op(agent, "acct-a", "warm-up").body << "\n"
+      << processes_.back()->transcript();
+}
+
+TEST_F(SecureCluster, AnAgentPresentingAnotherInstancesCertificateIsRefusedByTheGateway) {
+  // Instance agent-b leads acct-b in ZooKeeper but holds agent-a's certificate.
+  auto& impostor = startAgent("agent-b", "agent-a", "acct-b");
+  auto refused = op(impostor, "acct-b", "b-1");
+  EXPECT_EQ(refused.status, 403) << refused.body;
+  EXPECT_NE(refused.body.find("not the instance of this client certificate"), std::string::npos)
+      << refused.body;
+}
+
+TEST_F(SecureCluster, OperatorEndpointsNeedTheAdminTokenWhichIsNeverShown) {
+  auto& agent = startAgent("agent-a", "agent-a", "acct-a");
+  for (std::string token : {"", "wrong-token"}) {
+    zkagent::http::Client stranger(
+        zkagent::http::ClientOptions{.port = ports_.back(), .bearerToken = token});
+    EXPECT_EQ(stranger.post("/v1/drain", "").status, 401) << "token '" << token << "'";
+    EXPECT_EQ(stranger.post("/v1/accounts/acct-a/resign", "").status, 401);
+    EXPECT_EQ(stranger.get("/v1/status").status, 401);
+    EXPECT_EQ(stranger.get("/healthz").status, 200);  // probes stay public
+  }
+  auto status = agent.get("/v1/status");
+  ASSERT_EQ(status.status, 200);
+  EXPECT_EQ(status.body.find(kAdminToken), std::string::npos);
+  EXPECT_EQ(agent.get("/metrics").body.find(kAdminToken), std::string::npos);
+  EXPECT_EQ(processes_.back()->stderrText().find(kAdminToken), std::string::npos);
+  // Nothing the strangers sent was acted on: not drained, still leading.
+  const auto body = json::parse(status.body);
+  EXPECT_EQ(body.value("lifecycle", ""), "active") << status.body;
+  EXPECT_EQ(body["accounts"][0]["role"], "LEADER") << status.body;
+}
+
+}  // namespace
