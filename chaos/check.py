@@ -378,8 +378,9 @@ def compute_figures(history, log_ops, notes, unverifiable, bound):
     combos = sum(1 for e in history["events"] if len(e["faults"]) > 1)
     reelect = [(e["reelect_ms"], e["index"], e["kinds"]) for e in history["events"]
                if e.get("reelect_ms") is not None]
+    # The last event's re-election is check 5's: the final probes measure it.
     unsettled = [(e["index"], e["kinds"], e.get("unsettled", [])) for e in history["events"]
-                 if e.get("reelect_ms") is None]
+                 if e.get("reelect_ms") is None and not e.get("last")]
     final = history.get("final", {}).get("accounts", {})
     stale = [f for e in history["events"] for f in e["faults"] if f["kind"] == "stale_delivery"]
     return {

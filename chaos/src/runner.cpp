@@ -362,7 +362,10 @@ void Run::startAgent(int i) {
   std::lock_guard lock(*agentMu_[i]);
   const std::string& id = agentIds_[i];
   std::string hosts;
-  for (const auto& proxy : zkProxies_[i]) hosts += (hosts.empty() ? "" : ",") + proxy->connectString();
+  for (const auto& proxy : zkProxies_[i]) {
+    if (!hosts.empty()) hosts += ',';
+    hosts += proxy->connectString();
+  }
   json config{
       {"instance_id", id},
       {"zookeeper",
@@ -804,6 +807,20 @@ int Run::runSchedule() {
       heal = std::max(heal, faults.back()["heal_ms"].get<std::int64_t>());
     }
     lastHeal = heal;
+    std::string kinds;
+    for (const auto& f : faults) {
+      if (!kinds.empty()) kinds += '+';
+      kinds += f["kind"].get<std::string>();
+    }
+    if (event.index == schedule.back().index) {
+      // The last heal: the final probes below measure from it, at once (check 5).
+      events.push_back({{"index", event.index}, {"kinds", kinds}, {"start_ms", started},
+                        {"heal_ms", heal}, {"faults", faults}, {"settled_ms", nullptr},
+                        {"unsettled", json::array()}, {"reelect_ms", nullptr}, {"last", true}});
+      note("event " + std::to_string(event.index) + " " + kinds + ": healed after " +
+           std::to_string(heal - started) + " ms (the last)");
+      break;
+    }
     // Settling: every account led again (the re-election time after this heal).
     const auto deadline = SteadyClock::now() + milliseconds(o_.sessionTimeoutMs + kSettleMarginMs);
     std::optional<std::int64_t> settledAt;
@@ -815,8 +832,6 @@ int Run::runSchedule() {
       std::this_thread::sleep_for(50ms);
     }
     json unsettled = settledAt ? json::array() : unsettledAccounts(heal);
-    std::string kinds;
-    for (const auto& f : faults) kinds += (kinds.empty() ? "" : "+") + f["kind"].get<std::string>();
     events.push_back({{"index", event.index}, {"kinds", kinds}, {"start_ms", started},
                       {"heal_ms", heal}, {"faults", faults},
                       {"settled_ms", settledAt ? json(*settledAt) : json(nullptr)},
@@ -830,9 +845,8 @@ int Run::runSchedule() {
   }
 
   // After the last heal: every account led again, and an operation through its leader succeeds.
+  // The workers stop after their current operation (joined later, not to delay the probes).
   stopLoad_ = true;
-  for (auto& t : workers_) t.join();
-  workers_.clear();
   std::vector<std::unique_ptr<zkagent::http::Client>> probeClients;
   for (int i = 0; i < o_.agents; ++i) {
     zkagent::http::ClientOptions options;
