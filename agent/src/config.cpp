@@ -208,6 +208,11 @@ void readPresence(Config& config, FieldReader& top) {
   p.checkInterval = presence.millis("check_interval_ms", p.checkInterval);
   p.renewInterval = presence.millis("renew_interval_ms", p.renewInterval);
   p.leaseTtl = presence.millis("lease_ttl_ms", p.leaseTtl);
+  if (const json* jitter = presence.find("renew_jitter")) {
+    if (!jitter->is_number() || jitter->get<double>() < 0 || jitter->get<double>() >= 1)
+      presence.fail("renew_jitter", "must be a number in [0, 1)");
+    p.renewJitter = jitter->get<double>();
+  }
   if (const json* entries = presence.find("max_batch_entries")) {
     if (!entries->is_number_integer() || entries->get<int64_t>() < 1 ||
         entries->get<int64_t>() > 100000)
@@ -239,6 +244,7 @@ presence::Params presenceParams(const Config::Presence& config) {
   params.pingTimeout = config.pingTimeout;
   params.checkInterval = config.checkInterval;
   params.renewInterval = config.renewInterval;
+  params.renewJitter = config.renewJitter;
   params.leaseTtl = config.leaseTtl;
   return params;
 }
@@ -397,6 +403,7 @@ std::string describe(const Config& c) {
         {"ping_timeout_ms", c.presence.pingTimeout.count()},
         {"check_interval_ms", c.presence.checkInterval.count()},
         {"renew_interval_ms", c.presence.renewInterval.count()},
+        {"renew_jitter", c.presence.renewJitter},
         {"lease_ttl_ms", c.presence.leaseTtl.count()},
         {"max_batch_entries", c.presence.maxBatchEntries}}},
       {"health", {{"interval_ms", c.health.interval.count()}, {"ttl_ms", c.health.ttl.count()}}},

@@ -166,6 +166,7 @@ TEST(AgentPresenceConfig, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(p.pingTimeout.count(), 75000);
   EXPECT_EQ(p.checkInterval.count(), 5000);
   EXPECT_EQ(p.renewInterval.count(), 60000);
+  EXPECT_DOUBLE_EQ(p.renewJitter, 0.1);
   EXPECT_EQ(p.leaseTtl.count(), 150000);
   EXPECT_EQ(p.maxBatchEntries, 2000u);
 }
@@ -184,6 +185,9 @@ TEST(AgentPresenceConfig, TimingRulesOfTheModelAreReportedWithTheConfigFieldName
        "2 x renew_interval_ms"},
       {{{"renew_interval_ms", 0}}, "presence.renew_interval_ms", "renew_interval_ms must be > 0"},
       {{{"check_interval_ms", 0}}, "presence.check_interval_ms", "check_interval_ms"},
+      {{{"renew_jitter", 1}}, "presence.renew_jitter", "[0, 1)"},
+      {{{"renew_jitter", -0.1}}, "presence.renew_jitter", "[0, 1)"},
+      {{{"renew_jitter", "0.1"}}, "presence.renew_jitter", "[0, 1)"},
       {{{"max_batch_entries", 0}}, "presence.max_batch_entries", "between 1 and"},
       {{{"listen", "nowhere"}}, "presence.listen", "host:port"},
       {{{"advertise", "http://x:1"}}, "presence.advertise", "ws://"},
@@ -210,6 +214,15 @@ TEST(AgentPresenceConfig, ZeroTurnsTheAgentsCheckOffAndBothZeroIsValid) {
   EXPECT_EQ(parseConfig(config.dump()).presence.pingTimeout.count(), 0);
   config["presence"] = {{"heartbeat_ms", 0}, {"ping_timeout_ms", 0}};
   EXPECT_EQ(parseConfig(config.dump()).presence.heartbeat.count(), 0);
+}
+
+TEST(AgentPresenceConfig, RenewJitterZeroAndFractionsAreAccepted) {
+  auto config = validConfig();
+  config["presence"] = {{"renew_jitter", 0}};
+  const auto parsed = parseConfig(config.dump());
+  EXPECT_EQ(parsed.presence.renewJitter, 0.0);
+  config["presence"] = {{"renew_jitter", 0.25}};
+  EXPECT_DOUBLE_EQ(parseConfig(config.dump()).presence.renewJitter, 0.25);
 }
 
 TEST(AgentPresenceConfig, DeviceListenerMustDifferFromTheAdminListener) {

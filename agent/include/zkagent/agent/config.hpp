@@ -70,6 +70,7 @@ struct Config {
     Millis pingTimeout{75000};           // close a device silent this long; 0 disables the check
     Millis checkInterval{5000};
     Millis renewInterval{60000};    // one lease batch per tick for every connection
+    double renewJitter = 0.1;       // each tick x U[1 - j, 1 + j]; 0: exact ticks, no spread
     Millis leaseTtl{150000};        // the gateway's lease TTL (must match it)
     size_t maxBatchEntries = 2000;  // entries per POST /v1/presence/leases
   } presence;
