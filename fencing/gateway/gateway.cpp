@@ -151,7 +151,12 @@ http::Router Gateway::router() {
     router.add(http::Method::Get, "/v1/presence/{account}",
                [this](const http::Request& request) { return presenceOf(request); });
     router.add(http::Method::Put, "/v1/presence/privacy/{account}",
-               [this](const http::Request& request) { return presencePrivacy(request); });
+               [this](const http::Request& request) {
+                 if (auto refused = refuseWithoutOperatorToken(config_, "privacy rules")) {
+                   return *refused;
+                 }
+                 return presencePrivacy(request);
+               });
     router.add(http::Method::Get, "/v1/presence/privacy/{account}",
                [this](const http::Request& request) { return presencePrivacy(request); });
   }

@@ -4,11 +4,11 @@
 
 #include <gtest/gtest.h>
 
-#include <boost/asio/io_context.hpp>
 #include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
 #include <fstream>
-#include <thread>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "gateway.hpp"
 #include "presence_store.hpp"
@@ -107,6 +107,31 @@ TEST_F(GatewayIdentity, AnAgentsCertificateCannotWriteLeasesForAnotherInstance) 
 TEST_F(GatewayIdentity, WithoutClientCertificatesNoInstanceIsChecked) {
   start(false);
   EXPECT_EQ(post("/v1/ops", op("agent-b", "op-1"), {}).status, 200);
+}
+
+TEST_F(GatewayIdentity, PrivacyRulesCannotBeChangedWithoutAnOperatorToken) {
+  start(false);
+  http::Request request;
+  request.method = http::Method::Put;
+  request.path = request.target = "/v1/presence/privacy/acc";
+  request.body = "{}";
+  auto refused = router_->handle(request);
+  EXPECT_EQ(refused.status, 403) << refused.body;
+  EXPECT_NE(refused.body.find("operator token"), std::string::npos);
+}
+
+TEST_F(GatewayIdentity, PrivacyRulesNeedTheRightOperatorToken) {
+  config_.bearerToken = "operator-secret";
+  start(false);
+  http::Request request;
+  request.method = http::Method::Put;
+  request.path = request.target = "/v1/presence/privacy/acc";
+  request.body = "{}";
+  EXPECT_EQ(router_->handle(request).status, 401);
+  request.headers.emplace_back("authorization", "Bearer operator-secreT");
+  EXPECT_EQ(router_->handle(request).status, 401);
+  request.headers.back().second = "Bearer operator-secret";
+  EXPECT_NE(router_->handle(request).status, 401);
 }
 
 TEST(GatewayIdentityParsing, TopLevelInstanceIdsAreFoundWhereverTheyStand) {

@@ -1,6 +1,8 @@
 // The subscriber side of the gateway without sockets: privacy bodies, subscribe queries and
 // subscriber messages are refused naming the field; privacy rules are durable, survive a restart
 // and reach live subscriptions at once; versions carry a restart counter that only grows.
+#include "presence_privacy.hpp"
+
 #include <gtest/gtest.h>
 
 #include <boost/asio/executor_work_guard.hpp>
@@ -9,10 +11,10 @@
 #include <fstream>
 #include <future>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "gateway.hpp"
-#include "presence_privacy.hpp"
 #include "presence_store.hpp"
 #include "presence_subscribers.hpp"
 #include "temp_dir.hpp"
@@ -59,9 +61,7 @@ TEST(PresencePrivacyBody, EachMistakeIsRefusedNamingTheField) {
 }
 
 TEST(PresenceSubscribeQuery, EachMistakeIsRefusedNamingTheParameter) {
-  auto query = [](std::string_view q) {
-    return refusal([&] { gateway::parseSubscribeQuery(q); });
-  };
+  auto query = [](std::string_view q) { return refusal([&] { gateway::parseSubscribeQuery(q); }); };
   EXPECT_EQ(query("targets=a"), "viewer: missing");
   EXPECT_EQ(query("viewer=bob").rfind("targets: missing", 0), 0u);
   EXPECT_EQ(query("viewer=b%20b&targets=a"),
@@ -84,8 +84,7 @@ TEST(PresenceSubscriberCommand, EachMistakeIsRefusedNamingTheField) {
   };
   EXPECT_EQ(command("add alice"), "message: not valid JSON");
   EXPECT_EQ(command(R"({"targets":["a"]})"), "type: missing");
-  EXPECT_EQ(command(R"({"type":"replace","targets":["a"]})"),
-            R"(type: must be "add" or "remove")");
+  EXPECT_EQ(command(R"({"type":"replace","targets":["a"]})"), R"(type: must be "add" or "remove")");
   EXPECT_EQ(command(R"({"type":"add"})"), "targets: missing");
   EXPECT_EQ(command(R"({"type":"add","targets":["a",7]})"),
             "targets[1]: must match [A-Za-z0-9_.-]{1,128}, not . or ..");
@@ -98,10 +97,12 @@ TEST(PresenceSubscriberCommand, EachMistakeIsRefusedNamingTheField) {
 // A gateway's presence store and router on a data dir that outlives restarts.
 class GatewayInstance {
  public:
-  GatewayInstance(const std::filesystem::path& dir, std::string token = {}) {
+  // Privacy rules are an operator action: they need a token configured.
+  GatewayInstance(const std::filesystem::path& dir, std::string token = "operator-token") {
     config_.dataDir = dir;
     config_.bearerToken = std::move(token);
-    validator_ = std::make_unique<fencing::TokenValidator>(fencing::ValidatorOptions{.dataDir = dir});
+    validator_ =
+        std::make_unique<fencing::TokenValidator>(fencing::ValidatorOptions{.dataDir = dir});
     presence_ = std::make_unique<gateway::PresenceStore>(io_, config_, registry_);
     gateway_ = std::make_unique<gateway::Gateway>(config_, *validator_, nullptr, registry_,
                                                   presence_.get());
@@ -114,13 +115,15 @@ class GatewayInstance {
     thread_.join();
   }
 
+  // Sends the instance's own token unless given another ("" sends none).
   http::Response call(http::Method method, const std::string& path, std::string body = {},
-                      std::string token = {}) {
+                      std::optional<std::string> token = std::nullopt) {
     http::Request request;
     request.method = method;
     request.path = request.target = path;
     request.body = std::move(body);
-    if (!token.empty()) request.headers.emplace_back("authorization", "Bearer " + token);
+    const std::string bearer = token.value_or(config_.bearerToken);
+    if (!bearer.empty()) request.headers.emplace_back("authorization", "Bearer " + bearer);
     return router_->handle(std::move(request));
   }
   gateway::PresenceStore& presence() { return *presence_; }
@@ -148,8 +151,9 @@ TEST(PresencePrivacyApi, RulesAreReadBackAndSurviveARestart) {
                     {"contacts", json::array()},
                     {"blocked", json::array()}}))
         << "no rules: the defaults, under which nobody may see alice";
-    auto put = gw.call(http::Method::Put, "/v1/presence/privacy/alice",
-                       R"({"granularity":"coarse","contacts":["bob","carol"],"blocked":["carol"]})");
+    auto put =
+        gw.call(http::Method::Put, "/v1/presence/privacy/alice",
+                R"({"granularity":"coarse","contacts":["bob","carol"],"blocked":["carol"]})");
     ASSERT_EQ(put.status, 200) << put.body;
   }
   GatewayInstance restarted(dir.path());
@@ -181,7 +185,7 @@ TEST(PresencePrivacyApi, ChangingRulesNeedsTheOperatorTokenWhenTheGatewayHasOne)
   fencing::testing::TempDir dir;
   GatewayInstance gw(dir.path(), "s3cret");
   const std::string body = R"({"granularity":"exact","contacts":["bob"]})";
-  EXPECT_EQ(gw.call(http::Method::Put, "/v1/presence/privacy/alice", body).status, 401);
+  EXPECT_EQ(gw.call(http::Method::Put, "/v1/presence/privacy/alice", body, "").status, 401);
   EXPECT_EQ(gw.call(http::Method::Put, "/v1/presence/privacy/alice", body, "wrong").status, 401);
   EXPECT_EQ(gw.call(http::Method::Put, "/v1/presence/privacy/alice", body, "s3cret").status, 200);
 }
@@ -197,11 +201,11 @@ TEST(PresencePrivacyApi, ARuleChangeReachesALiveSubscriptionBeforeThePutReturns)
   std::vector<presence::ChangeEvent> events;
   std::promise<size_t> snapshot;
   gw.presence().post([&](presence::PresenceService& service) {
-    auto subscribed = service.subscriptions().subscribe(
-        "bob", {"alice"}, [&](const presence::ChangeEvent& event) {
-          std::lock_guard lock(mutex);
-          events.push_back(event);
-        });
+    auto subscribed = service.subscriptions().subscribe("bob", {"alice"},
+                                                        [&](const presence::ChangeEvent& event) {
+                                                          std::lock_guard lock(mutex);
+                                                          events.push_back(event);
+                                                        });
     snapshot.set_value(subscribed.snapshot.size());
   });
   ASSERT_EQ(snapshot.get_future().get(), 1u);

@@ -4,6 +4,8 @@
 // experiment can scale the defaults by one factor.
 #pragma once
 
+#include <unistd.h>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <filesystem>
@@ -13,7 +15,6 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "zkagent/http.hpp"
@@ -64,6 +65,8 @@ inline WatchLine parseWatchLine(const std::string& line) {
   return parsed;
 }
 
+inline constexpr const char* kGatewayToken = "presence-test-token";
+
 class Cluster {
  public:
   // An empty `zkConnect` runs the gateway without ZooKeeper (for lease writes made by hand).
@@ -92,25 +95,30 @@ class Cluster {
   ChildProcess& gatewayProcess() { return *gateway_; }
 
   void startGateway() {
-    std::vector<std::string> args{"--listen", "127.0.0.1:" + std::to_string(gatewayPort_),
-                                  "--subscribe-listen",
-                                  "127.0.0.1:" + std::to_string(subscribePort_), "--data-dir",
-                                  (dir_ / "gateway").string(), "--lease-ttl-ms",
-                                  std::to_string(timing_.leaseTtlMs), "--lease-sweep-ms",
-                                  std::to_string(timing_.sweepMs), "--debounce-ms",
-                                  std::to_string(timing_.debounceMs), "--coalesce-ms",
-                                  std::to_string(timing_.coalesceMs)};
+    std::vector<std::string> args{
+        "--listen",           "127.0.0.1:" + std::to_string(gatewayPort_),
+        "--subscribe-listen", "127.0.0.1:" + std::to_string(subscribePort_),
+        "--data-dir",         (dir_ / "gateway").string(),
+        "--lease-ttl-ms",     std::to_string(timing_.leaseTtlMs),
+        "--lease-sweep-ms",   std::to_string(timing_.sweepMs),
+        "--debounce-ms",      std::to_string(timing_.debounceMs),
+        "--coalesce-ms",      std::to_string(timing_.coalesceMs)};
     if (!zk_.empty()) {  // without ZooKeeper the gateway fences lease writes by HWM only
       args.insert(args.end(), {"--zk", zk_, "--root", root_ + "/accounts"});
     }
     args.insert(args.end(), gatewayExtra_.begin(), gatewayExtra_.end());
-    gateway_ = std::make_unique<ChildProcess>(binaryPath("fencing-gateway").string(), args,
-                                              dir_ / ("gateway-" + std::to_string(starts_++) + ".log"));
+    // Privacy rules are an operator action: the gateway needs a token, which every client sends.
+    std::ofstream(dir_ / "gateway.token") << kGatewayToken;
+    args.insert(args.end(), {"--token-file", (dir_ / "gateway.token").string()});
+    gateway_ =
+        std::make_unique<ChildProcess>(binaryPath("fencing-gateway").string(), args,
+                                       dir_ / ("gateway-" + std::to_string(starts_++) + ".log"));
     waitForPort(gatewayPort_);
     waitForPort(subscribePort_);
     zkagent::http::ClientOptions options;
     options.port = gatewayPort_;
     options.requestTimeout = milliseconds(3000);
+    options.bearerToken = kGatewayToken;
     client_ = std::make_unique<zkagent::http::Client>(options);
   }
   void stopGateway() {
@@ -155,6 +163,7 @@ class Cluster {
                 {"accounts", accounts},
                 {"gateway",
                  {{"url", "http://127.0.0.1:" + std::to_string(gatewayPort_)},
+                  {"token", kGatewayToken},
                   {"heartbeat_interval_ms", 200},
                   {"heartbeat_timeout_ms", 700},
                   {"request_timeout_ms", 1000}}},
@@ -197,8 +206,8 @@ class Cluster {
   // SNAPSHOT lines.
   ChildProcess& startWatch(const std::string& viewer, const std::string& targets,
                            std::vector<std::string> extra = {}) {
-    std::vector<std::string> args{"--gateway", subscribeUrl(), "--viewer", viewer, "--targets",
-                                  targets};
+    std::vector<std::string> args{"--token",  kGatewayToken, "--gateway", subscribeUrl(),
+                                  "--viewer", viewer,        "--targets", targets};
     args.insert(args.end(), extra.begin(), extra.end());
     watches_.push_back(
         std::make_unique<ChildProcess>(binaryPath("zk-presence-watch").string(), args));

@@ -231,6 +231,7 @@ TEST_F(PresenceSubscriberTest, BadSubscribeRequestsAndMessagesAreRefusedAndChang
   Cluster::waitSnapshot(refused, 10s);
   zkagent::http::ClientOptions options;
   options.port = static_cast<uint16_t>(std::stoi(cluster_->subscribeUrl().substr(15)));
+  options.bearerToken = zktest::presence::kGatewayToken;
   zkagent::http::Client raw(options);
   auto noTargets = raw.get("/v1/presence/subscribe?viewer=bob");
   EXPECT_EQ(noTargets.status, 400);
