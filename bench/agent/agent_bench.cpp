@@ -8,8 +8,12 @@
 //   memory     agent RSS with 10 and with M accounts, and the difference per account.
 //
 // usage: agent_bench [--accounts-failover N] [--accounts-memory M] [--seconds S] [--clients C]
+//                    [--ops-only 1] [--rounds R]
+// The ops phase alternates agent and direct runs (R rounds each) so both see the same machine
+// load; it reports the best and the median ratio, and p50/p99 latency per path.
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -42,7 +46,22 @@ struct Options {
   int seconds = 5;
   int clients = 8;
   int sessionTimeoutMs = 2000;
+  bool opsOnly = false;
+  int rounds = 3;
 };
+
+struct Load {
+  double perSecond = 0;
+  double p50Ms = 0, p99Ms = 0;
+  long refused = 0;
+};
+
+double percentile(std::vector<double>& v, double q) {
+  if (v.empty()) return 0;
+  const auto at = static_cast<size_t>(q * static_cast<double>(v.size() - 1));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(at), v.end());
+  return v[at];
+}
 
 std::unique_ptr<zkagent::http::Client> clientFor(uint16_t port,
                                                  std::chrono::milliseconds timeout = 10000ms) {
@@ -141,17 +160,22 @@ class Bench {
     return std::chrono::duration<double>(Clock::now() - from).count();
   }
 
-  // Closed-loop load: `clients` threads, each with its own keep-alive connection.
-  double opsPerSecond(uint16_t port, const std::function<std::string(int, long)>& target,
-                      const std::function<std::string(int, long)>& body, long* refused) {
+  // Closed-loop load: `clients` threads, each with its own keep-alive connection; the latency of
+  // every answered request.
+  Load opsPerSecond(uint16_t port, const std::function<std::string(int, long)>& target,
+                    const std::function<std::string(int, long)>& body) {
     std::atomic<long> ok{0}, bad{0};
     std::atomic<bool> stop{false};
     std::vector<std::thread> threads;
+    std::vector<std::vector<double>> latencies(static_cast<size_t>(options_.clients));
     for (int c = 0; c < options_.clients; ++c) {
       threads.emplace_back([&, c] {
         auto client = clientFor(port);
+        auto& mine = latencies[static_cast<size_t>(c)];
         for (long i = 0; !stop; ++i) {
+          const auto sent = Clock::now();
           auto r = client->post(target(c, i), body(c, i));
+          mine.push_back(std::chrono::duration<double, std::milli>(Clock::now() - sent).count());
           (r.status == 200 ? ok : bad)++;
         }
       });
@@ -160,8 +184,19 @@ class Bench {
     std::this_thread::sleep_for(std::chrono::seconds(options_.seconds));
     stop = true;
     for (auto& t : threads) t.join();
-    *refused = bad;
-    return static_cast<double>(ok) / std::chrono::duration<double>(Clock::now() - started).count();
+    std::vector<double> all;
+    for (auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
+    Load load;
+    load.refused = bad;
+    load.perSecond =
+        static_cast<double>(ok) / std::chrono::duration<double>(Clock::now() - started).count();
+    load.p50Ms = percentile(all, 0.50);
+    load.p99Ms = percentile(all, 0.99);
+    return load;
+  }
+
+  static json toJson(const Load& l) {
+    return {{"per_s", l.perSecond}, {"p50_ms", l.p50Ms}, {"p99_ms", l.p99Ms}, {"refused", l.refused}};
   }
 
   json run() {
@@ -171,40 +206,60 @@ class Bench {
       const auto accounts = accountNames(static_cast<size_t>(options_.clients));
       auto& agent = startAgent("ops-agent", accounts);
       awaitLeading(agent, accounts.size(), Clock::now());
-      long refusedViaAgent = 0, refusedDirect = 0;
-      const double viaAgent = opsPerSecond(
-          agent.port,
-          [&](int c, long) { return "/v1/accounts/" + accounts[static_cast<size_t>(c)] + "/ops"; },
-          [](int c, long i) {
-            return json{{"opId", opId('a', c, i)}, {"payload", "x"}}.dump();
-          },
-          &refusedViaAgent);
       // The peer: the same operations straight to the gateway with the leader's token.
       auto status = json::parse(agent.client->get("/v1/status").body);
       std::map<std::string, json> tokens;
       for (const auto& a : status["accounts"]) tokens[a["account"]] = a;
       const std::string sessionId = status["session"]["id"];
-      const double direct = opsPerSecond(
-          gatewayPort_, [](int, long) { return std::string("/v1/ops"); },
-          [&](int c, long i) {
-            const auto& a = tokens[accounts[static_cast<size_t>(c)]];
-            return json{
-                {"account", a["account"]},   {"token", a["token"]},
-                {"instanceId", "ops-agent"}, {"sessionId", std::stoll(sessionId, nullptr, 16)},
-                {"opId", opId('d', c, i)},   {"payload", "x"}}
-                .dump();
-          },
-          &refusedDirect);
+      auto viaAgent = [&] {
+        return opsPerSecond(
+            agent.port,
+            [&](int c, long) {
+              return "/v1/accounts/" + accounts[static_cast<size_t>(c)] + "/ops";
+            },
+            [](int c, long i) {
+              return json{{"opId", opId('a', c, i)}, {"payload", "x"}}.dump();
+            });
+      };
+      auto direct = [&] {
+        return opsPerSecond(
+            gatewayPort_, [](int, long) { return std::string("/v1/ops"); },
+            [&](int c, long i) {
+              const auto& a = tokens[accounts[static_cast<size_t>(c)]];
+              return json{{"account", a["account"]},
+                          {"token", a["token"]},
+                          {"instanceId", "ops-agent"},
+                          {"sessionId", std::stoll(sessionId, nullptr, 16)},
+                          {"opId", opId('d', c, i)},
+                          {"payload", "x"}}
+                  .dump();
+            });
+      };
+      json rounds = json::array();
+      std::vector<double> ratios;
+      for (int r = 0; r < options_.rounds; ++r) {
+        const Load a = viaAgent();
+        const Load d = direct();
+        ratios.push_back(d.perSecond > 0 ? a.perSecond / d.perSecond : 0.0);
+        rounds.push_back({{"via_agent", toJson(a)},
+                          {"direct_to_gateway", toJson(d)},
+                          {"ratio_agent_over_direct", ratios.back()},
+                          {"added_p99_ms", a.p99Ms - d.p99Ms}});
+        std::cerr << "ops round " << r + 1 << ": agent " << a.perSecond << "/s p99 " << a.p99Ms
+                  << " ms, direct " << d.perSecond << "/s p99 " << d.p99Ms << " ms, ratio "
+                  << ratios.back() << "\n";
+      }
+      std::vector<double> sorted = ratios;
+      std::sort(sorted.begin(), sorted.end());
       out["ops"] = {{"clients", options_.clients},
                     {"seconds", options_.seconds},
-                    {"via_agent_per_s", viaAgent},
-                    {"direct_to_gateway_per_s", direct},
-                    {"ratio_agent_over_direct", direct > 0 ? viaAgent / direct : 0.0},
-                    {"refused_via_agent", refusedViaAgent},
-                    {"refused_direct", refusedDirect}};
+                    {"rounds", rounds},
+                    {"ratio_median", sorted[sorted.size() / 2]},
+                    {"ratio_best", sorted.back()}};
       agent.process->signal(SIGTERM);
       agent.process->wait(10s);
     }
+    if (options_.opsOnly) return out;
     // ---- failover of N accounts
     {
       const auto accounts = accountNames(options_.failoverAccounts);
@@ -275,9 +330,13 @@ int main(int argc, char** argv) {
       options.seconds = static_cast<int>(value);
     else if (args[i] == "--clients")
       options.clients = static_cast<int>(value);
+    else if (args[i] == "--ops-only")
+      options.opsOnly = value != 0;
+    else if (args[i] == "--rounds" && value > 0)
+      options.rounds = static_cast<int>(value);
     else {
       std::cerr << "usage: agent_bench [--accounts-failover N] [--accounts-memory M] [--seconds S] "
-                   "[--clients C]\n";
+                   "[--clients C] [--ops-only 1] [--rounds R]\n";
       return 2;
     }
   }

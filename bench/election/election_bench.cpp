@@ -522,7 +522,9 @@ void Bench::printTable() const {
                 fmt(gate_->statusMs).c_str());
   }
   std::printf(
-      "\ntarget (issue 3): ours/best peer <= 0.5 at every size, every account led in every run\n");
+      "\ntargets (ratios in one run, fsync on): handover <= 1.0 x Curator at 10000 and <= 0.5 x the "
+      "best peer at 100 and 1000; reaction after expiry <= 0.5 x; cold 10000 <= 0.5 x Curator; "
+      "every account led in every round\n");
   for (const auto& s : series_) {
     for (const auto& f : s.failures) {
       std::printf("FAILED %s n=%zu %s\n", s.impl.c_str(), s.accounts,
