@@ -27,6 +27,7 @@
 #include <variant>
 #include <vector>
 
+#include "device_frames.hpp"
 #include "lease_writer.hpp"
 #include "presence_config.hpp"
 #include "zkagent/presence/asio_clock.hpp"
@@ -122,35 +123,6 @@ std::variant<presence::DeviceKey, Refusal> parseIds(std::string_view query) {
     }
   }
   return presence::DeviceKey{std::move(*values[0]), std::move(*values[1])};
-}
-
-// Exactly `{"type":"ping","seq":N}` (what every device sends), N a JSON unsigned integer that
-// fits 64 bits -> N; anything else, valid or not, -> nullopt for the full parser to judge. A
-// heartbeat costs no allocation or DOM this way.
-std::optional<uint64_t> exactPing(std::string_view text) {
-  constexpr std::string_view head = R"({"type":"ping","seq":)";
-  if (text.size() < head.size() + 2 || !text.starts_with(head) || text.back() != '}')
-    return std::nullopt;
-  const auto digits = text.substr(head.size(), text.size() - head.size() - 1);
-  if (digits.size() > 1 && digits.front() == '0') return std::nullopt;  // not JSON: full parser
-  uint64_t seq = 0;
-  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), seq);
-  if (error != std::errc{} || end != digits.data() + digits.size()) return std::nullopt;
-  return seq;
-}
-
-// `{"type":"ping","seq":N}` -> N; anything else -> why it is a bad frame.
-std::variant<uint64_t, std::string> parsePing(std::string_view text) {
-  if (auto seq = exactPing(text)) return *seq;
-  const auto frame = json::parse(text, nullptr, false);
-  if (frame.is_discarded()) return std::string("not JSON");
-  if (!frame.is_object()) return std::string("not a JSON object");
-  const auto type = frame.find("type");
-  if (type == frame.end() || !type->is_string()) return std::string("type: missing");
-  if (*type != "ping") return "unknown type '" + type->get<std::string>().substr(0, 32) + "'";
-  const auto seq = frame.find("seq");
-  if (seq == frame.end() || !seq->is_number_unsigned()) return std::string("seq: not a number");
-  return seq->get<uint64_t>();
 }
 
 }  // namespace
