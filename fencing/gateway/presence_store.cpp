@@ -28,55 +28,6 @@ using nlohmann::json;
 // How long a handler waits for the strand; past it the batch may still be applied, and the agent's
 // next renewal (renew is idempotent) or a repeated removal (then stale) settles it.
 constexpr std::chrono::seconds kStrandTimeout{5};
-constexpr int kMaxJsonDepth = 8;
-
-[[noreturn]] void fail(const std::string& field, std::string_view problem) {
-  throw BadRequest(field + ": " + std::string(problem));
-}
-
-const json& member(const json& object, const std::string& where, const char* key) {
-  auto it = object.find(key);
-  if (it == object.end()) fail(where + key, "missing");
-  return *it;
-}
-
-std::string idField(const json& object, const std::string& where, const char* key,
-                    const std::vector<std::string>* accounts) {
-  const json& value = member(object, where, key);
-  if (!value.is_string() || !fencing::isValidAccountId(value.get<std::string>())) {
-    fail(where + key, "must match [A-Za-z0-9_.-]{1,128}, not . or ..");
-  }
-  auto id = value.get<std::string>();
-  if (accounts && !accounts->empty() &&
-      std::find(accounts->begin(), accounts->end(), id) == accounts->end()) {
-    fail(where + key, "unknown account '" + id + "': not in the gateway's accounts list");
-  }
-  return id;
-}
-
-std::uint64_t unsignedField(const json& object, const std::string& where, const char* key) {
-  const json& value = member(object, where, key);
-  if (!value.is_number_unsigned()) fail(where + key, "must be a non-negative integer");
-  return value.get<std::uint64_t>();
-}
-
-presence::LeaseEntry entryFrom(const json& object, const std::string& where,
-                               const std::vector<std::string>& accounts) {
-  if (!object.is_object()) fail(where.substr(0, where.size() - 1), "must be a JSON object");
-  presence::LeaseEntry entry;
-  entry.key.user = idField(object, where, "account", &accounts);
-  entry.key.device = idField(object, where, "device", nullptr);
-  entry.epoch.leaderToken = unsignedField(object, where, "token");
-  entry.epoch.connection = unsignedField(object, where, "counter");
-  return entry;
-}
-
-const json* optionalArray(const json& body, const char* key) {
-  auto it = body.find(key);
-  if (it == body.end() || it->is_null()) return nullptr;
-  if (!it->is_array()) fail(key, "must be an array");
-  return &*it;
-}
 
 http::Response unavailable(std::string_view why) {
   auto response = http::Response::error(503, why);
@@ -85,60 +36,6 @@ http::Response unavailable(std::string_view why) {
 }
 
 }  // namespace
-
-LeaseBatch parseLeaseBatch(std::string_view text, const std::vector<std::string>& accounts) {
-  json body;
-  try {
-    body = json::parse(text.begin(), text.end(), [](int depth, json::parse_event_t, json&) {
-      if (depth > kMaxJsonDepth) {
-        fail("body", "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-      }
-      return true;
-    });
-  } catch (const json::exception&) {  // the parser's message quotes raw bytes: not echoed
-    fail("body", "not valid JSON");
-  }
-  if (!body.is_object()) fail("body", "must be a JSON object");
-  LeaseBatch batch;
-  const json& instance = member(body, "", "instanceId");
-  const bool printable = instance.is_string() && [&] {
-    const auto& id = instance.get_ref<const std::string&>();
-    return !id.empty() && id.size() <= fencing::kMaxIdBytes &&
-           std::all_of(id.begin(), id.end(), [](char c) { return c > ' ' && c <= '~'; });
-  }();
-  if (!printable) {
-    fail("instanceId", "must be 1 to " + std::to_string(fencing::kMaxIdBytes) +
-                           " printable ASCII characters without spaces");
-  }
-  batch.instanceId = instance.get<std::string>();
-  if (auto session = body.find("sessionId");
-      session != body.end() && !session->is_string() && !session->is_number_integer()) {
-    fail("sessionId", "must be a string or an integer");
-  }
-  if (const json* renew = optionalArray(body, "renew")) {
-    batch.renew.reserve(renew->size());
-    for (size_t i = 0; i < renew->size(); ++i) {
-      batch.renew.push_back(entryFrom((*renew)[i], "renew[" + std::to_string(i) + "].", accounts));
-    }
-  }
-  if (const json* remove = optionalArray(body, "remove")) {
-    batch.remove.reserve(remove->size());
-    for (size_t i = 0; i < remove->size(); ++i) {
-      const std::string where = "remove[" + std::to_string(i) + "].";
-      LeaseRemoval removal{entryFrom((*remove)[i], where, accounts)};
-      const json& reason = member((*remove)[i], where, "reason");
-      if (reason == "close") {
-        removal.reason = presence::LeaveReason::Close;
-      } else if (reason == "ping_timeout") {
-        removal.reason = presence::LeaveReason::PingTimeout;
-      } else {
-        fail(where + "reason", "must be \"close\" or \"ping_timeout\"");
-      }
-      batch.remove.push_back(std::move(removal));
-    }
-  }
-  return batch;
-}
 
 struct PresenceStore::Impl {
   Impl(boost::asio::io_context& io, const Config& config, metrics::Registry& registry)
