@@ -45,7 +45,13 @@ using SteadyClock = std::chrono::steady_clock;
 namespace {
 // Bounds of the endpoint (docs/agent.md "Limits worth knowing").
 constexpr size_t kMaxConnections = 200000;    // sockets at once; more are closed at accept
-constexpr size_t kMaxUpgrading = 4096;        // unfinished upgrades; the oldest is dropped
+// Unfinished upgrades. Over the soft bound the oldest is dropped if it has waited kStaleUpgrade (an
+// idle connect); a reconnect storm (every device of a deposed leader within a few hundred ms) is
+// younger than that and is let through up to the hard bound, where the oldest is dropped anyway.
+// Dropping young upgrades sends their devices into longer backoff and slows the storm down.
+constexpr size_t kMaxUpgrading = 4096;
+constexpr size_t kMaxUpgradingBurst = 16384;
+constexpr auto kStaleUpgrade = std::chrono::seconds(1);
 constexpr size_t kHeaderLimit = 8 * 1024;     // upgrade request header bytes
 constexpr size_t kMaxFrameBytes = 4096;       // one device frame; over it the stream sends 1009
 constexpr size_t kMaxQueuedPongs = 64;        // a device that pings without reading is cut off
@@ -587,7 +593,9 @@ void DeviceEndpoint::Core::accept() {
       socket.close(ignored);
       return self->accept();
     }
-    if (self->upgrading.size() >= kMaxUpgrading) {
+    if (self->upgrading.size() >= kMaxUpgrading &&
+        (self->upgrading.size() >= kMaxUpgradingBurst ||
+         self->upgrading.begin()->second.first < SteadyClock::now() - kStaleUpgrade)) {
       // A flood of connects that never finish their upgrade: the oldest makes room.
       auto oldest = self->upgrading.begin();
       if (auto session = oldest->second.second.lock()) session->abort();

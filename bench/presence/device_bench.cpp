@@ -427,6 +427,8 @@ class Bench {
                 {"move_ms_p50", at(0.5)},
                 {"move_ms_p99", at(0.99)},
                 {"move_ms_max", moveMs.empty() ? -1.0 : moveMs.back()},
+                {"move_ms_min", moveMs.empty() ? -1.0 : moveMs.front()},
+                {"closed_by_a_ms_min", closedMs.empty() ? -1.0 : closedMs.front()},
                 {"closed_by_a_ms_p50", quantile(closedMs, 0.5)},
                 {"closed_by_a_ms_max", closedMs.empty() ? -1.0 : closedMs.back()},
                 {"disconnect_reasons", reasons},
