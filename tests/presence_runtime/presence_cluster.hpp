@@ -31,6 +31,7 @@ struct Timing {
   int pingTimeoutMs = 600;
   int checkIntervalMs = 100;
   int renewIntervalMs = 400;
+  double renewJitter = 0.1;
   int leaseTtlMs = 1200;
   int sweepMs = 100;
   int debounceMs = 500;
@@ -153,6 +154,31 @@ class Cluster {
   };
 
   Agent& startAgent(const std::string& id, const std::vector<std::string>& accounts) {
+    return *startAgents({{id, accounts}}).front();
+  }
+  // Spawns every agent before waiting for any, so they start together (the renewal peak).
+  std::vector<Agent*> startAgents(
+      const std::vector<std::pair<std::string, std::vector<std::string>>>& agents) {
+    std::vector<std::pair<std::unique_ptr<ChildProcess>, uint16_t>> spawned;
+    for (const auto& [id, accounts] : agents) spawned.push_back(spawnAgent(id, accounts));
+    std::vector<Agent*> started;
+    for (size_t i = 0; i < agents.size(); ++i) {
+      auto& [process, devicePort] = spawned[i];
+      zkagent::http::ClientOptions options;
+      options.port = portOfLine(process->waitForLine("LISTENING ", milliseconds(20000)));
+      options.requestTimeout = milliseconds(3000);
+      agents_.push_back(std::make_unique<Agent>(
+          Agent{agents[i].first, std::move(process),
+                "ws://127.0.0.1:" + std::to_string(devicePort),
+                std::make_unique<zkagent::http::Client>(options)}));
+      started.push_back(agents_.back().get());
+    }
+    return started;
+  }
+
+ private:
+  std::pair<std::unique_ptr<ChildProcess>, uint16_t> spawnAgent(
+      const std::string& id, const std::vector<std::string>& accounts) {
     const uint16_t devicePort = freePort();
     json config{{"instance_id", id},
                 {"zookeeper",
@@ -174,21 +200,18 @@ class Cluster {
                   {"ping_timeout_ms", timing_.pingTimeoutMs},
                   {"check_interval_ms", timing_.checkIntervalMs},
                   {"renew_interval_ms", timing_.renewIntervalMs},
+                  {"renew_jitter", timing_.renewJitter},
                   {"lease_ttl_ms", timing_.leaseTtlMs}}},
                 {"health", {{"interval_ms", 200}, {"ttl_ms", 1000}}},
                 {"shutdown_timeout_ms", 3000}};
     const auto path = dir_ / (id + ".json");
     std::ofstream(path) << config.dump(2);
-    auto process = std::make_unique<ChildProcess>(binaryPath("zk-agent").string(),
-                                                  std::vector<std::string>{"--config", path});
-    zkagent::http::ClientOptions options;
-    options.port = portOfLine(process->waitForLine("LISTENING ", milliseconds(20000)));
-    options.requestTimeout = milliseconds(3000);
-    agents_.push_back(std::make_unique<Agent>(
-        Agent{id, std::move(process), "ws://127.0.0.1:" + std::to_string(devicePort),
-              std::make_unique<zkagent::http::Client>(options)}));
-    return *agents_.back();
+    return {std::make_unique<ChildProcess>(binaryPath("zk-agent").string(),
+                                           std::vector<std::string>{"--config", path}),
+            devicePort};
   }
+
+ public:
 
   ChildProcess& startDevice(const std::vector<std::string>& urls, const std::string& account,
                             const std::string& device) {
