@@ -253,6 +253,7 @@ void Elector::perform(Action action, Role before, LossReason reason) {
       break;
     case Action::Leave:
       ++epoch_;
+      if (activeVersion_ >= 0) removeOwnActive();  // held without leading yet
       if (!memberName_.empty()) removeUntilGone(members_ + "/" + memberName_, -1);
       memberName_.clear();
       seq_ = -1;
@@ -664,8 +665,15 @@ void Elector::acquire(uint64_t epoch, std::optional<std::string> knownHandover,
   const uint64_t linkAtCreate = zk_.linkEpoch();
   auto settle = [self = shared_from_this(), epoch, pending, aboutToLead, linkAtCreate] {
     if (!pending->created || (aboutToLead && !pending->handover)) return;
-    if (epoch != self->epoch_) return self->finishEvaluate();
     const ZkError err = *pending->created;
+    if (epoch != self->epoch_) {
+      // We stopped standing (or re-registered) while the create was out: the node it made is
+      // nobody's leadership, and only this session could ever delete it. Only a node this
+      // session owns is touched (after an expiry it is gone already, and a successor's is not
+      // ours).
+      if (err == ZkError::Ok) self->removeOwnActive();
+      return self->finishEvaluate();
+    }
     if (err == ZkError::NodeExists) return self->confirm(epoch);
     if (err == ZkError::NoNode) {  // our member node (the create's guard) is gone
       self->evaluating_ = false;
@@ -780,7 +788,17 @@ void Elector::confirm(uint64_t epoch) {
       }
       return self->finishEvaluate();
     }
-    self->noteLeader(active);
+    if (active && active->instanceId == self->ctx_->options.instanceId &&
+        reads->activeStat.ephemeralOwner == self->zk_.sessionId()) {
+      // This session holds `active` under an older member of ours (a withdraw or re-registration
+      // crossed a create in flight). Nobody else may delete it, so it would block the account
+      // until the session ends: delete it (version-checked); the watch just armed on `active`
+      // brings us back to take it under the current member. A record naming someone else stays:
+      // that is drift for an operator to look at, not ours to undo.
+      self->removeUntilGone(self->active_, reads->activeStat.version);
+    } else {
+      self->noteLeader(active);
+    }
     self->feed(self->role_ == Role::Leader ? Event::Drift : Event::MustWait, LossReason::Drift);
     self->finishEvaluate();
   };

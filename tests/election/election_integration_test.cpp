@@ -127,6 +127,31 @@ TEST_F(ElectionTest, ActiveDeletedByHandIsReacquired) {
   EXPECT_EQ(a.check("acct").token, token) << "same member node, same token";
 }
 
+// A withdraw or re-registration that crosses a create of `active` in flight leaves this session
+// holding `active` under a member that no longer exists. Only this session can delete it; waiting
+// on it would leave the account leaderless until the session ends (found by the chaos run).
+TEST_F(ElectionTest, ActiveThisSessionHoldsUnderAnOldMemberIsReplacedNotWaitedOn) {
+  Contender a(hosts(), root, "host-a");
+  a.join("acct");
+  ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 10s));
+  const int64_t first = a.check("acct").token;
+  a.group().withdraw("acct");
+  ASSERT_TRUE(eventually([&] { return !a.get(root + "/acct/active"); }, 5s));
+  el::ActiveInfo stale;
+  stale.seq = first;
+  stale.instanceId = "host-a";
+  stale.sessionId = a.group().sessionId();
+  ASSERT_EQ(a.createEphemeral(root + "/acct/active", el::toJson(stale)), el::ZkError::Ok);
+
+  a.join("acct");  // a new member, behind nobody
+  ASSERT_TRUE(eventually([&] { return a.leads("acct"); }, 5s))
+      << "an active node of this session under an old member must not block the account";
+  EXPECT_GT(a.check("acct").token, first);
+  const auto record = el::parseActive(a.get(root + "/acct/active").value_or(""));
+  ASSERT_TRUE(record);
+  EXPECT_EQ(record->seq, a.check("acct").token);
+}
+
 TEST_F(ElectionTest, ActiveOverwrittenByAnotherIdentityMakesLeaderStepDown) {
   Contender a(hosts(), root, "host-a");
   a.join("acct");
