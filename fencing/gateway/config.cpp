@@ -221,7 +221,8 @@ Config parseConfigJson(std::string_view text, Config config) {
   nlohmann::json root;
   try {
     root = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& error) {
+  } catch (const nlohmann::json::exception& error) {
+    // Not only parse_error: a number beyond a double (1e999) is out_of_range.
     fail("config", std::string("not valid JSON: ") + error.what());
   }
   requireKnownKeys(

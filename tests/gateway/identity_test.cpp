@@ -179,6 +179,17 @@ TEST(GatewayTransportConfig, TlsSettingsComeTogetherAndMustBeReadable) {
   EXPECT_EQ(full.config->tlsClientCa, ca);
 }
 
+// Found by gateway_config_fuzzer: nlohmann throws out_of_range, not parse_error, for a number
+// beyond a double, and it escaped parseCommandLine (the gateway aborted at start).
+TEST(GatewayTransportConfig, ANumberBeyondADoubleIsAConfigErrorNotACrash) {
+  try {
+    gateway::parseConfigJson("-1221.44e44444");
+    FAIL() << "accepted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("config: not valid JSON"), std::string::npos);
+  }
+}
+
 TEST(GatewayTransportConfig, TheConfigFileTakesTlsInsecureAndATokenFile) {
   fencing::testing::TempDir dir;
   std::ofstream(dir.path() / "token") << "s3cret\n";
