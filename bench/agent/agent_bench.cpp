@@ -137,6 +137,7 @@ class Bench {
                 {"accounts", accounts},
                 {"gateway", {{"url", "http://127.0.0.1:" + std::to_string(gatewayPort_)}}},
                 {"admin", {{"listen", "127.0.0.1:0"}}},
+                {"presence", {{"listen", "127.0.0.1:0"}}},
                 {"health", {{"interval_ms", 500}, {"ttl_ms", 3000}}},
                 {"log", {{"level", "warn"}}}};
     const auto path = dir_ / (id + ".json");

@@ -66,6 +66,7 @@ zkagent::agent::Config agentConfig(const std::string& zookeeperHosts) {
   config.gateway.address = {"127.0.0.1", closedPort()};
   config.gateway.heartbeatInterval = 0ms;  // the link counts as up
   config.admin.listen = {"127.0.0.1", 0};
+  config.presence.listen = {"127.0.0.1", 0};  // tests run side by side: no fixed port
   config.health.interval = 100ms;
   config.health.ttl = 20000ms;
   return config;
