@@ -87,16 +87,17 @@ bool waitFor(const std::function<bool()>& done, milliseconds timeout) {
   return done();
 }
 
-// `boundMs` is bounds() (publication at the gateway); a subscriber also waits for the coalescing
-// tick and the WebSocket hop, so the check allows `coalesceMs` on top.
-json summary(std::vector<double> ms, double boundMs, int coalesceMs) {
+// `boundMs` is bounds(): leaving to publication on a clock with no transport. At a subscriber the
+// hops (device -> agent -> gateway, the coalescing tick, the WebSocket) come on top, so the report
+// shows how far the slowest trial is over or under it.
+json summary(std::vector<double> ms, double boundMs) {
   std::sort(ms.begin(), ms.end());
   return {{"trials_ms", ms},
           {"min_ms", ms.front()},
           {"median_ms", ms[ms.size() / 2]},
           {"max_ms", ms.back()},
           {"bound_ms", boundMs},
-          {"within_bound_plus_coalesce", ms.back() <= boundMs + coalesceMs}};
+          {"max_over_bound_ms", ms.back() - boundMs}};
 }
 
 // Close, half-open and agent crash, `trials` times each, one account, one device at a time.
@@ -164,11 +165,10 @@ json detection(const std::string& zk, const std::filesystem::path& dir, const Ti
     agent->process->kill();
     agent = &startLeader();
   }
-  const int c = timing.coalesceMs;
-  return {{"close", summary(results["close"], static_cast<double>(b.close.count()), c)},
-          {"half_open", summary(results["half_open"], static_cast<double>(b.halfOpen->count()), c)},
+  return {{"close", summary(results["close"], static_cast<double>(b.close.count()))},
+          {"half_open", summary(results["half_open"], static_cast<double>(b.halfOpen->count()))},
           {"agent_crash",
-           summary(results["agent_crash"], static_cast<double>(b.gatewayCrash.count()), c)}};
+           summary(results["agent_crash"], static_cast<double>(b.gatewayCrash.count()))}};
 }
 
 double leaseRequests(Cluster& cluster) {
@@ -286,13 +286,13 @@ int main(int argc, char** argv) {
     std::ofstream(out / "report.json") << report.dump(2) << "\n";
 
     std::printf("presence end to end, parameters / %d (ms)\n", scale);
-    std::printf("%-12s %8s %8s %8s %8s  %s\n", "leaving", "min", "median", "max", "bound",
-                "max <= bound + coalesce");
+    std::printf("%-12s %8s %8s %8s %8s %10s\n", "leaving", "min", "median", "max", "bound",
+                "max-bound");
     for (const char* kind : {"close", "half_open", "agent_crash"}) {
       const auto& d = report["detection"][kind];
-      std::printf("%-12s %8.0f %8.0f %8.0f %8.0f  %s\n", kind, d["min_ms"].get<double>(),
+      std::printf("%-12s %8.0f %8.0f %8.0f %8.0f %+10.0f\n", kind, d["min_ms"].get<double>(),
                   d["median_ms"].get<double>(), d["max_ms"].get<double>(),
-                  d["bound_ms"].get<double>(), d["within_bound_plus_coalesce"].get<bool>() ? "yes" : "NO");
+                  d["bound_ms"].get<double>(), d["max_over_bound_ms"].get<double>());
     }
     std::printf("\nrenewal peak at the gateway, %d agents, lease requests per 100 ms\n",
                 agentCount);
