@@ -113,7 +113,7 @@ Agent::Impl::Impl(asio::io_context& ioc, Config cfg)
                  : config.admin.advertise;
   devices = std::make_unique<detail::DeviceEndpoint>(io, config);
   election::ElectionOptions eo;
-  eo.session = {config.zookeeper.hosts, config.zookeeper.sessionTimeout};
+  eo.session = {config.zookeeper.hosts, config.zookeeper.sessionTimeout, config.zookeeper.digest};
   eo.root = config.zookeeper.root;
   eo.instanceId = config.instanceId;
   eo.endpoint = endpoint;

@@ -275,6 +275,19 @@ Config parseConfig(std::string_view text, const std::filesystem::path& baseDir) 
     requirePath(zk, "root", config.zookeeper.root);
     config.zookeeper.agentsPath = zk.string("agents_path", config.zookeeper.agentsPath);
     requirePath(zk, "agents_path", config.zookeeper.agentsPath);
+    if (zk.find("auth")) {
+      auto auth = zk.object("auth");
+      const std::string file = readableFile(auth, "digest_file", baseDir);
+      if (file.empty()) auth.fail("digest_file", "is required (a file holding user:password)");
+      std::ifstream in(file);
+      std::getline(in, config.zookeeper.digest);
+      while (!config.zookeeper.digest.empty() && config.zookeeper.digest.back() == '\r')
+        config.zookeeper.digest.pop_back();
+      const auto colon = config.zookeeper.digest.find(':');
+      if (colon == std::string::npos || colon == 0 || colon + 1 == config.zookeeper.digest.size())
+        auth.fail("digest_file", "'" + file + "' must hold user:password on its first line");
+      auth.rejectUnknown();
+    }
     zk.rejectUnknown();
   }
 
@@ -380,7 +393,8 @@ std::string describe(const Config& c) {
        {{"hosts", c.zookeeper.hosts},
         {"session_timeout_ms", c.zookeeper.sessionTimeout.count()},
         {"root", c.zookeeper.root},
-        {"agents_path", c.zookeeper.agentsPath}}},
+        {"agents_path", c.zookeeper.agentsPath},
+        {"auth", c.zookeeper.digest.empty() ? json(nullptr) : json("(set)")}}},
       {"accounts", c.accounts},
       {"gateway",
        {{"url", (c.gateway.tls ? "https://" : "http://") + hostPort(c.gateway.address)},

@@ -109,6 +109,16 @@ int createMode(NodeKind kind) {
   return ZOO_PERSISTENT;
 }
 
+// With a digest: all rights for the creator's authenticated identities ("auth" scheme, as
+// ZOO_CREATOR_ALL_ACL), read for anyone. The C client wants mutable strings.
+char kAuthScheme[] = "auth";
+char kNoId[] = "";
+char kWorldScheme[] = "world";
+char kAnyone[] = "anyone";
+ACL kAuthenticatedAcls[] = {{ZOO_PERM_ALL, {kAuthScheme, kNoId}},
+                            {ZOO_PERM_READ, {kWorldScheme, kAnyone}}};
+ACL_vector kAuthenticatedAcl{2, kAuthenticatedAcls};
+
 }  // namespace
 
 ZkSession::ZkSession(asio::io_context& io, SessionOptions options)
@@ -183,6 +193,11 @@ void ZkSession::openHandle() {
   // its CPU time with thousands of requests in flight. Re-resolving every 10 s still follows DNS
   // changes; a lost connection resolves at once regardless.
   zoo_set_servers_resolution_delay(zh_, kResolveEveryMs);
+  // Queued before any request, so every create of this handle is made as the digest user.
+  if (!options_.digest.empty()) {
+    zoo_add_auth(zh_, "digest", options_.digest.data(), static_cast<int>(options_.digest.size()),
+                 nullptr, nullptr);
+  }
 }
 
 void ZkSession::onWatcherEvent(uint64_t generation, int type, int state, const char* path) {
@@ -472,7 +487,8 @@ void ZkSession::createOn(Executor ex, std::string path, std::string data, NodeKi
          [&](zhandle_t* zh, Call<Done>* call) {
            return zoo_acreate(
                zh, call->path.c_str(), data.data(), static_cast<int>(data.size()),
-               &ZOO_OPEN_ACL_UNSAFE, createMode(kind),
+               options_.digest.empty() ? &ZOO_OPEN_ACL_UNSAFE : &kAuthenticatedAcl,
+               createMode(kind),
                [](int rc, const char* value, const void* p) {
                  deliver(static_cast<Call<Done>*>(const_cast<void*>(p)), fromRc(rc),
                          std::string(value != nullptr ? value : ""));
@@ -482,13 +498,12 @@ void ZkSession::createOn(Executor ex, std::string path, std::string data, NodeKi
 }
 
 void ZkSession::createBatchedOn(Executor ex, std::string path, std::string data, NodeKind kind,
-                                std::function<void(ZkError, std::string)> done,
-                                std::string guard) {
+                                std::function<void(ZkError, std::string)> done, std::string guard) {
   bool flushNow = false;
   {
     std::lock_guard lock(mu_);
-    pendingCreates_.push_back({std::move(ex), std::move(path), std::move(data), kind,
-                               std::move(done), std::move(guard)});
+    pendingCreates_.push_back(
+        {std::move(ex), std::move(path), std::move(data), kind, std::move(done), std::move(guard)});
     flushNow = !flushPosted_ && createsInFlight_ == 0;
     flushPosted_ = flushPosted_ || flushNow;
   }
@@ -519,7 +534,8 @@ void ZkSession::flushCreates() {
     MultiBatches<PendingCreate> packer(kCreateBatchBytes);
     for (auto& c : pendingCreates_) {
       // + header, ACL, flags; a guard's check is its path and a header
-      const size_t bytes = c.path.size() + c.data.size() + 64 + (c.guard.empty() ? 0 : c.guard.size() + 16);
+      const size_t bytes =
+          c.path.size() + c.data.size() + 64 + (c.guard.empty() ? 0 : c.guard.size() + 16);
       if (auto full = packer.add(std::move(c), bytes)) batches.push_back(std::move(*full));
     }
     if (!packer.empty()) batches.push_back(packer.take());
@@ -764,7 +780,8 @@ void ZkSession::multiOn(Executor ex, std::vector<MultiOp> ops, MultiDone done) {
       case MultiOp::Kind::Create:
         call->created[i].assign(op.path.size() + 16, '\0');  // room for a sequence suffix
         zoo_create_op_init(&call->zops[i], op.path.c_str(), op.data.data(),
-                           static_cast<int>(op.data.size()), &ZOO_OPEN_ACL_UNSAFE,
+                           static_cast<int>(op.data.size()),
+                           options_.digest.empty() ? &ZOO_OPEN_ACL_UNSAFE : &kAuthenticatedAcl,
                            createMode(op.nodeKind), call->created[i].data(),
                            static_cast<int>(call->created[i].size()));
         break;

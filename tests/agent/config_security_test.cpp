@@ -94,4 +94,23 @@ TEST(AgentSecurityConfig, TokensComeFromFilesAndAreNeverShown) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(AgentSecurityConfig, ZooKeeperDigestComesFromAFileAndIsNeverShown) {
+  const auto dir = std::filesystem::temp_directory_path() / "zkagent-digest-test";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "zk.digest") << "zkagent:pa55word\n";
+  std::ofstream(dir / "bad.digest") << "no-colon\n";
+  auto config = baseConfig({{"url", "http://127.0.0.1:8480"}});
+  config["zookeeper"]["auth"] = {{"digest_file", "zk.digest"}};
+  const auto parsed = parseConfig(config.dump(), dir);
+  EXPECT_EQ(parsed.zookeeper.digest, "zkagent:pa55word");
+  EXPECT_EQ(describe(parsed).find("pa55word"), std::string::npos);
+  config["zookeeper"]["auth"]["digest_file"] = "bad.digest";
+  EXPECT_EQ(rejectedField(config, dir), "zookeeper.auth.digest_file");
+  config["zookeeper"]["auth"] = json::object();
+  EXPECT_EQ(rejectedField(config, dir), "zookeeper.auth.digest_file");
+  config["zookeeper"]["auth"] = {{"digest_file", "zk.digest"}, {"scheme", "sasl"}};
+  EXPECT_EQ(rejectedField(config, dir), "zookeeper.auth.scheme");
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace

@@ -2,6 +2,7 @@
 // operator token: real ZooKeeper, real processes, certificates from scripts/make-test-certs.
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <zookeeper/zookeeper.h>
 
 #include <filesystem>
 #include <fstream>
@@ -55,7 +56,8 @@ class SecureCluster : public ::testing::Test {
 
   // An agent `id` leading `account`, presenting `certificate`'s certificate to the gateway.
   zkagent::http::Client& startAgent(const std::string& id, const std::string& certificate,
-                                    const std::string& account) {
+                                    const std::string& account, bool digest = false,
+                                    bool waitForLeadership = true) {
     json config = {{"instance_id", id},
                    {"zookeeper",
                     {{"hosts", zk_->connectString()},
@@ -74,6 +76,10 @@ class SecureCluster : public ::testing::Test {
                    {"admin", {{"listen", "127.0.0.1:0"}, {"token_file", "admin.token"}}},
                    {"presence", {{"listen", "127.0.0.1:0"}}},
                    {"shutdown_timeout_ms", 3000}};
+    if (digest) {
+      std::ofstream(dir_ / "zk.digest") << "zkagent:" << kAdminToken << "\n";
+      config["zookeeper"]["auth"] = {{"digest_file", "zk.digest"}};
+    }
     const auto path = dir_ / (id + ".json");
     std::ofstream(path) << config.dump(2);
     auto process = std::make_unique<ChildProcess>(zktest::binaryPath("zk-agent").string(),
@@ -84,18 +90,20 @@ class SecureCluster : public ::testing::Test {
     agents_.push_back(std::make_unique<zkagent::http::Client>(zkagent::http::ClientOptions{
         .port = port, .requestTimeout = 3000ms, .bearerToken = std::string(kAdminToken)}));
     auto& admin = *agents_.back();
-    EXPECT_TRUE(zktest::eventually(
-        [&] {
-          auto status = json::parse(admin.get("/v1/status").body, nullptr, false);
-          if (!status.is_object()) return false;
-          for (const auto& a : status.value("accounts", json::array())) {
-            if (a["account"] == account && a["role"] == "LEADER") return true;
-          }
-          return false;
-        },
-        20s))
-        << id << " never led " << account << "\n"
-        << processes_.back()->transcript();
+    if (waitForLeadership) {
+      EXPECT_TRUE(zktest::eventually(
+          [&] {
+            auto status = json::parse(admin.get("/v1/status").body, nullptr, false);
+            if (!status.is_object()) return false;
+            for (const auto& a : status.value("accounts", json::array())) {
+              if (a["account"] == account && a["role"] == "LEADER") return true;
+            }
+            return false;
+          },
+          20s))
+          << id << " never led " << account << "\n"
+          << processes_.back()->transcript();
+    }
     return admin;
   }
 
@@ -151,6 +159,30 @@ TEST_F(SecureCluster, OperatorEndpointsNeedTheAdminTokenWhichIsNeverShown) {
   const auto body = json::parse(status.body);
   EXPECT_EQ(body.value("lifecycle", ""), "active") << status.body;
   EXPECT_EQ(body["accounts"][0]["role"], "LEADER") << status.body;
+}
+
+// With zookeeper.auth the election tree belongs to the agents: a client without the credentials
+// cannot remove the leader's active node, and the agents still fail over among themselves.
+TEST_F(SecureCluster, WithDigestAclsAStrangerCannotRemoveActiveAndAgentsStillFailOver) {
+  startAgent("agent-a", "agent-a", "acct-1", true);
+  startAgent("agent-b", "agent-b", "acct-1", true, false);
+  zhandle_t* stranger =
+      zookeeper_init(zk_->connectString().c_str(), nullptr, 10000, nullptr, nullptr, 0);
+  ASSERT_TRUE(zktest::eventually([&] { return zoo_state(stranger) == ZOO_CONNECTED_STATE; }, 10s));
+  const std::string active = root_ + "/accounts/acct-1/active";
+  EXPECT_EQ(zoo_delete(stranger, active.c_str(), -1), ZNOAUTH);
+  EXPECT_EQ(zoo_set(stranger, active.c_str(), "{}", 2, -1), ZNOAUTH);
+  zookeeper_close(stranger);
+
+  processes_[0]->kill();  // kill -9: agent-b takes over one session timeout later
+  auto& b = *agents_[1];
+  EXPECT_TRUE(zktest::eventually(
+      [&] {
+        auto status = json::parse(b.get("/v1/status").body, nullptr, false);
+        return status.is_object() && status["accounts"][0]["role"] == "LEADER";
+      },
+      20s))
+      << processes_[1]->transcript();
 }
 
 }  // namespace

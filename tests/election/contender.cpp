@@ -9,10 +9,10 @@
 namespace zktest {
 
 Contender::Contender(std::string hosts, std::string root, std::string instanceId,
-                     std::chrono::milliseconds sessionTimeout)
+                     std::chrono::milliseconds sessionTimeout, std::string digest)
     : instanceId_(instanceId), work_(io_.get_executor()) {
   el::ElectionOptions options;
-  options.session = {std::move(hosts), sessionTimeout};
+  options.session = {std::move(hosts), sessionTimeout, std::move(digest)};
   options.root = std::move(root);
   options.instanceId = std::move(instanceId);
   options.endpoint = "inproc://" + instanceId_;

@@ -20,8 +20,9 @@ namespace el = zkagent::election;
 
 class Contender {
  public:
+  // `digest` ("user:password"): the session authenticates and creates nodes with ACLs.
   Contender(std::string hosts, std::string root, std::string instanceId,
-            std::chrono::milliseconds sessionTimeout = 1500ms);
+            std::chrono::milliseconds sessionTimeout = 1500ms, std::string digest = {});
   ~Contender();
 
   el::ElectionGroup& group() { return *group_; }

@@ -40,6 +40,12 @@ std::string_view toString(SessionState state);
 struct SessionOptions {
   std::string hosts;      // "127.0.0.1:2181,127.0.0.1:2182"
   Millis timeout{10000};  // requested session timeout; the server may negotiate another
+  // "user:password" for ZooKeeper's digest scheme; empty: none. When set, the session
+  // authenticates on every handle (zoo_add_auth) and every node it creates gets an ACL of all
+  // rights for the authenticated identity and read for the world: only agents with the same
+  // credentials can create or delete members and `active`. Nodes created before with open ACLs
+  // keep them, so a tree shared with open-ACL electors stays open (docs/election.md).
+  std::string digest{};
 };
 
 struct SessionEvent {

@@ -36,6 +36,9 @@ struct Config {
     Millis sessionTimeout{10000};
     std::string root = "/wx-accounts";
     std::string agentsPath = "/zkagent/agents";  // health reports: {agentsPath}/{instanceId}
+    // "user:password" from zookeeper.auth.digest_file: authenticate and create the election tree
+    // with ACLs (world read only). Empty: open ACLs.
+    std::string digest;
   } zookeeper;
 
   std::vector<std::string> accounts;  // from "accounts" and/or "accounts_file", no duplicates
