@@ -326,7 +326,10 @@ class Run {
 void Run::startGateway() {
   std::lock_guard lock(gatewayMu_);
   const fs::path log = o_.out / "logs" / ("gateway." + std::to_string(++gatewayRuns_) + ".log");
+  // The subscriber listener would default to the next port, which a client's ephemeral port may
+  // hold by the time the gateway restarts: any free port (no subscribers in the run).
   std::vector<std::string> args{"--listen", "127.0.0.1:" + std::to_string(gatewayPort_),
+                                "--subscribe-listen", "127.0.0.1:0",
                                 "--data-dir", (o_.out / "gateway-data").string()};
   if (!o_.breakFencing) {
     // ZooKeeper mode, strict: while its ZooKeeper session is down the gateway refuses (503)

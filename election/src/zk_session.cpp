@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <zookeeper/zookeeper.h>
 
+#include <atomic>
 #include <boost/asio/post.hpp>
 #include <cerrno>
 #include <cstring>
@@ -730,12 +731,15 @@ void ZkSession::ensurePathOn(Executor ex, std::string path, std::function<void(Z
     }
   }
   if (missing.empty()) return asio::post(ex, [done = std::move(done)] { done(ZkError::Ok); });
+  // The answers may run on different threads at once (`ex` need not be a strand).
   struct Join {
-    size_t pending;
-    ZkError result = ZkError::Ok;
+    std::atomic<size_t> pending;
+    std::atomic<ZkError> result{ZkError::Ok};
     std::function<void(ZkError)> done;
   };
-  auto join = std::make_shared<Join>(Join{missing.size(), ZkError::Ok, std::move(done)});
+  auto join = std::make_shared<Join>();
+  join->pending = missing.size();
+  join->done = std::move(done);
   for (auto& p : missing) {
     createOn(ex, p, "", NodeKind::Persistent,
              [self = shared_from_this(), join, prefixes](ZkError err, std::string) {
@@ -744,9 +748,10 @@ void ZkSession::ensurePathOn(Executor ex, std::string path, std::function<void(Z
                  // whole path so the next attempt creates every level again.
                  std::lock_guard lock(self->mu_);
                  for (auto& p2 : prefixes) self->knownPaths_.erase(p2);
-                 if (join->result == ZkError::Ok) join->result = err;
+                 ZkError first = ZkError::Ok;
+                 join->result.compare_exchange_strong(first, err);
                }
-               if (--join->pending == 0) join->done(join->result);
+               if (join->pending.fetch_sub(1) == 1) join->done(join->result.load());
              });
   }
 }
