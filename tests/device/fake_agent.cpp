@@ -44,12 +44,12 @@ std::string queryValue(const std::string& target, const std::string& key) {
 struct Session;
 
 struct FakeAgent::State : std::enable_shared_from_this<State> {
-  State(std::string instanceId, std::uint64_t leaderToken)
-      : instance(std::move(instanceId)), token(leaderToken), acceptor(io) {}
+  State(asio::io_context& context, std::string instanceId, std::uint64_t leaderToken)
+      : instance(std::move(instanceId)), token(leaderToken), io(context), acceptor(io) {}
 
   std::string instance;
   std::uint64_t token;
-  asio::io_context io;
+  asio::io_context& io;
   tcp::acceptor acceptor;
   std::thread thread;
   std::set<std::shared_ptr<Session>> sessions;  // io thread only
@@ -201,7 +201,8 @@ void FakeAgent::State::acceptNext() {
 }
 
 FakeAgent::FakeAgent(std::string instance, std::uint64_t token)
-    : state_(std::make_shared<State>(std::move(instance), token)) {
+    : io_(std::make_unique<asio::io_context>()),
+      state_(std::make_shared<State>(*io_, std::move(instance), token)) {
   const tcp::endpoint local(asio::ip::make_address("127.0.0.1"), 0);
   state_->acceptor.open(local.protocol());
   state_->acceptor.set_option(tcp::acceptor::reuse_address(true));

@@ -9,6 +9,10 @@
 #include <string>
 #include <vector>
 
+namespace boost::asio {
+class io_context;
+}
+
 namespace zkagent::device::testing {
 
 class FakeAgent {
@@ -41,6 +45,9 @@ class FakeAgent {
   struct State;  // public only for the sessions in fake_agent.cpp
 
  private:
+  // Declared first, destroyed last: its queued handlers hold the state and the sessions, so they
+  // are released when it goes, after state_ (Asio destroys unrun handlers in its destructor).
+  std::unique_ptr<boost::asio::io_context> io_;
   std::shared_ptr<State> state_;
 };
 
