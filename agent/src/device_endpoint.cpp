@@ -44,7 +44,7 @@ using SteadyClock = std::chrono::steady_clock;
 
 namespace {
 // Bounds of the endpoint (docs/agent.md "Limits worth knowing").
-constexpr size_t kMaxConnections = 200000;    // sockets at once; more are closed at accept
+constexpr size_t kMaxConnections = 200000;  // sockets at once; more are closed at accept
 // Unfinished upgrades. Over the soft bound the oldest is dropped if it has waited kStaleUpgrade (an
 // idle connect); a reconnect storm (every device of a deposed leader within a few hundred ms) is
 // younger than that and is let through up to the hard bound, where the oldest is dropped anyway.
@@ -52,12 +52,12 @@ constexpr size_t kMaxConnections = 200000;    // sockets at once; more are close
 constexpr size_t kMaxUpgrading = 4096;
 constexpr size_t kMaxUpgradingBurst = 16384;
 constexpr auto kStaleUpgrade = std::chrono::seconds(1);
-constexpr size_t kHeaderLimit = 8 * 1024;     // upgrade request header bytes
-constexpr size_t kMaxFrameBytes = 4096;       // one device frame; over it the stream sends 1009
-constexpr size_t kMaxQueuedPongs = 64;        // a device that pings without reading is cut off
-constexpr auto kUpgradeTimeout = std::chrono::seconds(5);  // request read + refusal write
-constexpr auto kHandshakeTimeout = std::chrono::seconds(5);  // websocket accept and close
-constexpr auto kStopGrace = std::chrono::milliseconds(1000);  // close handshakes at shutdown
+constexpr size_t kHeaderLimit = 8 * 1024;  // upgrade request header bytes
+constexpr size_t kMaxFrameBytes = 4096;    // one device frame; over it the stream sends 1009
+constexpr size_t kMaxQueuedPongs = 64;     // a device that pings without reading is cut off
+constexpr auto kUpgradeTimeout = std::chrono::seconds(5);      // request read + refusal write
+constexpr auto kHandshakeTimeout = std::chrono::seconds(5);    // websocket accept and close
+constexpr auto kStopGrace = std::chrono::milliseconds(1000);   // close handshakes at shutdown
 constexpr auto kLeaderLookup = std::chrono::milliseconds(50);  // new leader's endpoint, polled
 constexpr int kLeaderLookups = 10;
 
@@ -193,7 +193,7 @@ struct DeviceEndpoint::Core : std::enable_shared_from_this<Core> {
     if (!state.empty()) m.connections.with({state}).inc(delta);
   }
 
-  asio::io_context& io;  // the agent's: stop()'s `done` runs there
+  asio::io_context& io;       // the agent's: stop()'s `done` runs there
   PresenceExecutor executor;  // the endpoint's own io_context, one thread
   const std::string instanceId;
   const Config::Presence settings;
@@ -211,8 +211,8 @@ struct DeviceEndpoint::Core : std::enable_shared_from_this<Core> {
   bool stopping = false;
   std::function<void()> stopDone;
 
-  std::unordered_set<Session*> sessions;                  // every live session
-  std::unordered_map<uint64_t, Session*> inTable;         // by Epoch::connection
+  std::unordered_set<Session*> sessions;           // every live session
+  std::unordered_map<uint64_t, Session*> inTable;  // by Epoch::connection
   std::map<uint64_t, std::pair<SteadyClock::time_point, std::weak_ptr<Session>>> upgrading;
   uint64_t nextUpgrade = 0;
   std::unordered_map<std::string, uint64_t> fenced;  // account -> token the gateway refused
@@ -246,10 +246,9 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_.emplace();
     parser_->header_limit(kHeaderLimit);
     parser_->body_limit(0);
-    bhttp::async_read(ws_.next_layer(), buffer_, *parser_,
-                      [self = shared_from_this()](beast::error_code ec, size_t) {
-                        self->onRequest(ec);
-                      });
+    bhttp::async_read(
+        ws_.next_layer(), buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->onRequest(ec); });
   }
 
   // Closes the socket under any pending operation (an upgrade that took too long, shutdown).
@@ -334,8 +333,8 @@ class Session : public std::enable_shared_from_this<Session> {
       return finishUpgrade();
     }
     if (ec) {
-      return refuse(Refusal{bhttp::status::bad_request, "bad_request",
-                            "request: " + ec.message(), ""});
+      return refuse(
+          Refusal{bhttp::status::bad_request, "bad_request", "request: " + ec.message(), ""});
     }
     const auto& request = parser_->get();
     const std::string_view target(request.target().data(), request.target().size());
@@ -353,8 +352,8 @@ class Session : public std::enable_shared_from_this<Session> {
                             "account: '" + key_.user + "' is not served by this agent", ""});
     }
     if (!websocket::is_upgrade(request)) {
-      return refuse(Refusal{bhttp::status::upgrade_required, "not_upgrade",
-                            "not a WebSocket upgrade", ""});
+      return refuse(
+          Refusal{bhttp::status::upgrade_required, "not_upgrade", "not a WebSocket upgrade", ""});
     }
     const auto decision = core_->gate(key_.user);
     if (!core_->stopping && decision.allowed() && !fencedUnder(decision.token)) {
@@ -400,8 +399,8 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void upgrade(uint64_t token) {
-    ws_.set_option(websocket::stream_base::timeout{kHandshakeTimeout, websocket::stream_base::none(),
-                                                   false});
+    ws_.set_option(
+        websocket::stream_base::timeout{kHandshakeTimeout, websocket::stream_base::none(), false});
     ws_.read_message_max(kMaxFrameBytes);
     ws_.write_buffer_bytes(256);  // our frames are tiny: keep the write buffer small
     ws_.auto_fragment(false);
@@ -435,9 +434,8 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void readLoop() {
-    ws_.async_read(buffer_, [self = shared_from_this()](beast::error_code ec, size_t) {
-      self->onRead(ec);
-    });
+    ws_.async_read(buffer_,
+                   [self = shared_from_this()](beast::error_code ec, size_t) { self->onRead(ec); });
   }
 
   void onRead(beast::error_code ec) {
@@ -488,11 +486,10 @@ class Session : public std::enable_shared_from_this<Session> {
       reason.code = closeCode_;
       const auto text = std::string_view(closeReason_).substr(0, reason.reason.max_size());
       reason.reason.assign(text.data(), text.size());
-      ws_.async_close(reason,
-                      [self = shared_from_this()](beast::error_code) {
-                        self->writing_ = false;
-                        self->abort();  // the device answered (or not): we are done
-                      });
+      ws_.async_close(reason, [self = shared_from_this()](beast::error_code) {
+        self->writing_ = false;
+        self->abort();  // the device answered (or not): we are done
+      });
       return;
     }
     if (welcomePending_) {
@@ -805,8 +802,8 @@ void DeviceEndpoint::start(GateCheck gate, std::function<int64_t()> sessionId) {
     core->gate = std::move(gate);
     core->sessionId = std::move(sessionId);
     core->table = std::make_unique<presence::ConnectionTable>(
-        core->clock, presenceParams(core->settings),
-        presence::GatewayIdentity{core->instanceId, 0}, *core->writer,
+        core->clock, presenceParams(core->settings), presence::GatewayIdentity{core->instanceId, 0},
+        *core->writer,
         [weak = std::weak_ptr<DeviceEndpoint::Core>(core)](const presence::DeviceKey&,
                                                            presence::Epoch epoch) {
           if (auto c = weak.lock()) c->onTimeout(epoch);

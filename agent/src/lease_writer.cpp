@@ -128,7 +128,8 @@ void GatewayLeaseWriter::flush() {
     ++taken;
   }
   removals_.erase(removals_.begin(), removals_.begin() + static_cast<std::ptrdiff_t>(k));
-  if (renewDropped) m_.leaseEntries.with({"renew", "dropped"}).inc(static_cast<double>(renewDropped));
+  if (renewDropped)
+    m_.leaseEntries.with({"renew", "dropped"}).inc(static_cast<double>(renewDropped));
   if (removeDropped)
     m_.leaseEntries.with({"remove", "dropped"}).inc(static_cast<double>(removeDropped));
   if (taken == 0) {
@@ -141,20 +142,20 @@ void GatewayLeaseWriter::flush() {
                   {"remove", std::move(remove)}};
   const size_t renewed = taken - sent.size();
   inFlight_ = true;
-  client_->asyncRequest(
-      http::Method::Post, "/v1/presence/leases", body.dump(),
-      [weak = weak_from_this(), executor = executor_, sent = std::move(sent),
-       renewed](http::ClientResponse response) mutable {
-        // The client's worker thread: back onto the endpoint's. shutdown() joins this worker
-        // before the io_context goes, so the post never finds it gone.
-        boost::asio::post(executor, [weak, sent = std::move(sent), renewed,
-                                   response = std::move(response)]() mutable {
-          auto self = weak.lock();
-          if (!self) return;
-          self->inFlight_ = false;
-          self->answered(renewed, std::move(sent), std::move(response));
-        });
-      });
+  client_->asyncRequest(http::Method::Post, "/v1/presence/leases", body.dump(),
+                        [weak = weak_from_this(), executor = executor_, sent = std::move(sent),
+                         renewed](http::ClientResponse response) mutable {
+                          // The client's worker thread: back onto the endpoint's. shutdown() joins
+                          // this worker before the io_context goes, so the post never finds it
+                          // gone.
+                          boost::asio::post(executor, [weak, sent = std::move(sent), renewed,
+                                                       response = std::move(response)]() mutable {
+                            auto self = weak.lock();
+                            if (!self) return;
+                            self->inFlight_ = false;
+                            self->answered(renewed, std::move(sent), std::move(response));
+                          });
+                        });
 }
 
 void GatewayLeaseWriter::answered(size_t renewed, std::vector<Removal> removals,

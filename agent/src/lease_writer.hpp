@@ -1,12 +1,12 @@
 // The presence model's LeaseWriter over the network: the connection table's renewals and removals
 // become POST /v1/presence/leases batches to the fencing-gateway (docs/presence-runtime.md).
 //
-// Everything runs on the device endpoint's own thread (its io_context's executor). Writes are queued and flushed a few milliseconds later,
-// so a removal rides with whatever else came in that window; at most one request is in flight, so
-// a lease's renewal and removal reach the gateway in the order they were made. Right before a
-// batch leaves, every entry is checked against the gate: an entry whose account this agent does
-// not lead under the entry's token right now (lost, suspended, drifted) is dropped and counted, so
-// no lease write leaves a suspended agent.
+// Everything runs on the device endpoint's own thread (its io_context's executor). Writes are
+// queued and flushed a few milliseconds later, so a removal rides with whatever else came in that
+// window; at most one request is in flight, so a lease's renewal and removal reach the gateway in
+// the order they were made. Right before a batch leaves, every entry is checked against the gate:
+// an entry whose account this agent does not lead under the entry's token right now (lost,
+// suspended, drifted) is dropped and counted, so no lease write leaves a suspended agent.
 #pragma once
 
 #include <boost/asio/io_context.hpp>

@@ -9,13 +9,13 @@ namespace zkagent::agent::detail {
 struct PresenceMetrics {
   explicit PresenceMetrics(metrics::Registry& registry);
 
-  metrics::GaugeFamily& connections;    // {state}: upgrading, open, closing
-  metrics::Counter& heartbeats;         // pings answered
-  metrics::Counter& pingTimeouts;       // connections closed with 4002
-  metrics::CounterFamily& redirects;    // {code}: 307, 503
-  metrics::CounterFamily& refused;      // {reason}: upgrades refused before the handshake
-  metrics::CounterFamily& closes;       // {code}: close frames the agent sent
-  metrics::Counter& leaderMovedCloses;  // connections closed with 4001
+  metrics::GaugeFamily& connections;     // {state}: upgrading, open, closing
+  metrics::Counter& heartbeats;          // pings answered
+  metrics::Counter& pingTimeouts;        // connections closed with 4002
+  metrics::CounterFamily& redirects;     // {code}: 307, 503
+  metrics::CounterFamily& refused;       // {reason}: upgrades refused before the handshake
+  metrics::CounterFamily& closes;        // {code}: close frames the agent sent
+  metrics::Counter& leaderMovedCloses;   // connections closed with 4001
   metrics::CounterFamily& leaseBatches;  // {result}: sent, failed
   metrics::CounterFamily& leaseEntries;  // {kind, result}: renew|remove x sent|dropped|failed
   metrics::Counter& fencedAccounts;      // accounts the gateway fenced

@@ -197,7 +197,8 @@ class Bench {
   }
 
   static json toJson(const Load& l) {
-    return {{"per_s", l.perSecond}, {"p50_ms", l.p50Ms}, {"p99_ms", l.p99Ms}, {"refused", l.refused}};
+    return {
+        {"per_s", l.perSecond}, {"p50_ms", l.p50Ms}, {"p99_ms", l.p99Ms}, {"refused", l.refused}};
   }
 
   json run() {
@@ -227,12 +228,10 @@ class Bench {
             gatewayPort_, [](int, long) { return std::string("/v1/ops"); },
             [&](int c, long i) {
               const auto& a = tokens[accounts[static_cast<size_t>(c)]];
-              return json{{"account", a["account"]},
-                          {"token", a["token"]},
-                          {"instanceId", "ops-agent"},
-                          {"sessionId", std::stoll(sessionId, nullptr, 16)},
-                          {"opId", opId('d', c, i)},
-                          {"payload", "x"}}
+              return json{
+                  {"account", a["account"]},   {"token", a["token"]},
+                  {"instanceId", "ops-agent"}, {"sessionId", std::stoll(sessionId, nullptr, 16)},
+                  {"opId", opId('d', c, i)},   {"payload", "x"}}
                   .dump();
             });
       };

@@ -52,7 +52,8 @@ namespace fs = std::filesystem;
 constexpr milliseconds kSessionTimeout{2000};
 constexpr const char* kUsage =
     "usage: election-bench [--out FILE] [--peers kazoo,curator|none]\n"
-    "                      [--scenarios handover,crash,cold,gate] [--max-accounts N] [--sizes N,N] [--rounds N]\n"
+    "                      [--scenarios handover,crash,cold,gate] [--max-accounts N] [--sizes N,N] "
+    "[--rounds N]\n"
     "                      [--quick] [--zk-elect PATH] [--zk-settings defaults|fast]\n";
 
 struct Settings {
@@ -62,9 +63,10 @@ struct Settings {
   size_t maxAccounts = 10000;
   std::set<size_t> sizes;  // empty: every planned size (up to maxAccounts)
   int rounds = 0;          // > 0: this many rounds of every series instead of the plan's
-  bool quick = false;  // fewer rounds and sizes: a smoke run of a minute or two
-  fs::path zkElect;    // empty: this build's zk-elect
-  bool serverDefaults = true;  // ZooKeeper with fsync on and default JVM flags; false: --zk-settings fast
+  bool quick = false;      // fewer rounds and sizes: a smoke run of a minute or two
+  fs::path zkElect;        // empty: this build's zk-elect
+  bool serverDefaults =
+      true;  // ZooKeeper with fsync on and default JVM flags; false: --zk-settings fast
 };
 
 [[noreturn]] void usageError(const std::string& message) {
@@ -470,7 +472,8 @@ void Bench::printTable() const {
        &Series::fromSpawnMs},
   };
   std::printf(
-      "\nelection-bench: ms, p50 / max over rounds; ZooKeeper 3.8 standalone (%s), tickTime 200 ms, "
+      "\nelection-bench: ms, p50 / max over rounds; ZooKeeper 3.8 standalone (%s), tickTime 200 "
+      "ms, "
       "session 2000 ms, %u cores, load average %s at start, %s at end\n",
       settings_.serverDefaults ? "server defaults: fsync on, default JVM"
                                : "fast: forceSync off, C1-only JVM",
@@ -522,7 +525,8 @@ void Bench::printTable() const {
                 fmt(gate_->statusMs).c_str());
   }
   std::printf(
-      "\ntargets (ratios in one run, fsync on): handover <= 1.0 x Curator at 10000 and <= 0.5 x the "
+      "\ntargets (ratios in one run, fsync on): handover <= 1.0 x Curator at 10000 and <= 0.5 x "
+      "the "
       "best peer at 100 and 1000; reaction after expiry <= 0.5 x; cold 10000 <= 0.5 x Curator; "
       "every account led in every round\n");
   for (const auto& s : series_) {

@@ -11,9 +11,9 @@
 //
 // usage: device_bench [--devices N] [--accounts A] [--migration-devices D] [--seconds S]
 //                     [--skip-load] [--skip-migration]
-#include <signal.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -231,12 +231,12 @@ class Bench {
     for (const auto& url : urls) connect += (connect.empty() ? "" : ",") + url;
     for (size_t first = 0, index = 0; first < total; first += kDevicesPerSimulator, ++index) {
       const size_t count = std::min(kDevicesPerSimulator, total - first);
-      std::vector<std::string> args{"--connect",      connect,
-                                    "--accounts-file", accountsFile.string(),
-                                    "--device",        "sim" + std::to_string(index),
-                                    "--devices",       std::to_string(count),
-                                    "--heartbeat-ms",  "1000",
-                                    "--timeout-ms",    "5000",
+      std::vector<std::string> args{"--connect",          connect,
+                                    "--accounts-file",    accountsFile.string(),
+                                    "--device",           "sim" + std::to_string(index),
+                                    "--devices",          std::to_string(count),
+                                    "--heartbeat-ms",     "1000",
+                                    "--timeout-ms",       "5000",
                                     "--source-addresses", "127.0.1." + std::to_string(index + 1)};
       if (events) args.push_back("--events");
       simulators_.push_back(
@@ -330,9 +330,8 @@ class Bench {
                 {"accounts", options_.accounts},
                 {"agent_rss_kib_before", rssBefore},
                 {"agent_rss_kib_after", rssAfter},
-                {"agent_bytes_per_connection",
-                 static_cast<double>(rssAfter - rssBefore) * 1024.0 /
-                     static_cast<double>(options_.devices)},
+                {"agent_bytes_per_connection", static_cast<double>(rssAfter - rssBefore) * 1024.0 /
+                                                   static_cast<double>(options_.devices)},
                 {"heartbeats_per_second", beats / elapsed},
                 {"agent_cpu_cores", cpu / elapsed},
                 {"heartbeats_per_cpu_second", cpu > 0 ? beats / cpu : 0},
@@ -399,9 +398,10 @@ class Bench {
           if (word == "DISCONNECTED") {
             long long unixNs = 0;
             in >> unixNs;
-            ++reasons[third.substr(0, third.find(':') == std::string::npos ? third.size()
-                                                                            : third.find(':') + 12)];
-            if (closed.insert(account + "/" + device).second) closedMs.push_back(sinceSignal(unixNs));
+            ++reasons[third.substr(
+                0, third.find(':') == std::string::npos ? third.size() : third.find(':') + 12)];
+            if (closed.insert(account + "/" + device).second)
+              closedMs.push_back(sinceSignal(unixNs));
           }
           if (word != "CONNECTED" || third != "mig-b") continue;
           std::string epoch;

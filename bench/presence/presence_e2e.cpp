@@ -92,12 +92,9 @@ bool waitFor(const std::function<bool()>& done, milliseconds timeout) {
 // shows how far the slowest trial is over or under it.
 json summary(std::vector<double> ms, double boundMs) {
   std::sort(ms.begin(), ms.end());
-  return {{"trials_ms", ms},
-          {"min_ms", ms.front()},
-          {"median_ms", ms[ms.size() / 2]},
-          {"max_ms", ms.back()},
-          {"bound_ms", boundMs},
-          {"max_over_bound_ms", ms.back() - boundMs}};
+  return {
+      {"trials_ms", ms},     {"min_ms", ms.front()}, {"median_ms", ms[ms.size() / 2]},
+      {"max_ms", ms.back()}, {"bound_ms", boundMs},  {"max_over_bound_ms", ms.back() - boundMs}};
 }
 
 // Close, half-open and agent crash, `trials` times each, one account, one device at a time.
@@ -131,8 +128,8 @@ json detection(const std::string& zk, const std::filesystem::path& dir, const Ti
   // at connect).
   std::mt19937 random(11);
   auto somewhenLater = [&] {
-    std::this_thread::sleep_for(milliseconds(
-        std::uniform_int_distribution<int>(0, timing.renewIntervalMs)(random)));
+    std::this_thread::sleep_for(
+        milliseconds(std::uniform_int_distribution<int>(0, timing.renewIntervalMs)(random)));
   };
   const auto b = zkagent::presence::bounds(paramsOf(timing));
   std::map<std::string, std::vector<double>> results;
@@ -189,8 +186,9 @@ double leaseRequests(Cluster& cluster) {
 json renewalPeak(const std::string& zk, const std::filesystem::path& dir, Timing timing,
                  double jitter, int agentCount, int intervals) {
   timing.renewJitter = jitter;
-  Cluster cluster(zk, "/presence-e2e-" + std::to_string(::getpid()) + "-peak-" +
-                          std::to_string(static_cast<int>(jitter * 100)),
+  Cluster cluster(zk,
+                  "/presence-e2e-" + std::to_string(::getpid()) + "-peak-" +
+                      std::to_string(static_cast<int>(jitter * 100)),
                   dir, timing);
   std::vector<std::pair<std::string, std::vector<std::string>>> specs;
   for (int i = 0; i < agentCount; ++i) {
@@ -215,8 +213,8 @@ json renewalPeak(const std::string& zk, const std::filesystem::path& dir, Timing
   for (;;) {
     std::this_thread::sleep_for(10ms);
     const double now = leaseRequests(cluster);
-    const auto at = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() -
-                                                             start).count();
+    const auto at =
+        std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start).count();
     const auto window = static_cast<size_t>(at / kWindowMs);
     if (window >= perWindow.size()) break;
     perWindow[window] += now - previous;
@@ -225,14 +223,10 @@ json renewalPeak(const std::string& zk, const std::filesystem::path& dir, Timing
   double total = 0, peak = 0;
   for (double n : perWindow) total += n, peak = std::max(peak, n);
   const double mean = total / windows;
-  return {{"renew_jitter", jitter},
-          {"agents", agentCount},
-          {"window_ms", kWindowMs},
-          {"windows", windows},
-          {"requests", total},
-          {"max_per_window", peak},
-          {"mean_per_window", mean},
-          {"peak_over_mean", mean > 0 ? peak / mean : 0},
+  return {{"renew_jitter", jitter},  {"agents", agentCount},
+          {"window_ms", kWindowMs},  {"windows", windows},
+          {"requests", total},       {"max_per_window", peak},
+          {"mean_per_window", mean}, {"peak_over_mean", mean > 0 ? peak / mean : 0},
           {"per_window", perWindow}};
 }
 
@@ -252,11 +246,16 @@ int main(int argc, char** argv) {
     if (i + 1 >= argc) return usage(flag + ": needs a value");
     const std::string value = argv[++i];
     try {
-      if (flag == "--out") out = value;
-      else if (flag == "--scale") scale = std::stoi(value);
-      else if (flag == "--trials") trials = std::stoi(value);
-      else if (flag == "--agents") agentCount = std::stoi(value);
-      else return usage(flag + ": unknown flag");
+      if (flag == "--out")
+        out = value;
+      else if (flag == "--scale")
+        scale = std::stoi(value);
+      else if (flag == "--trials")
+        trials = std::stoi(value);
+      else if (flag == "--agents")
+        agentCount = std::stoi(value);
+      else
+        return usage(flag + ": unknown flag");
     } catch (const std::exception&) {
       return usage(flag + ": not an integer: " + value);
     }
@@ -272,10 +271,14 @@ int main(int argc, char** argv) {
     zktest::ZooKeeperServer zk;
     json report{{"scale", scale},
                 {"params_ms",
-                 {{"heartbeat", timing.heartbeatMs}, {"ping_timeout", timing.pingTimeoutMs},
-                  {"check", timing.checkIntervalMs}, {"renew", timing.renewIntervalMs},
-                  {"lease_ttl", timing.leaseTtlMs}, {"sweep", timing.sweepMs},
-                  {"debounce", timing.debounceMs}, {"coalesce", timing.coalesceMs}}}};
+                 {{"heartbeat", timing.heartbeatMs},
+                  {"ping_timeout", timing.pingTimeoutMs},
+                  {"check", timing.checkIntervalMs},
+                  {"renew", timing.renewIntervalMs},
+                  {"lease_ttl", timing.leaseTtlMs},
+                  {"sweep", timing.sweepMs},
+                  {"debounce", timing.debounceMs},
+                  {"coalesce", timing.coalesceMs}}}};
     report["detection"] = detection(zk.connectString(), out / "detect", timing, trials);
     report["renewal_peak"] = json::array();
     for (double jitter : {0.0, 0.1}) {

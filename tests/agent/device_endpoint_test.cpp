@@ -235,8 +235,9 @@ class DeviceEndpointTest : public ::testing::Test {
     if (r.status != 200) return json();
     json out = json::object();
     for (const auto& d : json::parse(r.body).value("devices", json::array())) {
-      out[d["device"].get<std::string>()] = {
-          {"agent", d["agent"]}, {"token", d["epoch"]["token"]}, {"counter", d["epoch"]["counter"]}};
+      out[d["device"].get<std::string>()] = {{"agent", d["agent"]},
+                                             {"token", d["epoch"]["token"]},
+                                             {"counter", d["epoch"]["counter"]}};
     }
     return out;
   }
@@ -287,11 +288,8 @@ TEST_F(DeviceEndpointTest, LeaderWelcomesWithItsTokenAnswersEveryPingAndTheLease
   EXPECT_EQ(lease["counter"], (*welcome)["counter"]);
 
   // Renewal ticks (400 ms) keep it alive well past the gateway's TTL (1200 ms).
-  const auto until = std::chrono::steady_clock::now() + 2500ms;
-  while (std::chrono::steady_clock::now() < until) {
-    ASSERT_TRUE(leases("acct-0").contains("phone")) << "the lease expired: not renewed";
-    std::this_thread::sleep_for(100ms);
-  }
+  ASSERT_FALSE(eventually([&] { return !leases("acct-0").contains("phone"); }, 2500ms))
+      << "the lease expired: not renewed";
   EXPECT_NE(a.metrics().find("zkagent_presence_lease_batches_total{result=\"sent\"}"),
             std::string::npos);
 
@@ -336,8 +334,8 @@ TEST_F(DeviceEndpointTest, BadUpgradesAreRefusedBeforeTheHandshakeNamingTheProbl
   EXPECT_EQ(r.status, 426) << r.body;
   // A header larger than the bound is refused too, and the agent keeps serving.
   Device big;
-  const auto refused = big.connect(a.devicePort, devicePath("acct-0", "d") + "&pad=" +
-                                                     std::string(10000, 'x'));
+  const auto refused =
+      big.connect(a.devicePort, devicePath("acct-0", "d") + "&pad=" + std::string(10000, 'x'));
   ASSERT_TRUE(refused);
   EXPECT_EQ(refused->status, 400);
   Device good;
@@ -460,7 +458,8 @@ TEST_F(DeviceEndpointTest, ResignClosesDevicesWith4001NamingTheNewLeaderWhoTakes
   EXPECT_TRUE(eventually(
       [&] {
         const auto l = leases("acct-0");
-        return l.contains("phone") && l["phone"]["token"] == token && l["phone"]["agent"] == "host-b";
+        return l.contains("phone") && l["phone"]["token"] == token &&
+               l["phone"]["agent"] == "host-b";
       },
       3s))
       << leases("acct-0").dump();
