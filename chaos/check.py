@@ -251,7 +251,9 @@ def check(out_dir, slack_ms):
     #    on. Slack: the interval in which the observers saw the node is widened by slack_ms on
     #    both sides (watch delivery to the gateway and to the observers, an observer reconnecting).
     #    An operation forwarded while the runner held its agent's gateway link reached the gateway
-    #    no earlier than the link's release.
+    #    no earlier than the link's release. Times are whole milliseconds: an operation invoked in
+    #    the millisecond the hold was recorded may have gone through just before it, so only one
+    #    invoked strictly later counts as held.
     holds = defaultdict(list)
     for e in history["events"]:
         for f in e["faults"]:
@@ -263,7 +265,7 @@ def check(out_dir, slack_ms):
         if op is not None:
             lo = max(lo, op["invoked_ms"])
             for held, delivered in holds.get(op["agent"], []):
-                if held <= op["invoked_ms"] <= delivered:
+                if held < op["invoked_ms"] <= delivered:
                     lo = max(lo, delivered)
         windows.append([lo, INF])
     hi = INF

@@ -36,6 +36,18 @@ class Run:
             [1010, 0, "acct-0", True, 2, "agent-1", 8, 110],
         ]
         self.final = {"last_heal_ms": 1500, "accounts": {"acct-0": {"led_ms": 50}}}
+        self.events = [{"index": 0, "kinds": "agent_kill", "start_ms": 900, "heal_ms": 1100,
+                        "settled_ms": 1200, "reelect_ms": 100,
+                        "faults": [{"kind": "agent_kill", "start_ms": 900, "heal_ms": 1100}]}]
+
+    def hold_gateway_link(self, agent, held_ms, delivered_ms):
+        """The runner's stale delivery: agent's link to the gateway held, then released."""
+        self.events = [{"index": 0, "kinds": "stale_delivery", "start_ms": held_ms,
+                        "heal_ms": delivered_ms + 100, "settled_ms": delivered_ms + 200,
+                        "reelect_ms": 100,
+                        "faults": [{"kind": "stale_delivery", "start_ms": held_ms, "agent": agent,
+                                    "held_ms": held_ms, "delivered_ms": delivered_ms,
+                                    "heal_ms": delivered_ms + 100}]}]
 
     def op(self, op_id, invoked, completed, agent, token, outcome="ok", logged=True,
            instance=None, status=None):
@@ -57,9 +69,7 @@ class Run:
                      "gateway_mode": "zookeeper", "gateway_data": "gateway-data",
                      "ended_ms": 2000},
             "schedule": [], "final": self.final, "gateway_runs": [],
-            "events": [{"index": 0, "kinds": "agent_kill", "start_ms": 900, "heal_ms": 1100,
-                        "settled_ms": 1200, "reelect_ms": 100,
-                        "faults": [{"kind": "agent_kill", "start_ms": 900, "heal_ms": 1100}]}],
+            "events": self.events,
             "observer_fields": ["t_ms", "server", "account", "present", "seq", "instance",
                                 "session", "zxid"],
             "observer": self.observer,
@@ -130,6 +140,24 @@ class CheckerTest(unittest.TestCase):
         r.op("stale", 1300, 1310, 0, 1)  # hwm-only gateway: nothing newer accepted yet
         r.op("c", 1400, 1410, 1, 2)
         self.assertEqual(set(self.violations(r)), {"4"})
+
+    def test_a_held_operation_accepted_after_its_release_with_the_old_token_violates_check_4(self):
+        r = Run()
+        r.hold_gateway_link(agent=0, held_ms=800, delivered_ms=1300)
+        r.op("a", 100, 110, 0, 1)
+        # Invoked during the hold, so it reached the gateway after 1300 ms: seq 1 was gone.
+        r.op("held", 850, 1850, 0, 1, outcome="gateway_unreachable", status=502)
+        r.op("c", 1400, 1410, 1, 2)
+        self.assertEqual(set(self.violations(r)), {"4"})
+
+    def test_an_operation_invoked_in_the_millisecond_of_the_hold_may_have_passed_before_it(self):
+        r = Run()
+        r.hold_gateway_link(agent=0, held_ms=800, delivered_ms=1300)
+        r.op("a", 100, 110, 0, 1)
+        # Decided at once (before the successor's op at 1010 ms); only its answer was held.
+        r.op("raced-the-hold", 800, 1800, 0, 1, outcome="gateway_unreachable", status=502)
+        r.op("c", 1010, 1020, 1, 2)
+        self.assertEqual(self.violations(r), {})
 
     def test_a_lower_token_accepted_after_a_higher_one_was_acknowledged_violates_check_2(self):
         r = Run()
