@@ -28,8 +28,8 @@ TimePoint randomTime(StableRandom& random, Seconds from, Seconds to) {
 
 enum class Leaving { Close, HalfOpen, GatewayCrash };
 
-// §6.2: 300 devices, one per user, on one leader agent; each leaves at a random time (a crash
-// takes them all at one random time).
+// Detection latency: 300 devices, one per user, on one leader agent; each leaves at a random time
+// (a crash takes them all at one random time).
 LatencyStats measureDetection(Leaving way, std::uint64_t seed) {
   const Params params;
   VirtualClock clock;
@@ -112,8 +112,8 @@ class RenewalCounter final : public LeaseWriter {
 
 }  // namespace
 
-// §6.3: 20 leader agents restart at the same instant and their 5000 devices reconnect at once;
-// only the periodic renewals that follow are counted, not the reconnections themselves.
+// Renewal peak: 20 leader agents restart at the same instant and their 5000 devices reconnect at
+// once; only the periodic renewals that follow are counted, not the reconnections themselves.
 RenewalPeak measureRenewalPeak(double renewJitter, std::uint64_t seed) {
   Params params;
   params.renewJitter = renewJitter;
@@ -180,7 +180,7 @@ std::string format(const char* pattern, auto... values) {
 
 }  // namespace
 
-// §6.4: a TTL shorter than the renewal interval flaps the store; debounce hides it from
+// Negative control: a TTL shorter than the renewal interval flaps the store; debounce hides it from
 // subscribers, the device-level flap count does not.
 NegativeControl measureNegativeControl(std::uint64_t seed) {
   const ControlRun debounced = runNegativeControl(Seconds{20}, seed);
@@ -218,7 +218,7 @@ nlohmann::json toJson(const Report& report) {
 }
 
 std::string toTable(const Report& report) {
-  std::string out = "Detection latency, seconds (300 devices, random leave times; seed 000 6.2)\n";
+  std::string out = "Detection latency, seconds (300 devices, random leave times)\n";
   out += format("  %-14s %8s %8s %8s %8s\n", "leaving by", "min", "median", "max", "bound");
   const std::pair<const char*, const LatencyStats*> rows[] = {
       {"close", &report.close},
@@ -228,7 +228,7 @@ std::string toTable(const Report& report) {
     out += format("  %-14s %8.1f %8.1f %8.1f %8.0f\n", name, stats->min, stats->median, stats->max,
                   stats->bound);
   }
-  out += "\nRenewals at the store after 20 gateways restart together (5000 connections; 6.3)\n";
+  out += "\nRenewals at the store after 20 gateways restart together (5000 connections)\n";
   out += format("  %-14s %14s %14s\n", "jitter", "peak/second", "final leases");
   out +=
       format("  %-14s %14s %14s\n", "none", std::to_string(report.noJitter.peakPerSecond).c_str(),
@@ -237,7 +237,7 @@ std::string toTable(const Report& report) {
                 std::to_string(report.jitter.peakPerSecond).c_str(),
                 std::to_string(report.jitter.finalLeases).c_str());
   const NegativeControl& control = report.negativeControl;
-  out += "\nNegative control: TTL 50 s, renewal 60 s, no jitter, 1000 s (6.4)\n";
+  out += "\nNegative control: TTL 50 s, renewal 60 s, no jitter, 1000 s\n";
   out += format("  %-34s %6s\n", "lease expirations",
                 std::to_string(control.leaseExpirations).c_str());
   out += format("  %-34s %6s\n", "published changes, debounce 20 s",

@@ -1,5 +1,6 @@
-// presence-experiments: runs seed 000 §6.2-§6.4 on the virtual clock, prints a table and writes the
-// JSON report.
+// presence-experiments: runs the presence experiments (detection latency per way of leaving,
+// renewal peak after a mass restart, TTL < renewal negative control) on the virtual clock, prints a
+// table and writes the JSON report.
 #include <charconv>
 #include <cstdio>
 #include <exception>
@@ -15,8 +16,9 @@ namespace {
 
 constexpr std::string_view kUsage =
     "usage: presence-experiments --out REPORT.json [--seed N]\n"
-    "  Runs the presence experiments of seed 000 (6.2-6.4) on a virtual clock, prints a table and\n"
-    "  writes the JSON report. The same seed gives the same report.\n";
+    "  Runs the presence experiments (detection latency, renewal peak, negative control) on a\n"
+    "  virtual clock, prints a table and writes the JSON report. The same seed gives the same\n"
+    "  report.\n";
 
 struct Options {
   std::string out;

@@ -1,4 +1,5 @@
-// The lease store and its epochs (seed 000 §5.1, SPEC §5).
+// The lease store and its epochs: a renewal is accepted only if its epoch is not below the current
+// one, a removal only if equal; epochs order by the leader's fencing token first.
 #include <gtest/gtest.h>
 
 #include "scenario.hpp"

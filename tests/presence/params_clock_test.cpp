@@ -14,7 +14,7 @@ std::string allErrors(const Params& params) {
   return joined;
 }
 
-TEST(Params, DefaultsAreValidAndGiveTheBoundsOfSeed000) {
+TEST(Params, DefaultsAreValidAndGiveBoundsOf20sAnd100sAnd175s) {
   const Params defaults;
   EXPECT_TRUE(validationErrors(defaults).empty());
   const Bounds bound = bounds(defaults);

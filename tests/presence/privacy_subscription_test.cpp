@@ -1,4 +1,5 @@
-// Privacy trimming (seed 000 §5.4) and the subscription contract (§4).
+// Privacy trimming (exact / coarse / hidden; non-contacts and blocked viewers get no information)
+// and the subscription contract (snapshot, then versioned change events, minute-granularity times).
 #include <gtest/gtest.h>
 
 #include "scenario.hpp"

@@ -19,7 +19,7 @@ inline double secondsOf(TimePoint t) {
   return std::chrono::duration<double>(t.time_since_epoch()).count();
 }
 
-// Heartbeats and the timeout check off (seed 002 §5), for tests that connect without devices.
+// Heartbeats and the timeout check off (both set to 0), for tests that connect without devices.
 inline Params withoutHeartbeats() {
   Params params;
   params.heartbeatInterval = Millis{0};

@@ -1,7 +1,8 @@
-// zkagent presence: which devices of an account are online, with a computable error (seed 000,
-// seed 002, SPEC §5). Plain C++ with no I/O and no threads: time comes from an injected Clock, so
-// the same code runs under VirtualClock in tests and experiments and under Asio timers in the agent
-// and the gateway (each calls the model from one strand).
+// zkagent presence: which devices of an account are online, with a computable error (a worst-case
+// delay from leaving to the published offline, per way of leaving). Plain C++ with no I/O and no
+// threads: time comes from an injected Clock, so the same code runs under VirtualClock in tests and
+// experiments and under Asio timers in the agent and the gateway (each calls the model from one
+// strand).
 //
 //   device --heartbeat--> ConnectionTable (leader agent) --renew/remove, with Epoch--> LeaseStore
 //   LeaseStore --device change--> PresenceView (debounce) --user change--> Subscriptions (privacy)

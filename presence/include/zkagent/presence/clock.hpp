@@ -19,7 +19,8 @@ using Millis = std::chrono::milliseconds;
 // whole minutes are ever used.
 using TimePoint = std::chrono::sys_time<Millis>;
 
-// Minutes since the Unix epoch: the only time resolution that leaves the model (seed 000 §4).
+// Minutes since the Unix epoch: the only time resolution that leaves the model;
+// leave times to the second never reach subscribers.
 std::int64_t minuteOf(TimePoint t);
 
 class Clock {

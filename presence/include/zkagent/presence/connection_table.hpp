@@ -1,4 +1,4 @@
-// The leader agent's side of layers 1 and 2 (seed 000 §2, the seed's "gateway"): one entry per
+// The leader agent's side of layers 1 and 2 (the agent is the devices' gateway): one entry per
 // device connection with its last heartbeat and epoch, a timeout check every checkInterval, and a
 // batched, jittered renewal of every connection's lease every renewInterval.
 #pragma once

@@ -1,5 +1,7 @@
 // The store side of layer 2: leases per device with epochs, renewed in batches by the leader agent
-// that holds the device's connection, and swept when they expire (seed 000 §2, §5.1).
+// that holds the device's connection, and swept when they expire,
+// so a crashed agent's devices go offline without its help. A renewal is accepted only if its epoch
+// is not below the current one, a removal only if it is equal.
 #pragma once
 
 #include <compare>

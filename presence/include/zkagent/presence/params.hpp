@@ -1,5 +1,5 @@
-// Parameters of the three heartbeat layers (seed 000 §1, seed 002 §5) and the worst-case detection
-// delays they imply (seed 000 §3).
+// Parameters of the three heartbeat layers (device heartbeat, lease renewal, debounced view) and
+// the worst-case detection delays they imply (bounds() below).
 #pragma once
 
 #include <optional>
@@ -18,7 +18,8 @@ struct Params {
   Millis heartbeatInterval = Seconds{30};
   double heartbeatJitter = 0.1;
   // A connection is dead after pingTimeout without a heartbeat, checked every checkInterval;
-  // 0 disables the check (seed 002 §5). Must exceed 2 x heartbeatInterval: one lost ping is fine.
+  // 0 disables the check (no connection is ever timed out). Must exceed 2 x heartbeatInterval: one
+  // lost ping is fine.
   Millis pingTimeout = Seconds{75};
   Millis checkInterval = Seconds{5};
   // Layer 2, leader agent -> store: batched renewal; the first one uniform in [0, renewInterval],
@@ -33,7 +34,8 @@ struct Params {
   Millis offlineDebounce = Seconds{20};
   // Coarse privacy says "recently" for this long after the user was last seen.
   Millis coarseRecentWindow = Seconds{86400};
-  // Lets the two safety margins above be violated: only for the negative control (seed 000 §6.4).
+  // Lets the two safety margins above be violated: only for the negative control (TTL
+  // below the renewal interval).
   bool allowUnsafe = false;
 };
 

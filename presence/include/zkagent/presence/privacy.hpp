@@ -1,6 +1,6 @@
-// Privacy trimming of the view (seed 000 §5.4). Only contacts who are not blocked learn anything;
-// everyone else gets "no information", never "offline", or a blocked viewer could infer the block
-// from a user who is always offline (RFC 6121 takes the same stance).
+// Privacy trimming of the view (exact / coarse / hidden). Only contacts who are not blocked learn
+// anything; everyone else gets "no information", never "offline", or a blocked viewer could infer
+// the block from a user who is always offline (RFC 6121 takes the same stance).
 #pragma once
 
 #include <cstdint>

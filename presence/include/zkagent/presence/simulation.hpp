@@ -1,5 +1,6 @@
 // A device on the virtual clock, for tests, experiments and benchmarks: it heartbeats every
-// heartbeatInterval x U[1 - heartbeatJitter, 1] and leaves in one of the ways of seed 000 §3.
+// heartbeatInterval x U[1 - heartbeatJitter, 1] and leaves in one of the three ways that
+// bounds() covers: close, half-open, or with its agent crashing.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// The subscriber contract (seed 000 §4): a snapshot of the visible targets, then change events
+// The subscriber contract: a snapshot of the visible targets, then change events
 // carrying a per-target version; a subscriber keeps the highest version per target, so events
 // reordered in delivery cannot roll a status back. Times leave only as whole minutes.
 #pragma once

@@ -1,4 +1,4 @@
-// Layer 3: the user-level view (seed 000 §2, §5.3). A user is online iff any device is; going
+// Layer 3: the user-level view. A user is online iff any device is; going
 // online is published at once, going offline only after offlineDebounce without any device coming
 // back. A generation token per user makes every online event void a pending offline.
 #pragma once
@@ -32,7 +32,8 @@ struct UserChange {
 
 struct ViewCounters {
   // Device-level appearances and disappearances, counted apart from what was published: debounce
-  // hides flapping from subscribers, this keeps it visible to operators (seed 000 §6.4).
+  // hides flapping from subscribers, this keeps it visible to operators (a TTL below the
+  // renewal interval flaps the store while a 20 s debounce publishes nothing).
   std::uint64_t deviceFlaps = 0;
   std::uint64_t publishedChanges = 0;
 };

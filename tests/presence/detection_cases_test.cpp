@@ -1,4 +1,6 @@
-// Every case of seed 000 §6.1 and §6.5, on the virtual clock with the default parameters.
+// The detection cases on the virtual clock with the default parameters: close, one lost heartbeat,
+// several devices, reconnect within the debounce, late offline from an old epoch, half-open, agent
+// crash (lower and upper bound), jitter after a mass restart, and TTL < renewal (negative control).
 #include <gtest/gtest.h>
 
 #include "experiments.hpp"
@@ -27,7 +29,7 @@ class LateRemovals final : public LeaseWriter {
   Millis delay_;
 };
 
-TEST(SeedCases, ActiveCloseAt300sIsPublishedAt320sExactlyTheDebounce) {
+TEST(DetectionCases, ActiveCloseAt300sIsPublishedAt320sExactlyTheDebounce) {
   Scenario world;
   SimulatedDevice& phone = world.device("alice");
   phone.connect(world.gateway);
@@ -43,7 +45,7 @@ TEST(SeedCases, ActiveCloseAt300sIsPublishedAt320sExactlyTheDebounce) {
   EXPECT_EQ(world.service.leases().counters().removals, 1u);
 }
 
-TEST(SeedCases, OneLostHeartbeatIsToleratedAndNeverPublishedOffline) {
+TEST(DetectionCases, OneLostHeartbeatIsToleratedAndNeverPublishedOffline) {
   Scenario world;
   SimulatedDevice& phone = world.device("alice");
   phone.connect(world.gateway);
@@ -57,7 +59,7 @@ TEST(SeedCases, OneLostHeartbeatIsToleratedAndNeverPublishedOffline) {
   EXPECT_NE(world.service.leases().find({"alice", "phone"}), nullptr);
 }
 
-TEST(SeedCases, TwoDevicesArePublishedOfflineOnlyTwentySecondsAfterTheLastLeaves) {
+TEST(DetectionCases, TwoDevicesArePublishedOfflineOnlyTwentySecondsAfterTheLastLeaves) {
   Scenario world;
   SimulatedDevice& phone = world.device("alice", "phone");
   SimulatedDevice& laptop = world.device("alice", "laptop");
@@ -75,7 +77,7 @@ TEST(SeedCases, TwoDevicesArePublishedOfflineOnlyTwentySecondsAfterTheLastLeaves
   EXPECT_EQ(world.service.view().counters().deviceFlaps, 4u);  // two ups, two downs
 }
 
-TEST(SeedCases, ReconnectWithinTenSecondsOfCloseShowsTheSubscriberNothing) {
+TEST(DetectionCases, ReconnectWithinTenSecondsOfCloseShowsTheSubscriberNothing) {
   Scenario world;
   world.service.privacy().addContact("alice", "bob");
   SimulatedDevice& phone = world.device("alice");
@@ -93,7 +95,7 @@ TEST(SeedCases, ReconnectWithinTenSecondsOfCloseShowsTheSubscriberNothing) {
   EXPECT_EQ(world.service.view().counters().deviceFlaps, 3u);  // up, down, up again
 }
 
-TEST(SeedCases, ComingBackVoidsThePendingOfflineSoLeavingAgainRestartsTheDebounce) {
+TEST(DetectionCases, ComingBackVoidsThePendingOfflineSoLeavingAgainRestartsTheDebounce) {
   Scenario world;
   SimulatedDevice& phone = world.device("alice");
   phone.connect(world.gateway);
@@ -108,7 +110,7 @@ TEST(SeedCases, ComingBackVoidsThePendingOfflineSoLeavingAgainRestartsTheDebounc
   EXPECT_EQ(changes[1].at, at(330));  // the timer of the first close (320) was voided
 }
 
-TEST(SeedCases, LateOfflineFromOldGatewayIsRejectedAndTheLeaseStaysWithTheNewGateway) {
+TEST(DetectionCases, LateOfflineFromOldGatewayIsRejectedAndTheLeaseStaysWithTheNewGateway) {
   Scenario world;
   // The device first sits on gateway "old" (leadership 1), whose removals arrive 30 s late.
   LateRemovals slowLink(world.clock, world.service.leases(), Seconds{30});
@@ -129,7 +131,7 @@ TEST(SeedCases, LateOfflineFromOldGatewayIsRejectedAndTheLeaseStaysWithTheNewGat
   EXPECT_EQ(world.changesOf("alice").size(), 1u);
 }
 
-TEST(SeedCases, LateCloseFromOldEpochOnTheSameGatewayIsIgnored) {
+TEST(DetectionCases, LateCloseFromOldEpochOnTheSameGatewayIsIgnored) {
   Scenario world;
   const Epoch first = world.gateway.connect({"alice", "phone"});
   const Epoch second = world.gateway.connect({"alice", "phone"});  // reconnected, old one lingers
@@ -142,7 +144,7 @@ TEST(SeedCases, LateCloseFromOldEpochOnTheSameGatewayIsIgnored) {
   EXPECT_EQ(lease->epoch, second);
 }
 
-TEST(SeedCases, HalfOpenConnectionIsDetectedWithinTheBoundAndNotBeforeThePingTimeout) {
+TEST(DetectionCases, HalfOpenConnectionIsDetectedWithinTheBoundAndNotBeforeThePingTimeout) {
   Scenario world;
   SimulatedDevice& phone = world.device("alice");
   phone.connect(world.gateway);
@@ -158,7 +160,7 @@ TEST(SeedCases, HalfOpenConnectionIsDetectedWithinTheBoundAndNotBeforeThePingTim
                                world.params.offlineDebounce);
 }
 
-TEST(SeedCases, GatewayCrashIsDetectedByTheLeaseNeitherBeforeRenewalPlusTtlNorAfterTheBound) {
+TEST(DetectionCases, GatewayCrashIsDetectedByTheLeaseNeitherBeforeRenewalPlusTtlNorAfterTheBound) {
   Scenario world;
   for (int i = 0; i < 10; ++i) world.device("user-" + std::to_string(i)).connect(world.gateway);
   world.clock.scheduleAt(at(400), [&] { world.gateway.crash(); });
@@ -175,7 +177,7 @@ TEST(SeedCases, GatewayCrashIsDetectedByTheLeaseNeitherBeforeRenewalPlusTtlNorAf
   EXPECT_EQ(world.service.leases().counters().leaseExpirations, 10u);
 }
 
-TEST(SeedCases, JitterSpreadsTheRenewalsOfGatewaysThatRestartedTogether) {
+TEST(DetectionCases, JitterSpreadsTheRenewalsOfGatewaysThatRestartedTogether) {
   const experiments::RenewalPeak together = experiments::measureRenewalPeak(0, 0);
   const experiments::RenewalPeak spread = experiments::measureRenewalPeak(0.1, 0);
   EXPECT_EQ(together.peakPerSecond, 5000u);  // every agent renews in the same second
@@ -184,7 +186,7 @@ TEST(SeedCases, JitterSpreadsTheRenewalsOfGatewaysThatRestartedTogether) {
   EXPECT_EQ(spread.finalLeases, 5000u);
 }
 
-TEST(SeedCases, TtlShorterThanRenewalFlapsDevicesWhileDebounceHidesItFromSubscribers) {
+TEST(DetectionCases, TtlShorterThanRenewalFlapsDevicesWhileDebounceHidesItFromSubscribers) {
   const experiments::NegativeControl control = experiments::measureNegativeControl(0);
   EXPECT_EQ(control.leaseExpirations, 16u);
   EXPECT_EQ(control.publishedDebounce20, 1u);  // debounce hides every flap from subscribers...
