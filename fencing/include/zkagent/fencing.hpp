@@ -1,4 +1,4 @@
-// Fencing for the downstream of an elected leader (SPEC §4, seed 001 §4.4 and §5.2).
+// Fencing for the downstream of an elected leader: refuse what a replaced leader still sends.
 //
 // A leader elected through ZooKeeper can be paused or partitioned and keep sending after a
 // successor took over. Every operation therefore carries a fencing token: the leader's

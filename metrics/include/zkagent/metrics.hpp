@@ -2,8 +2,8 @@
 //
 // A metric family has a name, a help text and a fixed list of label names declared when it is
 // registered; each distinct tuple of label values is one time series, created on first use and
-// kept for the life of the registry. Keep label values low-cardinality (SPEC §7: no account,
-// session, device or op ids): a family grows by one series per distinct value tuple.
+// kept for the life of the registry. Keep label values low-cardinality (no account,
+// session, device or op ids as labels): a family grows by one series per distinct value tuple.
 //
 //   zkagent::metrics::Registry registry;
 //   auto& ops = registry.counter("gateway_ops_total", "Operations by result.", {"result"});
