@@ -311,15 +311,69 @@ def check(out_dir, slack_ms):
             violations["5"].append("%s: led again %d ms after the last heal (bound %d ms)" %
                                    (a, led[a]["led_ms"], bound))
 
+    check_leases(history, timeline, slack_ms, bound, violations)
+
     # Operations that went into a held gateway link (not refused by the agent's gate first), and
     # how many of them the gateway accepted once they were delivered late.
     held_ops = [op for op in ops if op["outcome"] not in DEFINITE_REFUSALS and not op["probe"]
-                and any(h <= op["invoked_ms"] <= d for h, d in holds.get(op["agent"], []))]
+                and any(h < op["invoked_ms"] <= d for h, d in holds.get(op["agent"], []))]
     figures = compute_figures(history, log_ops, notes, unverifiable, bound)
     figures["held_ops"] = len(held_ops)
     figures["held_ops_accepted"] = sum(1 for op in held_ops if logged.get(op["op_id"], 0) > 0)
     figures["worst_gap_within_slack_ms"] = worst_gap
     return history, timeline, log_ops, log_others, violations, figures, marks
+
+
+def check_leases(history, timeline, slack_ms, ops_bound, violations):
+    """6. Every device lease the gateway showed was last renewed under its account's active seq,
+    by the instance holding it: the gateway answered between asked_ms and answered_ms and the
+    renewal was age_ms before that (a lease at the full TTL, expired but not swept yet, was
+    renewed at least a TTL before). The active interval is widened by slack_ms as in check 4. A
+    batch the gateway took in just after it was resumed from a pause may have been sent at any
+    time during the pause: it waited in the socket, so its window reaches back to the pause's
+    start. (A batch held in an agent's link is no exception: it must be refused on delivery.)
+    7. After the last heal every device is leased under its account's current leader within the
+    operations' bound plus the device's timeout and its longest reconnect backoff."""
+    devices = history["meta"].get("devices")
+    if not isinstance(devices, dict) or not devices.get("count"):
+        return
+    ttl = devices["lease_ttl_ms"]
+    pauses = [(f["start_ms"], f["heal_ms"]) for e in history["events"] for f in e["faults"]
+              if f["kind"] == "gateway_pause"]
+    fields = history["lease_fields"]
+    reported = set()
+    for row in history["leases"]:
+        s = dict(zip(fields, row))
+        key = (s["account"], s["device"], s["token"], s["counter"])
+        if key in reported:
+            continue
+        if s["age_ms"] < ttl:
+            lo, hi = s["asked_ms"] - s["age_ms"], s["answered_ms"] - s["age_ms"]
+        else:
+            lo, hi = -INF, s["answered_ms"] - ttl
+        for start, heal in pauses:
+            if start <= hi and lo <= heal + slack_ms:
+                lo = min(lo, start)
+        nodes = timeline.with_seq(s["account"], s["token"])
+        fits = [n for n in nodes if lo <= n["gone"] + slack_ms and n["first"] - slack_ms <= hi]
+        if fits and all(n["instance"] == s["agent"] for n in fits):
+            continue
+        reported.add(key)
+        seen = ", ".join("%s seen %s..%s ms" % (n["instance"], _ms(n["first"]), _ms(n["gone"]))
+                         for n in nodes) or "never seen as active"
+        violations["6"].append("%s/%s: lease under token %d (%s, connection %d) renewed between "
+                               "%s and %s ms; that seq was active: %s" %
+                               (s["account"], s["device"], s["token"], s["agent"], s["counter"],
+                                _ms(lo), _ms(hi), seen))
+    final = history.get("final", {})
+    bound = ops_bound + devices["timeout_ms"] + devices["backoff_max_ms"] + 1000
+    for key in final.get("devices_not_leased", []):
+        violations["7"].append("%s: not leased under its account's leader after the last heal" %
+                               key)
+    for key, d in sorted(final.get("devices", {}).items()):
+        if d["leased_ms"] > bound:
+            violations["7"].append("%s: leased under its leader %d ms after the last heal (bound "
+                                   "%d ms)" % (key, d["leased_ms"], bound))
 
 
 def _ms(x):
@@ -414,6 +468,8 @@ CHECK_TITLES = {
     "3": "every acknowledged operation is in the gateway log exactly once; nothing refused is",
     "4": "every accepted token was the account's active seq at acceptance (observer)",
     "5": "after the last heal every account is led again in time and answers",
+    "6": "every device lease was renewed under its account's active seq, by its holder",
+    "7": "after the last heal every device is leased under its account's leader in time",
 }
 
 
@@ -479,6 +535,15 @@ def write_report(out_dir, history, violations, figures, slack_ms):
               "the agent's gate first); %d of them were accepted when delivered late." %
               (figures["stale_deliveries"], figures.get("held_ops", 0),
                figures.get("held_ops_accepted", 0)), ""]
+    devices = meta.get("devices")
+    if isinstance(devices, dict) and devices.get("count"):
+        leased = [d["leased_ms"] for d in history.get("final", {}).get("devices", {}).values()]
+        lines += ["Devices: %d (%d per account; heartbeat %d ms, timeout %d ms, lease TTL %d ms), "
+                  "%d lease samples read from the gateway; after the last heal the last device "
+                  "was leased under its leader after %s ms." %
+                  (devices["count"], devices["per_account"], devices["heartbeat_ms"],
+                   devices["timeout_ms"], devices["lease_ttl_ms"], len(history.get("leases", [])),
+                   max(leased) if leased else "-"), ""]
     lines += ["## Re-election after a heal", ""]
     w = figures["worst_reelect"]
     if w:

@@ -70,13 +70,14 @@ struct HoldProxy::Impl {
   }
 
   void serve(int client) {
-    auto connected = zktest::detail::connectToLoopback(target, zktest::Deadline(milliseconds(2000)));
+    auto connected =
+        zktest::detail::connectToLoopback(target, zktest::Deadline(milliseconds(2000)));
     if (!connected) {
       forget(client);
       ::close(client);
       return;
     }
-    const int server = connected.get();  // closed by `connected`
+    const int server = connected.get();                                // closed by `connected`
     ::fcntl(server, F_SETFL, ::fcntl(server, F_GETFL) & ~O_NONBLOCK);  // the pumps block
     const int one = 1;
     ::setsockopt(server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);

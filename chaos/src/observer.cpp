@@ -120,8 +120,8 @@ struct ActiveObserver::Impl {
   }
 
   void connect(Server& server) {
-    server.zh = zookeeper_init(server.host.c_str(), onWatch, kObserverSessionMs, nullptr, &server,
-                               0);
+    server.zh =
+        zookeeper_init(server.host.c_str(), onWatch, kObserverSessionMs, nullptr, &server, 0);
   }
 
   void run(Server& server) {
@@ -150,8 +150,8 @@ struct ActiveObserver::Impl {
           const std::string suffix = "/active";
           if (work.path.starts_with(prefix) && work.path.ends_with(suffix) &&
               work.path.size() > prefix.size() + suffix.size()) {
-            read(server, work.path.substr(prefix.size(),
-                                          work.path.size() - prefix.size() - suffix.size()));
+            read(server,
+                 work.path.substr(prefix.size(), work.path.size() - prefix.size() - suffix.size()));
           }
           break;
         }

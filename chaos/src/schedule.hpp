@@ -22,9 +22,9 @@ enum class FaultKind {
                          // successor leads, then deliver the held (now stale) operations
 };
 inline constexpr FaultKind kAllFaultKinds[] = {
-    FaultKind::agent_kill,     FaultKind::agent_pause,          FaultKind::agent_partition,
+    FaultKind::agent_kill,           FaultKind::agent_pause,    FaultKind::agent_partition,
     FaultKind::zk_kill_agent_server, FaultKind::zk_kill_leader, FaultKind::gateway_kill,
-    FaultKind::gateway_pause,  FaultKind::stale_delivery};
+    FaultKind::gateway_pause,        FaultKind::stale_delivery};
 
 std::string_view toString(FaultKind kind);
 

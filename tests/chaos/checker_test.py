@@ -40,6 +40,26 @@ class Run:
                         "settled_ms": 1200, "reelect_ms": 100,
                         "faults": [{"kind": "agent_kill", "start_ms": 900, "heal_ms": 1100}]}]
 
+        self.devices = {"count": 0}
+        self.leases = []
+
+    def with_device(self, leased_ms=300):
+        """acct-0/dev-0, leased under seq 2 after the last heal."""
+        self.devices = {"count": 1, "per_account": 1, "heartbeat_ms": 300, "timeout_ms": 900,
+                        "renew_interval_ms": 400, "lease_ttl_ms": 1000, "backoff_max_ms": 1000}
+        self.final["devices"] = {"acct-0/dev-0": {"leased_ms": leased_ms, "token": 2}}
+        self.final["devices_not_leased"] = []
+
+    def lease(self, asked, age, token, agent, counter=1):
+        """The gateway's answer at asked..asked+2 ms: dev-0 renewed age ms before."""
+        self.leases.append([asked, asked + 2, "acct-0", "dev-0", agent, token, counter, age])
+
+    def pause_gateway(self, start_ms, heal_ms):
+        self.events = [{"index": 0, "kinds": "gateway_pause", "start_ms": start_ms,
+                        "heal_ms": heal_ms, "settled_ms": heal_ms + 100, "reelect_ms": 100,
+                        "faults": [{"kind": "gateway_pause", "start_ms": start_ms, "agent": -1,
+                                    "heal_ms": heal_ms}]}]
+
     def hold_gateway_link(self, agent, held_ms, delivered_ms):
         """The runner's stale delivery: agent's link to the gateway held, then released."""
         self.events = [{"index": 0, "kinds": "stale_delivery", "start_ms": held_ms,
@@ -67,7 +87,7 @@ class Run:
                                                                                 "agent-1"],
                      "session_timeout_ms": 1500, "break_fencing": False, "lock_delay_ms": 0,
                      "gateway_mode": "zookeeper", "gateway_data": "gateway-data",
-                     "ended_ms": 2000},
+                     "ended_ms": 2000, "devices": self.devices},
             "schedule": [], "final": self.final, "gateway_runs": [],
             "events": self.events,
             "observer_fields": ["t_ms", "server", "account", "present", "seq", "instance",
@@ -76,6 +96,9 @@ class Run:
             "ops_fields": ["invoked_ms", "completed_ms", "agent", "account", "op_id", "status",
                            "outcome", "token", "probe"],
             "ops": self.ops,
+            "lease_fields": ["asked_ms", "answered_ms", "account", "device", "agent", "token",
+                             "counter", "age_ms"],
+            "leases": self.leases,
         }
         with open(os.path.join(directory, "history.json"), "w") as f:
             json.dump(history, f)
@@ -158,6 +181,43 @@ class CheckerTest(unittest.TestCase):
         r.op("raced-the-hold", 800, 1800, 0, 1, outcome="gateway_unreachable", status=502)
         r.op("c", 1010, 1020, 1, 2)
         self.assertEqual(self.violations(r), {})
+
+    def test_leases_renewed_by_each_leader_in_its_own_time_have_no_violation(self):
+        r = clean()
+        r.with_device()
+        r.lease(500, 200, 1, "agent-0")   # renewed at 300 ms under seq 1
+        r.lease(1990, 990, 1, "agent-0")  # renewed at 1000 ms: within the slack
+        r.lease(1600, 100, 2, "agent-1")
+        r.lease(3000, 1000, 2, "agent-1")  # at the TTL: renewed at 2000 ms or before
+        self.assertEqual(self.violations(r), {})
+
+    def test_a_lease_renewed_after_its_token_was_gone_violates_check_6(self):
+        r = clean()
+        r.with_device()
+        r.lease(1400, 100, 1, "agent-0")  # renewed at 1300 ms: seq 1 gone at 1000 ms
+        self.assertEqual(set(self.violations(r)), {"6"})
+
+    def test_a_lease_under_a_token_renewed_by_another_instance_violates_check_6(self):
+        r = clean()
+        r.with_device()
+        r.lease(1600, 100, 2, "agent-0")
+        self.assertEqual(set(self.violations(r)), {"6"})
+
+    def test_a_lease_taken_in_after_a_gateway_pause_may_have_been_sent_during_it(self):
+        r = clean()
+        r.with_device()
+        r.pause_gateway(800, 1300)
+        r.lease(1400, 100, 1, "agent-0")  # taken in at 1300 ms, sent before 1000 ms
+        self.assertEqual(self.violations(r), {})
+
+    def test_a_device_not_leased_under_its_leader_after_the_last_heal_violates_check_7(self):
+        r = clean()
+        r.with_device()
+        r.final["devices_not_leased"] = ["acct-0/dev-0"]
+        self.assertEqual(set(self.violations(r)), {"7"})
+        r = clean()
+        r.with_device(leased_ms=10000)
+        self.assertEqual(set(self.violations(r)), {"7"})
 
     def test_a_lower_token_accepted_after_a_higher_one_was_acknowledged_violates_check_2(self):
         r = Run()

@@ -1,0 +1,90 @@
+// history.json: the schedule, each event, every operation and every observed active change.
+#include <fstream>
+
+#include "run.hpp"
+
+namespace zkagent::chaos {
+
+json scheduleJson(const std::vector<Event>& schedule) {
+  json planned = json::array();
+  for (const auto& e : schedule) {
+    json faults = json::array();
+    for (const auto& f : e.faults)
+      faults.push_back({{"kind", std::string(toString(f.kind))},
+                        {"agent", f.agent},
+                        {"duration_ms", f.durationMs}});
+    planned.push_back({{"index", e.index}, {"faults", faults}, {"calm_after_ms", e.calmAfterMs}});
+  }
+  return planned;
+}
+
+void Run::writeHistory() {
+  const json planned = scheduleJson(schedule_);
+  json meta{{"seed", o_.seed},
+            {"events", o_.events},
+            {"accounts", accounts_},
+            {"agents", agentIds_},
+            {"session_timeout_ms", o_.sessionTimeoutMs},
+            {"break_fencing", o_.breakFencing},
+            {"gateway_mode", o_.breakFencing ? "hwm_only" : "zookeeper (untrusted: refuse)"},
+            {"lock_delay_ms", o_.breakFencing ? kBreakLockDelayMs : 0},
+            {"root", kRoot},
+            {"gateway_data", "gateway-data"},
+            {"devices",
+             {{"count", o_.devicesPerAccount * o_.accounts},
+              {"per_account", o_.devicesPerAccount},
+              {"heartbeat_ms", DeviceTimings::heartbeatMs},
+              {"timeout_ms", DeviceTimings::timeoutMs},
+              {"renew_interval_ms", DeviceTimings::renewIntervalMs},
+              {"lease_ttl_ms", DeviceTimings::leaseTtlMs},
+              {"backoff_max_ms", DeviceTimings::backoffMaxMs}}},
+            {"ended_ms", now()}};
+  const fs::path tmp = o_.out / "history.json.tmp";
+  std::ofstream out(tmp);
+  out << "{\"meta\":" << meta.dump() << ",\n\"schedule\":" << planned.dump()
+      << ",\n\"events\":" << events_.dump() << ",\n\"final\":" << final_.dump()
+      << ",\n\"gateway_runs\":" << gatewayRunLog_.dump()
+      << ",\n\"observer_fields\":[\"t_ms\",\"server\",\"account\",\"present\",\"seq\",\"instance\","
+         "\"session\",\"zxid\"],\n\"observer\":[";
+  bool first = true;
+  for (const auto& s : observer_ ? observer_->samples() : std::vector<ActiveSample>{}) {
+    out << (first ? "\n" : ",\n")
+        << json::array(
+               {s.tMs, s.server, s.account, s.present, s.seq, s.instance, s.sessionId, s.zxid})
+               .dump();
+    first = false;
+  }
+  out << "],\n\"ops_fields\":[\"invoked_ms\",\"completed_ms\",\"agent\",\"account\",\"op_id\","
+         "\"status\",\"outcome\",\"token\",\"probe\"],\n\"ops\":[";
+  first = true;
+  std::lock_guard lock(opsMu_);
+  for (const auto& r : ops_) {
+    out << (first ? "\n" : ",\n")
+        << json::array({r.invoked, r.completed, r.agent, r.account, r.opId, r.status, r.outcome,
+                        r.token, r.probe})
+               .dump();
+    first = false;
+  }
+  out << "],\n\"lease_fields\":[\"asked_ms\",\"answered_ms\",\"account\",\"device\",\"agent\","
+         "\"token\",\"counter\",\"age_ms\"],\n\"leases\":[";
+  first = true;
+  std::lock_guard leasesLock(leasesMu_);
+  for (const auto& s : leases_) {
+    out << (first ? "\n" : ",\n")
+        << json::array(
+               {s.askedMs, s.answeredMs, s.account, s.device, s.agent, s.token, s.counter, s.ageMs})
+               .dump();
+    first = false;
+  }
+  out << "]}\n";
+  out.close();
+  fs::rename(tmp, o_.out / "history.json");
+  for (std::size_t s = 0; zk_ && s < zk_->size(); ++s) {
+    std::error_code ignored;
+    fs::copy_file(zk_->server(s).directory() / "server.log",
+                  o_.out / "logs" / ("zk-" + std::to_string(s) + ".log"),
+                  fs::copy_options::overwrite_existing, ignored);
+  }
+}
+
+}  // namespace zkagent::chaos

@@ -1,0 +1,106 @@
+// One fault of the schedule, run to its heal; returns its record for history.json.
+#include <signal.h>
+
+#include "run.hpp"
+
+namespace zkagent::chaos {
+
+json Run::runFault(const Fault& fault, int eventIndex) {
+  json record{{"event", eventIndex},
+              {"kind", std::string(toString(fault.kind))},
+              {"agent", fault.agent},
+              {"duration_ms", fault.durationMs},
+              {"start_ms", now()}};
+  const auto wait = [&](int ms) { std::this_thread::sleep_for(milliseconds(ms)); };
+  switch (fault.kind) {
+    case FaultKind::agent_kill:
+      killAgent(fault.agent);
+      wait(fault.durationMs);
+      startAgent(fault.agent);
+      break;
+    case FaultKind::agent_pause:
+      agents_[fault.agent]->signal(SIGSTOP);
+      wait(fault.durationMs);
+      agents_[fault.agent]->signal(SIGCONT);
+      break;
+    case FaultKind::agent_partition:
+      for (auto& p : zkProxies_[fault.agent]) p->setMode(zktest::TcpProxy::Mode::blackhole);
+      wait(fault.durationMs);
+      for (auto& p : zkProxies_[fault.agent]) p->setMode(zktest::TcpProxy::Mode::pass);
+      break;
+    case FaultKind::zk_kill_agent_server:
+    case FaultKind::zk_kill_leader: {
+      std::optional<std::size_t> server;
+      if (fault.kind == FaultKind::zk_kill_leader) {
+        zk_->awaitQuorum();
+        server = zk_->leaderIndex();
+      } else {
+        server = connectedServer(fault.agent);
+      }
+      const std::size_t target =
+          server.value_or(static_cast<std::size_t>(eventIndex) % zk_->size());
+      record["target"] = "zk-" + std::to_string(target);
+      record["target_resolved"] = server.has_value();
+      zk_->kill9(target);
+      wait(fault.durationMs);
+      spawners_->run([&] { zk_->restart(target); });
+      break;
+    }
+    case FaultKind::gateway_kill:
+      killGateway();
+      wait(fault.durationMs);
+      startGateway();
+      break;
+    case FaultKind::gateway_pause: {
+      std::lock_guard lock(gatewayMu_);
+      gateway_->signal(SIGSTOP);
+      wait(fault.durationMs);
+      gateway_->signal(SIGCONT);
+      break;
+    }
+    case FaultKind::stale_delivery: {
+      // The agent that leads the most accounts: the most operations in flight to hold.
+      int target = 0;
+      std::map<std::string, std::int64_t> led;
+      for (int i = 0; i < o_.agents; ++i) {
+        auto l = leadingOf(i, -1);
+        if (l.size() > led.size()) {
+          led = std::move(l);
+          target = i;
+        }
+      }
+      record["agent"] = target;
+      record["accounts_led"] = led.size();
+      gatewayProxies_[target]->hold();
+      record["held_ms"] = now();  // anything this agent forwards from now on arrives late
+      // Cut ZooKeeper before the held heartbeats mark the gateway link down (700 ms), so the
+      // agent cannot hand over cleanly: its session must expire and a successor take over.
+      wait(150);
+      for (auto& p : zkProxies_[target]) p->setMode(zktest::TcpProxy::Mode::blackhole);
+      const auto deadline = SteadyClock::now() + milliseconds(2 * o_.sessionTimeoutMs + 5000);
+      std::size_t moved = 0;
+      while (SteadyClock::now() < deadline) {
+        moved = 0;
+        for (const auto& [account, token] : led) {
+          const auto active = observer_->latest(account);
+          if (active && active->present && active->seq != token) ++moved;
+        }
+        if (!led.empty() && moved == led.size()) break;
+        wait(50);
+      }
+      record["accounts_moved"] = moved;
+      // Deliver well after the successors lead (more than the checker's slack), and before a
+      // successor's lock delay (negative control) lets its own operations raise the HWM.
+      wait(kStaleDeliveryDelayMs);
+      record["delivered_ms"] = now();
+      gatewayProxies_[target]->release();
+      wait(fault.durationMs);
+      for (auto& p : zkProxies_[target]) p->setMode(zktest::TcpProxy::Mode::pass);
+      break;
+    }
+  }
+  record["heal_ms"] = now();
+  return record;
+}
+
+}  // namespace zkagent::chaos

@@ -1,0 +1,83 @@
+#include "options.hpp"
+
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+namespace zkagent::chaos {
+
+namespace {
+
+[[noreturn]] void usage(const std::string& error, int exitCode = 2) {
+  std::ostream& out = exitCode == 0 ? std::cout : std::cerr;
+  if (!error.empty()) out << "chaos-runner: " << error << "\n";
+  out << "usage: chaos-runner --events N --seed S --out DIR [--accounts K] [--agents M]\n"
+         "                    [--session-timeout-ms MS] [--workers-per-agent W]\n"
+         "                    [--think-ms MS] [--devices-per-account D] [--bin-dir DIR]\n"
+         "                    [--break-fencing]\n"
+         "       chaos-runner --print-schedule --events N --seed S [--agents M]\n";
+  std::exit(exitCode);
+}
+
+long long parseNumber(const std::string& flag, const std::string& text, long long lo,
+                      long long hi) {
+  try {
+    std::size_t used = 0;
+    const long long value = std::stoll(text, &used);
+    if (used == text.size() && value >= lo && value <= hi) return value;
+  } catch (const std::exception&) {
+  }
+  usage(flag + ": must be an integer from " + std::to_string(lo) + " to " + std::to_string(hi) +
+        ", got '" + text + "'");
+}
+
+}  // namespace
+
+Options parseOptions(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--break-fencing") {
+      o.breakFencing = true;
+      continue;
+    }
+    if (flag == "--help") {
+      std::cout << "chaos-runner: a seeded chaos run; writes DIR/history.json for chaos/check.py "
+                   "(docs/testing.md \"Chaos runs\")\n";
+      usage("", 0);
+    }
+    if (flag == "--print-schedule") {
+      o.printSchedule = true;
+      continue;
+    }
+    if (i + 1 >= argc) usage(flag + ": needs a value");
+    const std::string value = argv[++i];
+    if (flag == "--events") {
+      o.events = static_cast<int>(parseNumber(flag, value, 1, 100000));
+    } else if (flag == "--seed") {
+      o.seed = static_cast<std::uint64_t>(parseNumber(flag, value, 0, 1LL << 62));
+    } else if (flag == "--out") {
+      o.out = value;
+    } else if (flag == "--accounts") {
+      o.accounts = static_cast<int>(parseNumber(flag, value, 1, 5000));
+    } else if (flag == "--agents") {
+      o.agents = static_cast<int>(parseNumber(flag, value, 2, 9));
+    } else if (flag == "--session-timeout-ms") {
+      o.sessionTimeoutMs = static_cast<int>(parseNumber(flag, value, 600, 60000));
+    } else if (flag == "--workers-per-agent") {
+      o.workersPerAgent = static_cast<int>(parseNumber(flag, value, 1, 64));
+    } else if (flag == "--devices-per-account") {
+      o.devicesPerAccount = static_cast<int>(parseNumber(flag, value, 0, 100));
+    } else if (flag == "--think-ms") {
+      o.thinkMs = static_cast<int>(parseNumber(flag, value, 0, 10000));
+    } else if (flag == "--bin-dir") {
+      o.binDir = value;
+    } else {
+      usage("unknown flag '" + flag + "'");
+    }
+  }
+  if (o.out.empty() && !o.printSchedule) usage("--out: required");
+  return o;
+}
+
+}  // namespace zkagent::chaos

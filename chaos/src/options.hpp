@@ -1,0 +1,27 @@
+// chaos-runner's command line: what a run is made of (events, seed, accounts, agents, timings).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+
+namespace zkagent::chaos {
+
+struct Options {
+  int events = 40;
+  std::uint64_t seed = 1;
+  std::filesystem::path out;
+  int accounts = 50;
+  int agents = 3;
+  bool breakFencing = false;
+  bool printSchedule = false;  // print the schedule as JSON and exit: nothing is started
+  int sessionTimeoutMs = 1500;
+  int workersPerAgent = 2;
+  int devicesPerAccount = 2;  // simulated devices (one zk-device process); 0: none
+  int thinkMs = 20;
+  std::filesystem::path binDir;
+};
+
+// Exits 2 naming the flag on bad input, 0 after --help.
+Options parseOptions(int argc, char** argv);
+
+}  // namespace zkagent::chaos

@@ -1,0 +1,189 @@
+// Starting and stopping the gateway and the agents; which ZooKeeper server an agent is on.
+#include <signal.h>
+
+#include <fstream>
+
+#include "run.hpp"
+
+namespace zkagent::chaos {
+using namespace std::chrono_literals;
+namespace {
+
+// The port of the first line of `log` that starts with `marker` ("LISTENING 127.0.0.1:PORT",
+// "DEVICES ws://127.0.0.1:PORT").
+std::optional<std::uint16_t> awaitPort(const fs::path& log, std::string_view marker,
+                                       milliseconds timeout, const std::function<bool()>& alive) {
+  const auto deadline = SteadyClock::now() + timeout;
+  do {
+    std::ifstream in(log);
+    for (std::string line; std::getline(in, line);) {
+      if (!line.starts_with(marker)) continue;
+      const auto colon = line.rfind(':');
+      if (colon != std::string::npos)
+        return static_cast<std::uint16_t>(std::stoi(line.substr(colon + 1)));
+    }
+    if (!alive()) return std::nullopt;
+    std::this_thread::sleep_for(20ms);
+  } while (SteadyClock::now() < deadline);
+  return std::nullopt;
+}
+
+}  // namespace
+
+void Run::startGateway() {
+  std::lock_guard lock(gatewayMu_);
+  const fs::path log = o_.out / "logs" / ("gateway." + std::to_string(++gatewayRuns_) + ".log");
+  // The subscriber listener would default to the next port, which a client's ephemeral port may
+  // hold by the time the gateway restarts: any free port (no subscribers in the run).
+  std::vector<std::string> args{"--listen",           "127.0.0.1:" + std::to_string(gatewayPort_),
+                                "--subscribe-listen", "127.0.0.1:0",
+                                "--data-dir",         (o_.out / "gateway-data").string(),
+                                "--lease-ttl-ms",     std::to_string(DeviceTimings::leaseTtlMs),
+                                "--lease-sweep-ms",   std::to_string(DeviceTimings::leaseSweepMs)};
+  if (!o_.breakFencing) {
+    // ZooKeeper mode, strict: while its ZooKeeper session is down the gateway refuses (503)
+    // rather than falling back to the HWM alone, so every acceptance was checked against active.
+    args.insert(args.end(),
+                {"--zk", zk_->connectString(), "--root", kRoot, "--zk-untrusted", "refuse"});
+  }
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    spawners_->run([&] {
+      gateway_ =
+          std::make_unique<zktest::ChildProcess>(binary("fencing-gateway").string(), args, log);
+    });
+    auto* process = gateway_.get();
+    const auto port = awaitPort(log, "LISTENING ", 30s, [&] { return process->running(); });
+    if (port) {
+      gatewayPort_ = *port;
+      gatewayRunLog_.push_back({{"run", gatewayRuns_}, {"started_ms", now()}, {"port", *port}});
+      return;
+    }
+    gateway_->kill();  // the port may still be held by the killed one: try again
+    std::this_thread::sleep_for(200ms);
+  }
+  throw std::runtime_error("the gateway does not start; see " + log.string());
+}
+
+void Run::killGateway() {
+  std::lock_guard lock(gatewayMu_);
+  if (gateway_) gateway_->kill();
+  if (!gatewayRunLog_.empty()) gatewayRunLog_.back()["killed_ms"] = now();
+}
+
+void Run::startAgent(int i) {
+  std::lock_guard lock(*agentMu_[i]);
+  const std::string& id = agentIds_[i];
+  std::string hosts;
+  for (const auto& proxy : zkProxies_[i]) {
+    if (!hosts.empty()) hosts += ',';
+    hosts += proxy->connectString();
+  }
+  json config{{"instance_id", id},
+              {"zookeeper",
+               {{"hosts", hosts},
+                {"session_timeout_ms", o_.sessionTimeoutMs},
+                {"root", kRoot},
+                {"agents_path", kAgentsPath}}},
+              {"accounts", accounts_},
+              {"gateway",
+               {{"url", "http://127.0.0.1:" + std::to_string(gatewayProxies_[i]->port())},
+                {"heartbeat_interval_ms", 200},
+                {"heartbeat_timeout_ms", 700},
+                {"request_timeout_ms", 1000}}},
+              {"admin", {{"listen", "127.0.0.1:" + std::to_string(agentPorts_[i])}}},
+              {"presence",
+               {{"listen", "127.0.0.1:" + std::to_string(devicePorts_[i])},
+                {"heartbeat_ms", DeviceTimings::heartbeatMs},
+                {"ping_timeout_ms", DeviceTimings::timeoutMs},
+                {"check_interval_ms", DeviceTimings::checkIntervalMs},
+                {"renew_interval_ms", DeviceTimings::renewIntervalMs},
+                {"lease_ttl_ms", DeviceTimings::leaseTtlMs}}},
+              {"health", {{"interval_ms", 200}, {"ttl_ms", 1000}}},
+              {"lock_delay_ms", o_.breakFencing ? kBreakLockDelayMs : 0},
+              {"shutdown_timeout_ms", 3000}};
+  const fs::path configPath = o_.out / (id + ".json");
+  std::ofstream(configPath) << config.dump(2);
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    const fs::path log = o_.out / "logs" / (id + "." + std::to_string(++agentRuns_[i]) + ".log");
+    spawners_->run([&] {
+      agents_[i] = std::make_unique<zktest::ChildProcess>(
+          binary("zk-agent").string(), std::vector<std::string>{"--config", configPath.string()},
+          log);
+    });
+    auto* process = agents_[i].get();
+    const auto port = awaitPort(log, "LISTENING ", 30s, [&] { return process->running(); });
+    // Printed right after LISTENING.
+    const auto devicePort =
+        port ? awaitPort(log, "DEVICES ", 5s, [&] { return process->running(); }) : std::nullopt;
+    if (devicePort) {
+      agentPorts_[i] = *port;
+      devicePorts_[i] = *devicePort;
+      return;
+    }
+    agents_[i]->kill();
+    std::this_thread::sleep_for(200ms);
+  }
+  throw std::runtime_error("agent " + id + " does not start");
+}
+
+void Run::killAgent(int i) {
+  std::lock_guard lock(*agentMu_[i]);
+  if (agents_[i]) agents_[i]->kill();
+}
+
+bool Run::agentAlive(int i) {
+  std::lock_guard lock(*agentMu_[i]);
+  return agents_[i] && agents_[i]->running();
+}
+
+void Run::startDevices() {
+  if (o_.devicesPerAccount == 0) return;
+  std::string endpoints;
+  for (const auto port : devicePorts_) {
+    if (!endpoints.empty()) endpoints += ',';
+    endpoints += "ws://127.0.0.1:" + std::to_string(port);
+  }
+  std::string accounts;
+  for (const auto& account : accounts_) {
+    if (!accounts.empty()) accounts += ',';
+    accounts += account;
+  }
+  const std::vector<std::string> args{"--connect",
+                                      endpoints,
+                                      "--devices",
+                                      std::to_string(o_.devicesPerAccount * o_.accounts),
+                                      "--accounts",
+                                      accounts,
+                                      "--device",
+                                      "dev",
+                                      "--heartbeat-ms",
+                                      std::to_string(DeviceTimings::heartbeatMs),
+                                      "--timeout-ms",
+                                      std::to_string(DeviceTimings::timeoutMs),
+                                      "--backoff-initial-ms",
+                                      "100",
+                                      "--backoff-max-ms",
+                                      std::to_string(DeviceTimings::backoffMaxMs),
+                                      "--seed",
+                                      std::to_string(o_.seed),
+                                      "--events"};
+  spawners_->run([&] {
+    devices_ = std::make_unique<zktest::ChildProcess>(binary("zk-device").string(), args,
+                                                      o_.out / "logs" / "devices.log");
+  });
+}
+
+void Run::stopDevices() {
+  if (!devices_) return;
+  devices_->signal(SIGTERM);
+  devices_->wait(10s);
+}
+
+std::optional<std::size_t> Run::connectedServer(int agent) {
+  for (std::size_t s = 0; s < zkProxies_[agent].size(); ++s) {
+    if (zkProxies_[agent][s]->openConnections() > 0) return s;
+  }
+  return std::nullopt;
+}
+
+}  // namespace zkagent::chaos

@@ -1,0 +1,219 @@
+#include "run.hpp"
+
+#include <zookeeper/zookeeper.h>
+
+#include <future>
+#include <set>
+
+namespace zkagent::chaos {
+using namespace std::chrono_literals;
+
+std::atomic<bool> interrupted{false};
+
+int Run::execute() {
+  try {
+    const int code = runSchedule();
+    writeHistory();
+    return code;
+  } catch (const std::exception& e) {
+    final_["error"] = e.what();
+    stopThreads();
+    try {
+      writeHistory();
+    } catch (const std::exception&) {
+    }
+    throw;
+  }
+}
+
+int Run::runSchedule() {
+  fs::remove_all(o_.out / "logs");  // a reused DIR: the logs are of this run only
+  fs::create_directories(o_.out / "logs");
+  fs::remove_all(o_.out / "gateway-data");
+  fs::create_directories(o_.out / "gateway-data");
+  spawners_ = std::make_unique<Spawners>(4);
+  schedule_ = makeSchedule({o_.seed, o_.events, o_.agents, o_.sessionTimeoutMs, o_.breakFencing});
+  const auto& schedule = schedule_;
+  note("seed " + std::to_string(o_.seed) + ", " + std::to_string(schedule.size()) + " events, " +
+       std::to_string(o_.accounts) + " accounts, " + std::to_string(o_.agents) + " agents" +
+       (o_.breakFencing ? ", FENCING BROKEN (negative control)" : ""));
+
+  // The observer's ZooKeeper client logs to a file of its own, warnings and up.
+  zkLog_ = std::fopen((o_.out / "logs" / "observer-zk-client.log").c_str(), "a");
+  if (zkLog_ != nullptr) zoo_set_log_stream(zkLog_);
+  zoo_set_debug_level(ZOO_LOG_LEVEL_WARN);
+  spawners_->run([&] { zk_ = std::make_unique<zktest::ZooKeeperEnsemble>(3); });
+  std::vector<std::string> serverHosts;
+  for (std::size_t s = 0; s < zk_->size(); ++s)
+    serverHosts.push_back(zk_->server(s).connectString());
+  observer_ = std::make_unique<ActiveObserver>(serverHosts, kRoot, accounts_, t0_);
+
+  startGateway();
+  for (int i = 0; i < o_.agents; ++i) {
+    std::vector<std::unique_ptr<zktest::TcpProxy>> proxies;
+    for (std::size_t s = 0; s < zk_->size(); ++s)
+      proxies.push_back(std::make_unique<zktest::TcpProxy>(zk_->server(s).port()));
+    zkProxies_.push_back(std::move(proxies));
+    gatewayProxies_.push_back(std::make_unique<HoldProxy>(gatewayPort_));
+    agentMu_.push_back(std::make_unique<std::mutex>());
+    agents_.emplace_back();
+    agentPorts_.push_back(0);
+    devicePorts_.push_back(0);
+    agentRuns_.push_back(0);
+    statuses_.emplace_back();
+  }
+  for (int i = 0; i < o_.agents; ++i) startAgent(i);
+  note("ensemble " + zk_->connectString() + ", gateway 127.0.0.1:" + std::to_string(gatewayPort_));
+
+  for (int i = 0; i < o_.agents; ++i) pollers_.emplace_back([this, i] { pollStatus(i); });
+  const auto startDeadline = SteadyClock::now() + 60s;
+  while (!settled(-1) && SteadyClock::now() < startDeadline) std::this_thread::sleep_for(100ms);
+  if (!settled(-1)) throw std::runtime_error("the accounts are not all led 60 s after the start");
+  startDevices();
+  pollers_.emplace_back([this] { pollLeases(); });
+  const auto devicesDeadline = SteadyClock::now() + 30s;
+  while (!everyDeviceLeased() && SteadyClock::now() < devicesDeadline)
+    std::this_thread::sleep_for(100ms);
+  if (!everyDeviceLeased())
+    throw std::runtime_error(
+        "the devices are not all leased under their leaders 30 s after the "
+        "start; see logs/devices.log");
+  note("every account led" +
+       (o_.devicesPerAccount > 0
+            ? ", " + std::to_string(o_.devicesPerAccount * o_.accounts) + " devices leased"
+            : std::string()) +
+       "; load starts");
+  for (int i = 0; i < o_.agents; ++i)
+    for (int w = 0; w < o_.workersPerAgent; ++w)
+      workers_.emplace_back([this, i, w] { worker(i, w); });
+  std::this_thread::sleep_for(2s);
+
+  auto& events = events_;
+  std::int64_t lastHeal = now();
+  for (const auto& event : schedule) {
+    if (interrupted) {
+      note("interrupted: the schedule ends early");
+      final_["interrupted_before_event"] = event.index;
+      break;
+    }
+    std::vector<std::future<json>> running;
+    const std::int64_t started = now();
+    for (const auto& fault : event.faults)
+      running.push_back(
+          std::async(std::launch::async, [&, fault] { return runFault(fault, event.index); }));
+    json faults = json::array();
+    std::int64_t heal = started;
+    for (auto& f : running) {
+      faults.push_back(f.get());
+      heal = std::max(heal, faults.back()["heal_ms"].get<std::int64_t>());
+    }
+    lastHeal = heal;
+    std::string kinds;
+    for (const auto& f : faults) {
+      if (!kinds.empty()) kinds += '+';
+      kinds += f["kind"].get<std::string>();
+    }
+    if (event.index == schedule.back().index) {
+      // The last heal: probeAfterLastHeal measures from it, at once (check 5).
+      events.push_back({{"index", event.index},
+                        {"kinds", kinds},
+                        {"start_ms", started},
+                        {"heal_ms", heal},
+                        {"faults", faults},
+                        {"settled_ms", nullptr},
+                        {"unsettled", json::array()},
+                        {"reelect_ms", nullptr},
+                        {"last", true}});
+      note("event " + std::to_string(event.index) + " " + kinds + ": healed after " +
+           std::to_string(heal - started) + " ms (the last)");
+      break;
+    }
+    // Settling: every account led again (the re-election time after this heal).
+    const auto deadline = SteadyClock::now() + milliseconds(o_.sessionTimeoutMs + kSettleMarginMs);
+    std::optional<std::int64_t> settledAt;
+    while (SteadyClock::now() < deadline) {
+      if (settled(heal)) {
+        settledAt = now();
+        break;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    json unsettled = settledAt ? json::array() : unsettledAccounts(heal);
+    events.push_back({{"index", event.index},
+                      {"kinds", kinds},
+                      {"start_ms", started},
+                      {"heal_ms", heal},
+                      {"faults", faults},
+                      {"settled_ms", settledAt ? json(*settledAt) : json(nullptr)},
+                      {"unsettled", unsettled},
+                      {"reelect_ms", settledAt ? json(*settledAt - heal) : json(nullptr)}});
+    note("event " + std::to_string(event.index) + " " + kinds + ": healed after " +
+         std::to_string(heal - started) + " ms, " +
+         (settledAt ? "led again " + std::to_string(*settledAt - heal) + " ms after the heal"
+                    : std::string("NOT led again")));
+    std::this_thread::sleep_for(milliseconds(event.calmAfterMs));
+  }
+
+  probeAfterLastHeal(lastHeal);
+  awaitDevicesLeased(lastHeal);
+
+  stopDevices();
+  stopThreads();
+  for (int i = 0; i < o_.agents; ++i) killAgent(i);
+  {
+    std::lock_guard lock(gatewayMu_);
+    gateway_->signal(SIGTERM);
+    gateway_->wait(10s);
+  }
+  std::this_thread::sleep_for(300ms);  // the observer sees the last changes
+  return 0;
+}
+
+// Every account led again, and an operation through its leader succeeds.
+void Run::probeAfterLastHeal(std::int64_t lastHeal) {
+  // The workers stop after their current operation (joined later, not to delay the probes).
+  stopLoad_ = true;
+  std::vector<std::unique_ptr<zkagent::http::Client>> probeClients;
+  for (int i = 0; i < o_.agents; ++i) {
+    zkagent::http::ClientOptions options;
+    options.port = agentPorts_[i];
+    options.connectTimeout = 500ms;
+    options.requestTimeout = 2000ms;
+    probeClients.push_back(std::make_unique<zkagent::http::Client>(options));
+  }
+  json perAccount = json::object();
+  std::set<std::string> pending(accounts_.begin(), accounts_.end());
+  // The checker's bound is session timeout + lock delay + 2 s; probing on past it only measures
+  // how late an account comes back.
+  const auto probeDeadline =
+      SteadyClock::now() +
+      milliseconds(o_.sessionTimeoutMs + (o_.breakFencing ? kBreakLockDelayMs : 0) + 10000);
+  for (int round = 0; !pending.empty() && SteadyClock::now() < probeDeadline; ++round) {
+    for (auto it = pending.begin(); it != pending.end();) {
+      const auto active = observer_->latest(*it);
+      int leader = -1;
+      for (int i = 0; i < o_.agents && active && active->present; ++i) {
+        if (agentIds_[i] == active->instance) leader = i;
+      }
+      if (leader >= 0) {
+        const auto r = sendOp(leader, *probeClients[leader], *it,
+                              "probe." + *it + "." + std::to_string(round), true);
+        if (r.status == 200) {
+          perAccount[*it] = {
+              {"led_ms", r.completed - lastHeal}, {"agent", agentIds_[leader]}, {"token", r.token}};
+          it = pending.erase(it);
+          continue;
+        }
+      }
+      ++it;
+    }
+    if (!pending.empty()) std::this_thread::sleep_for(100ms);
+  }
+  final_["last_heal_ms"] = lastHeal;
+  final_["accounts"] = perAccount;
+  final_["not_led"] = std::vector<std::string>(pending.begin(), pending.end());
+  note(pending.empty() ? "every account led and answering after the last heal"
+                       : std::to_string(pending.size()) + " accounts not led after the last heal");
+}
+
+}  // namespace zkagent::chaos

@@ -1,0 +1,212 @@
+// One chaos run: the processes (ensemble, gateway, agents behind proxies), the client load, the
+// fault schedule and the history written for chaos/check.py. The members are defined by topic:
+// run.cpp (the schedule), processes.cpp, load.cpp (clients and status polling), nemesis.cpp
+// (one fault), history.cpp (history.json).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hold_proxy.hpp"
+#include "observer.hpp"
+#include "options.hpp"
+#include "schedule.hpp"
+#include "spawners.hpp"
+#include "zkagent/http.hpp"
+#include "zktest/child_process.hpp"
+#include "zktest/tcp_proxy.hpp"
+#include "zktest/zookeeper_ensemble.hpp"
+
+namespace zkagent::chaos {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using std::chrono::milliseconds;
+using SteadyClock = std::chrono::steady_clock;
+
+constexpr const char* kRoot = "/chaos/accounts";
+constexpr const char* kAgentsPath = "/chaos/agents";
+constexpr int kBreakLockDelayMs =
+    4000;  // the successor's first ops wait; held stale ops land first
+constexpr int kStaleDeliveryDelayMs = 2000;
+// How long after a heal (beyond the session timeout) the runner waits for every account to be
+// led again before it records the event as unsettled and goes on.
+constexpr int kSettleMarginMs = 5000;
+
+// Presence timings of the run's devices, agents and gateway: short, so that a device follows
+// its account's leader within a fault's length. Timeout > 2 x heartbeat, TTL > 2 x renewal.
+struct DeviceTimings {
+  static constexpr int heartbeatMs = 300;
+  static constexpr int timeoutMs = 900;  // the agent's ping timeout and the device's own
+  static constexpr int checkIntervalMs = 100;
+  static constexpr int renewIntervalMs = 400;
+  static constexpr int leaseTtlMs = 1000;
+  static constexpr int leaseSweepMs = 100;
+  static constexpr int backoffMaxMs = 1000;
+};
+
+// One device lease as the gateway showed it; the gateway renewed it age_ms before it answered.
+struct LeaseSample {
+  std::int64_t askedMs = 0;
+  std::int64_t answeredMs = 0;
+  std::string account;
+  std::string device;
+  std::string agent;
+  std::int64_t token = -1;
+  std::int64_t counter = -1;
+  std::int64_t ageMs = 0;
+};
+
+// Set by SIGINT/SIGTERM: the schedule ends early; the run then finishes as usual (final probes,
+// history).
+extern std::atomic<bool> interrupted;
+
+// The planned schedule as history.json records it (also chaos-runner --print-schedule).
+json scheduleJson(const std::vector<Event>& schedule);
+
+struct OpRecord {
+  std::int64_t invoked = 0;
+  std::int64_t completed = 0;
+  int agent = 0;
+  std::string account;
+  std::string opId;
+  int status = 0;
+  std::string outcome;
+  std::int64_t token = -1;
+  bool probe = false;
+};
+
+struct AgentStatus {
+  std::int64_t fetchedMs = -1;
+  std::map<std::string, std::int64_t> leading;  // account -> token
+};
+
+class Run {
+ public:
+  explicit Run(Options options) : o_(std::move(options)), t0_(SteadyClock::now()) {
+    for (int i = 0; i < o_.accounts; ++i) accounts_.push_back("acct-" + std::to_string(i));
+    for (int i = 0; i < o_.agents; ++i) agentIds_.push_back("agent-" + std::to_string(i));
+  }
+  ~Run() { stopThreads(); }
+  Run(const Run&) = delete;
+  Run& operator=(const Run&) = delete;
+
+  int execute();
+
+ private:
+  std::int64_t now() const {
+    return std::chrono::duration_cast<milliseconds>(SteadyClock::now() - t0_).count();
+  }
+  fs::path binary(const std::string& name) const {
+    return o_.binDir.empty() ? zktest::binaryPath(name) : o_.binDir / name;
+  }
+  void note(const std::string& text) {
+    std::lock_guard lock(mu_);
+    std::cerr << "[chaos " << now() << " ms] " << text << std::endl;
+  }
+
+  // ---- processes ----
+  void startGateway();
+  void killGateway();
+  void startAgent(int i);
+  void killAgent(int i);
+  bool agentAlive(int i);
+  std::optional<std::size_t> connectedServer(int agent);
+  void startDevices();  // one zk-device process for every simulated device
+  void stopDevices();
+
+  // ---- devices' leases ----
+  // (account, device) of every simulated device, as zk-device spreads them.
+  std::vector<std::pair<std::string, std::string>> deviceKeys() const;
+  void pollLeases();
+  // The token of the device's lease in the gateway's last answer when it is the account's
+  // current active seq.
+  std::optional<std::int64_t> leaseUnderLeader(const std::string& account,
+                                               const std::string& device);
+  bool everyDeviceLeased();
+  // After the last heal: every device leased under its account's current token (check 7).
+  void awaitDevicesLeased(std::int64_t lastHeal);
+
+  // ---- load and status ----
+  void worker(int agent, int index);
+  void pollStatus(int agent);
+  OpRecord sendOp(int agent, zkagent::http::Client& client, const std::string& account,
+                  const std::string& opId, bool probe);
+  std::map<std::string, std::int64_t> leadingOf(int agent, std::int64_t freshAfter);
+  bool settled(std::int64_t freshAfter);
+  json unsettledAccounts(std::int64_t freshAfter);
+
+  void stopThreads() {
+    stopLoad_ = true;
+    for (auto& t : workers_) t.join();
+    workers_.clear();
+    stopPolling_ = true;
+    for (auto& t : pollers_) t.join();
+    pollers_.clear();
+  }
+  int runSchedule();
+  // After the last heal: every account led again and answering through its leader (check 5).
+  void probeAfterLastHeal(std::int64_t lastHeal);
+
+  // ---- faults ----
+  json runFault(const Fault& fault, int eventIndex);
+  void writeHistory();
+
+  Options o_;
+  SteadyClock::time_point t0_;
+  std::vector<std::string> accounts_;
+  std::vector<std::string> agentIds_;
+  std::mutex mu_;
+
+  // Declared first so it is destroyed last: its threads' exit kills the children they started.
+  std::unique_ptr<Spawners> spawners_;
+  std::unique_ptr<zktest::ZooKeeperEnsemble> zk_;
+  std::vector<std::vector<std::unique_ptr<zktest::TcpProxy>>> zkProxies_;  // per agent, per server
+  std::vector<std::unique_ptr<HoldProxy>> gatewayProxies_;                 // per agent
+  std::unique_ptr<ActiveObserver> observer_;
+
+  std::mutex gatewayMu_;
+  std::unique_ptr<zktest::ChildProcess> gateway_;
+  std::uint16_t gatewayPort_ = 0;
+  int gatewayRuns_ = 0;
+  json gatewayRunLog_ = json::array();
+
+  std::vector<std::unique_ptr<std::mutex>> agentMu_;
+  std::vector<std::unique_ptr<zktest::ChildProcess>> agents_;
+  std::vector<std::uint16_t> agentPorts_;
+  std::vector<std::uint16_t> devicePorts_;  // kept across restarts: the devices know them
+  std::vector<int> agentRuns_;
+  std::vector<AgentStatus> statuses_;
+  std::mutex statusMu_;
+
+  std::vector<std::thread> workers_;
+  std::vector<std::thread> pollers_;
+  std::FILE* zkLog_ = nullptr;  // left open: the C client may log until the process exits
+  json events_ = json::array();
+  json final_ = json::object();
+  std::vector<Event> schedule_;
+  std::atomic<bool> stopLoad_{false};
+  std::atomic<bool> stopPolling_{false};
+  std::mutex opsMu_;
+  std::vector<OpRecord> ops_;
+
+  std::unique_ptr<zktest::ChildProcess> devices_;
+  std::mutex leasesMu_;
+  std::vector<LeaseSample> leases_;
+  // Per account, the devices of the gateway's last answer: device -> token.
+  std::map<std::string, std::map<std::string, std::int64_t>> latestLeases_;
+};
+
+}  // namespace zkagent::chaos
