@@ -236,6 +236,40 @@ void readPresence(Config& config, FieldReader& top) {
   presence.fail(field, message);
 }
 
+void readBalance(Config& config, FieldReader& top) {
+  auto balance = top.object("balance");
+  auto& b = config.balance;
+  if (const json* enabled = balance.find("enabled")) {
+    if (!enabled->is_boolean()) balance.fail("enabled", "must be true or false");
+    b.enabled = enabled->get<bool>();
+  }
+  b.settle = balance.millis("settle_ms", b.settle);
+  if (const json* moves = balance.find("max_moves_in_flight")) {
+    if (!moves->is_number_integer() || moves->get<int64_t>() < 1 || moves->get<int64_t>() > 1000)
+      balance.fail("max_moves_in_flight", "must be an integer between 1 and 1000");
+    b.maxMovesInFlight = moves->get<size_t>();
+  }
+  if (const json* tolerance = balance.find("tolerance")) {
+    if (!tolerance->is_number() || tolerance->get<double>() < 0 || tolerance->get<double>() >= 1)
+      balance.fail("tolerance", "must be a number in [0, 1)");
+    b.tolerance = tolerance->get<double>();
+  }
+  if (const json* preferred = balance.find("preferred")) {
+    if (!preferred->is_object())
+      balance.fail("preferred", "must be an object of account id -> instance id");
+    const std::set<std::string, std::less<>> configured(config.accounts.begin(),
+                                                        config.accounts.end());
+    for (const auto& [account, instance] : preferred->items()) {
+      const std::string field = "preferred." + account;
+      if (!configured.contains(account)) balance.fail(field, "is not a configured account");
+      if (!instance.is_string() || instance.get<std::string>().empty())
+        balance.fail(field, "must be a non-empty instance id");
+      b.preferred.emplace(account, instance.get<std::string>());
+    }
+  }
+  balance.rejectUnknown();
+}
+
 }  // namespace
 
 presence::Params presenceParams(const Config::Presence& config) {
@@ -352,6 +386,7 @@ Config parseConfig(std::string_view text, const std::filesystem::path& baseDir) 
     health.rejectUnknown();
   }
 
+  readBalance(config, top);
   config.lockDelay = top.millis("lock_delay_ms", config.lockDelay);
   const std::string gate = top.string("gate", "fast");
   if (gate != "fast" && gate != "strict") top.fail("gate", "must be \"fast\" or \"strict\"");
@@ -421,6 +456,12 @@ std::string describe(const Config& c) {
         {"lease_ttl_ms", c.presence.leaseTtl.count()},
         {"max_batch_entries", c.presence.maxBatchEntries}}},
       {"health", {{"interval_ms", c.health.interval.count()}, {"ttl_ms", c.health.ttl.count()}}},
+      {"balance",
+       {{"enabled", c.balance.enabled},
+        {"settle_ms", c.balance.settle.count()},
+        {"max_moves_in_flight", c.balance.maxMovesInFlight},
+        {"tolerance", c.balance.tolerance},
+        {"preferred", c.balance.preferred}}},
       {"lock_delay_ms", c.lockDelay.count()},
       {"gate", c.gate == GateMode::Strict ? "strict" : "fast"},
       {"shutdown_timeout_ms", c.shutdownTimeout.count()},

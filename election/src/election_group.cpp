@@ -116,9 +116,17 @@ void ElectionGroup::withdraw(std::string_view account) {
   if (auto e = impl_->find(account)) e->withdraw();
 }
 
-void ElectionGroup::resign(std::string_view account) {
+void ElectionGroup::resign(std::string_view account, LossReason reason) {
   requireValidAccount(account);
-  if (auto e = impl_->find(account)) e->resign();
+  if (auto e = impl_->find(account)) e->resign(reason);
+}
+
+void ElectionGroup::jumpQueue(std::string_view account, int64_t receiverSeq,
+                              std::vector<int64_t> aheadSeqs, std::function<void(ZkError)> done) {
+  requireValidAccount(account);
+  auto e = impl_->find(account);
+  if (!e) return done(ZkError::NoNode);
+  e->jumpQueue(receiverSeq, aheadSeqs, std::move(done));
 }
 
 // Stop: the session's mark says "stopping" (successors then need not read each account's handover
@@ -131,8 +139,8 @@ void ElectionGroup::stop(std::function<void()> done) {
   // With our mark saying "stopping", a successor learns the stop from it: no handover record per
   // account (a write each, about a tenth of the release). A successor that did not follow the mark
   // reads it once per session while it lasts, else finds no record and takes the lock-delay.
-  const bool marked = impl_->session->usable() &&
-                      impl_->ctx->marks->markStopping(impl_->session->sessionId());
+  const bool marked =
+      impl_->session->usable() && impl_->ctx->marks->markStopping(impl_->session->sessionId());
   // Electors answer on their own strands and multis on the group's; one mutex guards the tally.
   struct Stopping {
     std::mutex mu;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 namespace zkagent::election::detail {
@@ -125,9 +126,23 @@ void Elector::withdraw() {
   });
 }
 
-void Elector::resign() {
-  asio::post(strand_,
-             [self = shared_from_this()] { self->feed(Event::Resign, LossReason::Resigned); });
+void Elector::resign(LossReason reason) {
+  asio::post(strand_, [self = shared_from_this(), reason] { self->feed(Event::Resign, reason); });
+}
+
+void Elector::jumpQueue(int64_t receiverSeq, const std::vector<int64_t>& aheadSeqs,
+                        std::function<void(ZkError)> done) {
+  auto memberPath = [this](int64_t seq) {
+    char name[24];
+    std::snprintf(name, sizeof name, "m-%010lld", static_cast<long long>(seq));
+    return members_ + "/" + name;
+  };
+  std::vector<MultiOp> ops{{MultiOp::Kind::Check, memberPath(receiverSeq), "", -1}};
+  for (int64_t seq : aheadSeqs) ops.push_back({MultiOp::Kind::Remove, memberPath(seq), "", -1});
+  zk_.multiOn(strand_, std::move(ops),
+              [done = std::move(done)](ZkError err, const std::vector<ZkSession::MultiResult>&) {
+                done(err);
+              });
 }
 
 void Elector::sessionChanged(const SessionEvent& event) {
@@ -246,7 +261,7 @@ void Elector::perform(Action action, Role before, LossReason reason) {
       registerMember();
       break;
     case Action::ResignAndRegister:
-      releaseLeadership(LossReason::Resigned, true, [] {});
+      releaseLeadership(reason, true, [] {});
       break;
     case Action::ResignAndLeave:
       releaseLeadership(LossReason::Resigned, false, [] {});
@@ -960,8 +975,8 @@ void Elector::setRole(Role role, std::string reason) {
 }
 
 ActiveInfo Elector::ownRecord() const {
-  return ActiveInfo{seq_, ctx_->options.instanceId, zk_.sessionId(), unixMillis(),
-                    ctx_->options.endpoint, ctx_->options.deviceEndpoint};
+  return ActiveInfo{seq_,         ctx_->options.instanceId, zk_.sessionId(),
+                    unixMillis(), ctx_->options.endpoint,   ctx_->options.deviceEndpoint};
 }
 
 bool Elector::isOwnRecord(const ActiveInfo& a) const {

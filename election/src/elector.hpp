@@ -30,7 +30,9 @@ class Elector : public std::enable_shared_from_this<Elector> {
   // Each posts onto the strand.
   void join();
   void withdraw();
-  void resign();
+  void resign(LossReason reason);
+  void jumpQueue(int64_t receiverSeq, const std::vector<int64_t>& aheadSeqs,
+                 std::function<void(ZkError)> done);
   void sessionChanged(const SessionEvent& event);
   // Reports Lost(stopped) and stops standing. `done` (on the strand) gets the operations that hand
   // the account over (member and `active` deleted, and the handover record when `withRecord`) when
@@ -112,7 +114,7 @@ class Elector : public std::enable_shared_from_this<Elector> {
   int64_t predecessorSession_ = 0;  // ...and the session that owns it
   uint64_t epoch_ = 0;          // bumped on every registration/session change: stale replies drop
   int32_t activeVersion_ = -1;  // version of our own active node
-  std::optional<ActiveInfo> lastLeaderSeen_;   // the last `active` record read or written
+  std::optional<ActiveInfo> lastLeaderSeen_;  // the last `active` record read or written
   std::vector<std::pair<std::string, int32_t>> pendingRemovals_;  // deletes to retry on reconnect
   // What the next AnnounceLeader reports (set just before the Elected event is fed).
   std::optional<ActiveInfo> pendingPrevious_;

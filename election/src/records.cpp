@@ -149,6 +149,8 @@ std::string_view toString(LossReason r) {
       return "resigned";
     case LossReason::Stopped:
       return "stopped";
+    case LossReason::Rebalance:
+      return "rebalance";
   }
   return "unknown";
 }

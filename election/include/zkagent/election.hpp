@@ -139,7 +139,8 @@ enum class Role { Init, Candidate, Waiting, Leader, Suspend, Stopped };
 std::string_view toString(Role role);
 
 // Why an instance stopped leading (the `reason=` of the leadership log line).
-enum class LossReason { Suspended, SessionExpired, Drift, Resigned, Stopped };
+// Rebalance: a resign that moves the account to a less loaded agent (the agent's balancing).
+enum class LossReason { Suspended, SessionExpired, Drift, Resigned, Stopped, Rebalance };
 std::string_view toString(LossReason reason);
 
 struct LeadershipEvent {
@@ -200,7 +201,16 @@ class ElectionGroup {
   void join(
       std::string_view account);  // stand as candidate; throws std::invalid_argument on bad id
   void withdraw(std::string_view account);  // stop standing: deletes own active+member in one multi
-  void resign(std::string_view account);  // hand over now (one multi), then stand again at the back
+  // Hand over now (one multi), then stand again at the back. `reason` goes into the handover
+  // record and the log lines: Resigned or Rebalance.
+  void resign(std::string_view account, LossReason reason = LossReason::Resigned);
+  // Queue jump before a resign: in one multi, checks that the member `receiverSeq` exists and
+  // deletes the members `aheadSeqs` (other candidates between us and it), so the receiver is next
+  // when we resign. A candidate whose node went registers again at the back on its next
+  // evaluation; leadership does not change. `done` runs on the io_context: Ok, or the error that
+  // left every node in place (the receiver or one of them gone already, the link failed).
+  void jumpQueue(std::string_view account, int64_t receiverSeq, std::vector<int64_t> aheadSeqs,
+                 std::function<void(ZkError)> done);
   // Reports Lost(stopped) for every led account, then closes the session (the server removes every
   // ephemeral node in one request). `done` runs on the io_context once closed.
   void stop(std::function<void()> done);

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -82,6 +83,16 @@ struct Config {
     Millis interval{5000};
     Millis ttl{30000};
   } health;
+
+  // Leadership spread across the schedulable agents standing for the same accounts
+  // (docs/agent.md, "Balance").
+  struct Balance {
+    bool enabled = true;           // false: the queue order alone decides who leads
+    Millis settle{15000};          // schedulable membership unchanged this long before moving
+    size_t maxMovesInFlight = 16;  // handovers this agent has started and not yet seen land
+    double tolerance = 0.1;        // band around K/M (at least one account) that needs no move
+    std::map<std::string, std::string> preferred;  // account -> instance that leads it if it can
+  } balance;
 
   Millis lockDelay{0};  // wait after taking over from an expired session
   GateMode gate = GateMode::Fast;
