@@ -26,7 +26,14 @@ json leaderJson(const std::optional<election::ActiveInfo>& leader) {
 }  // namespace
 
 http::Router Agent::Impl::router() {
-  http::Router r({.bearerToken = config.admin.token});
+  // Drain and resign are operator actions: with no admin token they are refused unless
+  // admin.open_operator_actions says otherwise (config.cpp allows that on loopback only).
+  http::Router r({.bearerToken = config.admin.token,
+                  .operatorToken = config.admin.token,
+                  .openOperatorActions = config.admin.openOperatorActions,
+                  .operatorTokenSetting = std::string("admin.token, admin.token_file or ") +
+                                          kAdminTokenVariable +
+                                          " (or admin.open_operator_actions: true)"});
   r.add(
       http::Method::Get, "/healthz",
       [this](const http::Request&) {
@@ -58,14 +65,18 @@ http::Router Agent::Impl::router() {
       http::Access::Public);
   r.add(http::Method::Get, "/v1/status",
         [this](const http::Request&) { return http::Response::json(200, statusJson()); });
-  r.add(http::Method::Post, "/v1/drain", [this](const http::Request&) {
-    drain();
-    std::lock_guard lock(mu);
-    return http::Response::json(lifecycle == Lifecycle::Drained ? 200 : 202,
-                                json{{"lifecycle", toString(lifecycle)}}.dump());
-  });
-  r.add(http::Method::Post, "/v1/accounts/{id}/resign",
-        [this](const http::Request& q) { return resign(q); });
+  r.add(
+      http::Method::Post, "/v1/drain",
+      [this](const http::Request&) {
+        drain();
+        std::lock_guard lock(mu);
+        return http::Response::json(lifecycle == Lifecycle::Drained ? 200 : 202,
+                                    json{{"lifecycle", toString(lifecycle)}}.dump());
+      },
+      http::Access::Operator);
+  r.add(
+      http::Method::Post, "/v1/accounts/{id}/resign",
+      [this](const http::Request& q) { return resign(q); }, http::Access::Operator);
   r.add(http::Method::Post, "/v1/accounts/{id}/ops",
         [this](const http::Request& q) { return forwardOperation(q); });
   return r;

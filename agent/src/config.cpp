@@ -45,6 +45,13 @@ class FieldReader {
     return value->get<std::string>();
   }
 
+  bool boolean(std::string_view field, bool fallback) {
+    const json* value = find(field);
+    if (!value) return fallback;
+    if (!value->is_boolean()) fail(field, "must be true or false");
+    return value->get<bool>();
+  }
+
   // Milliseconds as a non-negative integer no larger than a day.
   Millis millis(std::string_view field, Millis fallback) {
     const json* value = find(field);
@@ -203,6 +210,12 @@ void readPresence(Config& config, FieldReader& top) {
   p.advertise = presence.string("advertise", "");
   if (!p.advertise.empty() && !p.advertise.starts_with("ws://"))
     presence.fail("advertise", "'" + p.advertise + "' must start with ws://");
+  p.insecure = presence.boolean("insecure", false);
+  if (!p.insecure && !isLoopback(p.listen.host)) {
+    presence.fail("listen", "'" + listen +
+                                "': the device endpoint has no TLS and is served on loopback only, "
+                                "unless presence.insecure is true");
+  }
   p.heartbeat = presence.millis("heartbeat_ms", p.heartbeat);
   p.pingTimeout = presence.millis("ping_timeout_ms", p.pingTimeout);
   p.checkInterval = presence.millis("check_interval_ms", p.checkInterval);
@@ -283,7 +296,8 @@ presence::Params presenceParams(const Config::Presence& config) {
   return params;
 }
 
-Config parseConfig(std::string_view text, const std::filesystem::path& baseDir) {
+Config parseConfig(std::string_view text, const std::filesystem::path& baseDir,
+                   std::optional<std::string> environmentAdminToken) {
   const json root = json::parse(text, nullptr, false);
   if (root.is_discarded()) throw ConfigError("config", "not valid JSON");
   if (!root.is_object()) throw ConfigError("config", "must be a JSON object");
@@ -361,9 +375,17 @@ Config parseConfig(std::string_view text, const std::filesystem::path& baseDir) 
     const std::string listen = admin.string("listen", "127.0.0.1:8470");
     config.admin.listen = parseHostPort(admin, "listen", listen, true);
     config.admin.token = secret(admin, baseDir);
+    if (environmentAdminToken && !environmentAdminToken->empty()) {
+      if (!config.admin.token.empty()) {
+        admin.fail("token", std::string("set it, token_file or ") + kAdminTokenVariable +
+                                ", only one of them");
+      }
+      config.admin.token = *environmentAdminToken;
+    }
     if (!isLoopback(config.admin.listen.host) && config.admin.token.empty()) {
       admin.fail("token", "is required when admin.listen is not a loopback address");
     }
+    config.admin.openOperatorActions = admin.boolean("open_operator_actions", false);
     config.admin.advertise = admin.string("advertise", "");
     admin.rejectUnknown();
   }
@@ -412,12 +434,13 @@ Config parseConfig(std::string_view text, const std::filesystem::path& baseDir) 
   return config;
 }
 
-Config loadConfig(const std::filesystem::path& path) {
+Config loadConfig(const std::filesystem::path& path,
+                  std::optional<std::string> environmentAdminToken) {
   std::ifstream in(path);
   if (!in) throw ConfigError("config", "cannot read '" + path.string() + "'");
   std::stringstream text;
   text << in.rdbuf();
-  return parseConfig(text.str(), path.parent_path());
+  return parseConfig(text.str(), path.parent_path(), std::move(environmentAdminToken));
 }
 
 std::string describe(const Config& c) {
@@ -444,10 +467,12 @@ std::string describe(const Config& c) {
       {"admin",
        {{"listen", hostPort(c.admin.listen)},
         {"token", c.admin.token.empty() ? "" : "(set)"},
+        {"open_operator_actions", c.admin.openOperatorActions},
         {"advertise", c.admin.advertise}}},
       {"presence",
        {{"listen", hostPort(c.presence.listen)},
         {"advertise", c.presence.advertise},
+        {"insecure", c.presence.insecure},
         {"heartbeat_ms", c.presence.heartbeat.count()},
         {"ping_timeout_ms", c.presence.pingTimeout.count()},
         {"check_interval_ms", c.presence.checkInterval.count()},

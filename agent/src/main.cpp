@@ -5,7 +5,9 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -22,7 +24,8 @@ Joins the leader election of every configured account on one ZooKeeper session, 
 account's operations through to the fencing-gateway only while this host leads it, and serves
 the admin API (status, metrics, drain, resign, ops).
 
-  --config FILE    the JSON configuration (docs/configuration.md)
+  --config FILE    the JSON configuration (docs/configuration.md); ZKAGENT_ADMIN_TOKEN, when
+                   set, is the admin token (not together with admin.token or token_file)
   --check-config   validate FILE, print the effective configuration, exit 0 (2 when invalid)
   --help           this text
   --version        the version
@@ -44,6 +47,17 @@ int run(const zkagent::agent::Config& config) {
   spdlog::info("zk-agent {} started instance={} accounts={} admin={}:{}", ZKAGENT_VERSION,
                config.instanceId, config.accounts.size(), config.admin.listen.host,
                agent.adminPort());
+  if (config.admin.token.empty() && config.admin.openOperatorActions) {
+    spdlog::warn("admin.open_operator_actions: drain and resign need no token");
+  } else if (config.admin.token.empty()) {
+    spdlog::warn(
+        "no admin token: drain and resign are refused (set admin.token, admin.token_file or {})",
+        zkagent::agent::kAdminTokenVariable);
+  }
+  if (config.presence.insecure) {
+    spdlog::warn("presence.insecure: devices connect over plain ws:// on {}",
+                 agent.deviceEndpoint());
+  }
 
   boost::asio::signal_set signals(io, SIGTERM, SIGINT);
   boost::asio::steady_timer deadline(io);
@@ -99,7 +113,9 @@ int main(int argc, char** argv) {
   }
   zkagent::agent::Config config;
   try {
-    config = zkagent::agent::loadConfig(std::string(configPath));
+    const char* token = std::getenv(zkagent::agent::kAdminTokenVariable);
+    config = zkagent::agent::loadConfig(std::string(configPath),
+                                        token ? std::optional<std::string>(token) : std::nullopt);
   } catch (const zkagent::agent::ConfigError& e) {
     std::cerr << "zk-agent: invalid config " << configPath << ": " << e.what() << "\n";
     return 2;

@@ -41,14 +41,21 @@ Options:
   --tls-client-ca FILE      CA whose client certificates are accepted; an agent may act only as
                             the instance its certificate names (docs/gateway.md)
   --insecure                allow plain HTTP on a non-loopback --listen (logged as a warning)
-  --token-file FILE         the bearer token, read from FILE (ZKAGENT_GATEWAY_TOKEN overrides)
+  --token-file FILE         the agents' bearer token, read from FILE (ZKAGENT_GATEWAY_TOKEN
+                            overrides)
+  --operator-token-file FILE  the operator token (HWM reset, privacy rules), read from FILE
+  --max-requests-per-second N  per connection on the HTTP listener, beyond it 429 (default
+                            1000; 0: no limit)
   --log-level LEVEL         trace, debug, info (default), warn, error
   --log-format FORMAT       text (default) or json
   --help, --version
 
 Environment:
-  ZKAGENT_GATEWAY_TOKEN     bearer token every request must carry (overrides "token" of the
-                            config file); without one, no authentication and no HWM reset
+  ZKAGENT_GATEWAY_TOKEN     bearer token every agent request must carry (overrides "token" of
+                            the config file); without one, no authentication
+  ZKAGENT_GATEWAY_OPERATOR_TOKEN  the operator token (not together with operatorToken,
+                            operatorTokenFile or --operator-token-file); without one, operator
+                            actions are refused
 )";
 
 [[noreturn]] void fail(std::string_view field, std::string_view problem) {
@@ -60,6 +67,7 @@ constexpr int64_t kMaxLeaseMs = 86400000;  // a day; longer means a lease outliv
 constexpr int64_t kMinLeaseTtlMs = 3;
 constexpr int64_t kMaxCoalesceMs = 60000;
 constexpr int64_t kMaxSubscriberQueue = 65536;
+constexpr int64_t kMaxRequestsPerSecond = 1000000;
 
 int64_t parseInteger(std::string_view field, std::string_view text, int64_t low, int64_t high) {
   int64_t value = 0;
@@ -103,6 +111,17 @@ void validateTransport(const Config& config) {
     fail("tls.cert (--tls-cert)",
          "required to listen on " + config.listenAddress +
              ": plain HTTP is served on loopback only, unless insecure is set");
+  }
+  // The subscriber listener has no TLS yet: plain WebSocket, so loopback unless insecure.
+  if (!config.insecure && !isLoopback(config.subscribeAddress)) {
+    fail("presence.subscribe_listen (--subscribe-listen)",
+         "is " + config.subscribeAddress +
+             ": the subscriber WebSocket has no TLS and is served on loopback only, unless "
+             "insecure is set");
+  }
+  if (!config.operatorToken.empty() && config.operatorToken == config.bearerToken) {
+    fail("operatorToken",
+         "must differ from token: an agent's token must not allow operator actions");
   }
 }
 
@@ -227,13 +246,28 @@ Config parseConfigJson(std::string_view text, Config config) {
   }
   requireKnownKeys(
       root, "",
-      {"listen", "dataDir", "zookeeper", "token", "tokenFile", "tls", "insecure", "accounts",
-       "commitMode", "handlerThreads", "ioThreads", "agentTimeoutMs", "presence", "log"});
+      {"listen", "dataDir", "zookeeper", "token", "tokenFile", "operatorToken", "operatorTokenFile",
+       "tls", "insecure", "accounts", "commitMode", "handlerThreads", "ioThreads", "agentTimeoutMs",
+       "maxRequestsPerSecond", "presence", "log"});
   if (root.contains("listen")) setListen(config, "listen", stringField(root, "listen", "listen"));
   if (root.contains("dataDir")) config.dataDir = stringField(root, "dataDir", "dataDir");
   if (root.contains("token")) config.bearerToken = stringField(root, "token", "token");
   if (root.contains("tokenFile")) {
     config.bearerToken = readTokenFile("tokenFile", stringField(root, "tokenFile", "tokenFile"));
+  }
+  if (root.contains("operatorToken")) {
+    config.operatorToken = stringField(root, "operatorToken", "operatorToken");
+  }
+  if (root.contains("operatorTokenFile")) {
+    if (root.contains("operatorToken")) {
+      fail("operatorTokenFile", "set operatorToken or operatorTokenFile, not both");
+    }
+    config.operatorToken = readTokenFile(
+        "operatorTokenFile", stringField(root, "operatorTokenFile", "operatorTokenFile"));
+  }
+  if (root.contains("maxRequestsPerSecond")) {
+    config.maxRequestsPerSecond = static_cast<unsigned>(integerField(
+        root, "maxRequestsPerSecond", "maxRequestsPerSecond", 0, kMaxRequestsPerSecond));
   }
   if (root.contains("insecure")) {
     if (!root["insecure"].is_boolean()) fail("insecure", "must be true or false");
@@ -330,7 +364,8 @@ Config parseConfigJson(std::string_view text, Config config) {
 }
 
 CommandLine parseCommandLine(const std::vector<std::string>& args,
-                             std::optional<std::string> environmentToken) {
+                             std::optional<std::string> environmentToken,
+                             std::optional<std::string> environmentOperatorToken) {
   CommandLine result;
   try {
     Config config;
@@ -397,6 +432,11 @@ CommandLine parseCommandLine(const std::vector<std::string>& args,
         config.tlsClientCa = value;
       } else if (flag == "--token-file") {
         config.bearerToken = readTokenFile(flag, value);
+      } else if (flag == "--operator-token-file") {
+        config.operatorToken = readTokenFile(flag, value);
+      } else if (flag == "--max-requests-per-second") {
+        config.maxRequestsPerSecond =
+            static_cast<unsigned>(parseInteger(flag, value, 0, kMaxRequestsPerSecond));
       } else if (flag == "--log-format") {
         setLogFormat(config, flag, value);
       } else {
@@ -404,6 +444,14 @@ CommandLine parseCommandLine(const std::vector<std::string>& args,
       }
     }
     if (environmentToken && !environmentToken->empty()) config.bearerToken = *environmentToken;
+    if (environmentOperatorToken && !environmentOperatorToken->empty()) {
+      if (!config.operatorToken.empty()) {
+        fail(
+            "ZKAGENT_GATEWAY_OPERATOR_TOKEN",
+            "set either it or operatorToken, operatorTokenFile or --operator-token-file, not both");
+      }
+      config.operatorToken = *environmentOperatorToken;
+    }
     if (config.dataDir.empty()) fail("--data-dir", "required: the HWM must survive restarts");
     if (!config.subscribeListenSet) {
       config.subscribeAddress = config.listenAddress;

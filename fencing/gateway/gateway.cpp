@@ -134,13 +134,21 @@ CheckMode Gateway::refreshCheckMode() {
 }
 
 http::Router Gateway::router() {
-  http::Router router({.bearerToken = config_.bearerToken});
+  // Agents send the bearer token (and, with TLS, their certificate); operator actions need the
+  // operator token, which no agent holds.
+  http::Router router(
+      {.bearerToken = config_.bearerToken,
+       .operatorToken = config_.operatorToken,
+       .operatorTokenSetting =
+           "ZKAGENT_GATEWAY_OPERATOR_TOKEN, operatorTokenFile or --operator-token-file"});
   router.add(http::Method::Post, "/v1/ops",
              [this](const http::Request& request) { return submitOperation(request); });
   router.add(http::Method::Get, "/v1/accounts/{id}",
              [this](const http::Request& request) { return accountStatus(request); });
-  router.add(http::Method::Post, "/v1/accounts/{id}/reset-hwm",
-             [this](const http::Request& request) { return resetHighWaterMark(request); });
+  router.add(
+      http::Method::Post, "/v1/accounts/{id}/reset-hwm",
+      [this](const http::Request& request) { return resetHighWaterMark(request); },
+      http::Access::Operator);
   router.add(http::Method::Get, "/metrics", [this](const http::Request&) { return metricsText(); });
   router.add(http::Method::Get, "/healthz",
              [this](const http::Request& request) { return health(request); });
@@ -150,13 +158,10 @@ http::Router Gateway::router() {
                [this](const http::Request& request) { return presenceLeases(request); });
     router.add(http::Method::Get, "/v1/presence/{account}",
                [this](const http::Request& request) { return presenceOf(request); });
-    router.add(http::Method::Put, "/v1/presence/privacy/{account}",
-               [this](const http::Request& request) {
-                 if (auto refused = refuseWithoutOperatorToken(config_, "privacy rules")) {
-                   return *refused;
-                 }
-                 return presencePrivacy(request);
-               });
+    router.add(
+        http::Method::Put, "/v1/presence/privacy/{account}",
+        [this](const http::Request& request) { return presencePrivacy(request); },
+        http::Access::Operator);
     router.add(http::Method::Get, "/v1/presence/privacy/{account}",
                [this](const http::Request& request) { return presencePrivacy(request); });
   }
@@ -268,11 +273,6 @@ http::Response Gateway::accountStatus(const http::Request& request) {
 }
 
 http::Response Gateway::resetHighWaterMark(const http::Request& request) {
-  if (config_.bearerToken.empty()) {
-    return http::Response::error(403,
-                                 "HWM reset is disabled: start the gateway with a bearer token "
-                                 "(ZKAGENT_GATEWAY_TOKEN or \"token\" in the config)");
-  }
   const auto& account = request.params.at("id");
   if (!fencing::isValidAccountId(account)) {
     return http::Response::error(400, "bad account id: expected [A-Za-z0-9_.-]{1,128}");

@@ -32,7 +32,11 @@ struct Config {
   std::string zkRoot = "/wx-accounts";
   int zkSessionTimeoutMs = 10000;
   UntrustedPolicy untrusted = UntrustedPolicy::HwmOnly;
-  std::string bearerToken;            // empty: no authentication (and no HWM reset)
+  std::string bearerToken;  // what agents (and subscribers) send; empty: no authentication
+  // Operator actions (HWM reset, privacy PUT) need this one instead; empty: they are refused.
+  // Never equal to bearerToken, so an agent's credentials allow no operator action.
+  std::string operatorToken;
+  unsigned maxRequestsPerSecond = 1000;  // per connection on the HTTP listener; 0: no limit
   // TLS on the listener: all three or none (identity.hpp). Without TLS the listener must be on
   // loopback, or `insecure` set (a warning at start).
   std::string tlsCert;
@@ -70,9 +74,12 @@ struct CommandLine {
 };
 
 // Parses `fencing-gateway [options]`; a --config file is read first, flags override it, then
-// ZKAGENT_GATEWAY_TOKEN (`environmentToken`) overrides the file's token. Never throws.
+// ZKAGENT_GATEWAY_TOKEN (`environmentToken`) overrides the file's token.
+// ZKAGENT_GATEWAY_OPERATOR_TOKEN (`environmentOperatorToken`) is an error together with
+// operatorToken, operatorTokenFile or --operator-token-file. Never throws.
 CommandLine parseCommandLine(const std::vector<std::string>& args,
-                             std::optional<std::string> environmentToken);
+                             std::optional<std::string> environmentToken,
+                             std::optional<std::string> environmentOperatorToken = std::nullopt);
 
 // Config from JSON text (the --config file); throws std::invalid_argument naming the field.
 Config parseConfigJson(std::string_view json, Config base = {});

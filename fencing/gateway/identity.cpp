@@ -87,12 +87,4 @@ std::optional<http::Response> refuseForeignInstance(const Config& config,
   return std::nullopt;
 }
 
-std::optional<http::Response> refuseWithoutOperatorToken(const Config& config,
-                                                         std::string_view action) {
-  if (!config.bearerToken.empty()) return std::nullopt;
-  return http::Response::error(403, std::string(action) +
-                                        " need the operator token: start the gateway with one "
-                                        "(ZKAGENT_GATEWAY_TOKEN, tokenFile or --token-file)");
-}
-
 }  // namespace zkagent::gateway

@@ -29,9 +29,4 @@ std::optional<http::Response> refuseForeignInstance(const Config& config,
                                                     const http::Request& request,
                                                     const std::vector<std::string>& instanceIds);
 
-// Operator actions (privacy rules, HWM reset) need the bearer token: without one configured they
-// are refused with 403 rather than open to anyone who reaches the port.
-std::optional<http::Response> refuseWithoutOperatorToken(const Config& config,
-                                                         std::string_view action);
-
 }  // namespace zkagent::gateway

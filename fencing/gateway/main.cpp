@@ -97,13 +97,19 @@ int run(const gateway::Config& config) {
   gateway::PresenceStore presence(io, config, registry);
   gateway::Gateway gateway(config, validator, leaders.get(), registry, &presence);
 
+  auto& rateLimited = registry
+                          .counter("zkagent_gateway_rate_limited_requests_total",
+                                   "Requests refused with 429: over the per-connection rate.")
+                          .with({});
   // One body limit for every route: a lease batch's; /v1/ops refuses larger operations itself.
   http::Server server(io,
                       {.address = config.listenAddress,
                        .port = config.listenPort,
                        .bodyLimit = gateway::kMaxLeaseBatchBytes,
                        .handlerThreads = config.handlerThreads,
-                       .tls = listenerTls(config)},
+                       .tls = listenerTls(config),
+                       .maxRequestsPerSecond = config.maxRequestsPerSecond,
+                       .onRateLimited = [&rateLimited] { rateLimited.inc(); }},
                       gateway.router());
   gateway::SubscriberEndpoint subscribers(io, config, presence, registry);
   server.start();
@@ -118,6 +124,9 @@ int run(const gateway::Config& config) {
   spdlog::info("fencing-gateway {} listening on {}://{}:{}{}", ZKAGENT_VERSION,
                config.tlsCert.empty() ? "http" : "https", host, server.port(),
                config.bearerToken.empty() ? " without authentication" : " (bearer token required)");
+  if (config.operatorToken.empty()) {
+    spdlog::info("no operator token: HWM reset and privacy rules are refused");
+  }
   if (!config.tlsClientCa.empty()) {
     spdlog::info(
         "client certificates from {} required; an agent acts only as the instance its "
@@ -126,6 +135,10 @@ int run(const gateway::Config& config) {
   } else if (config.insecure) {
     spdlog::warn("insecure: plain HTTP on {}: anyone who can reach it can submit for any instance",
                  host);
+  }
+  if (config.insecure) {
+    spdlog::warn("insecure: subscribers on plain WebSocket at {}:{}",
+                 bracketed(subscribers.address()), subscribers.port());
   }
   spdlog::info("presence leases: ttl {} ms, swept every {} ms; soft state, warming up for one ttl",
                config.leaseTtlMs, config.leaseSweepMs);
@@ -159,9 +172,12 @@ int run(const gateway::Config& config) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  const char* token = std::getenv("ZKAGENT_GATEWAY_TOKEN");
+  auto environment = [](const char* name) {
+    const char* value = std::getenv(name);
+    return value ? std::optional<std::string>(value) : std::nullopt;
+  };
   auto commandLine = zkagent::gateway::parseCommandLine(
-      args, token ? std::optional<std::string>(token) : std::nullopt);
+      args, environment("ZKAGENT_GATEWAY_TOKEN"), environment("ZKAGENT_GATEWAY_OPERATOR_TOKEN"));
   if (!commandLine.config) {
     (commandLine.exitCode == 0 ? std::cout : std::cerr) << commandLine.message;
     return commandLine.exitCode;

@@ -180,13 +180,23 @@ Response Router::handle(Request request) const {
     response.headers.emplace_back("Allow", allowed);
     return response;
   }
-  if (chosen->access == Access::Token && requiresToken()) {
+  const bool operatorRoute = chosen->access == Access::Operator;
+  const bool operatorToken = operatorRoute && !options_.operatorToken.empty();
+  if (operatorRoute && !operatorToken && !options_.openOperatorActions) {
+    return Response::error(403, std::string(toString(request.method)) + " " + request.path +
+                                    " is an operator action and no operator token is "
+                                    "configured: set " +
+                                    options_.operatorTokenSetting);
+  }
+  const std::string& expected = operatorToken ? options_.operatorToken : options_.bearerToken;
+  if (chosen->access != Access::Public && !expected.empty()) {
     auto authorization = request.header("authorization").value_or("");
     constexpr std::string_view kScheme = "Bearer ";
     bool bearer = authorization.size() >= kScheme.size() &&
                   equalsIgnoreCase(authorization.substr(0, kScheme.size()), kScheme);
-    if (!bearer || !sameSecret(authorization.substr(kScheme.size()), options_.bearerToken)) {
-      Response response = Response::error(401, "missing or wrong bearer token");
+    if (!bearer || !sameSecret(authorization.substr(kScheme.size()), expected)) {
+      Response response = Response::error(
+          401, operatorToken ? "missing or wrong operator token" : "missing or wrong bearer token");
       response.headers.emplace_back("WWW-Authenticate", "Bearer");
       return response;
     }

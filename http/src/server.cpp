@@ -1,6 +1,8 @@
 // The HTTP/1.1 server: listener + one session per connection on its own strand (Boost.Beast's
 // clean-shutdown example, with bmcweb's router in front of the handlers), plain or TLS.
 #include <boost/asio/strand.hpp>
+#include <chrono>
+#include <cmath>
 #include <mutex>
 #include <optional>
 #include <unordered_set>
@@ -144,6 +146,15 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     auto raw = parser_->release();
     unsigned version = raw.version();
     bool keepAlive = raw.keep_alive();
+    if (!withinRate()) {
+      const auto& onLimited = server_->options.onRateLimited;
+      if (onLimited) onLimited();
+      Response limited = Response::error(
+          429, "too many requests on this connection (limit " +
+                   std::to_string(server_->options.maxRequestsPerSecond) + " per second)");
+      limited.headers.emplace_back("Retry-After", std::to_string(retryAfterSeconds()));
+      return write(toBeast(std::move(limited), version, keepAlive));
+    }
     auto request = toRequest(std::move(raw), remote_);
     request.peerIdentities = peer_;
     auto respond = [self = this->shared_from_this(), version, keepAlive](Response response) {
@@ -160,6 +171,26 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     } else {
       respond(server_->router.handle(std::move(request)));
     }
+  }
+
+  // A token bucket per connection: one second's worth of requests, refilled at the rate.
+  double rate() const { return server_->options.maxRequestsPerSecond; }
+  bool withinRate() {
+    if (rate() <= 0) return true;
+    const auto now = std::chrono::steady_clock::now();
+    if (!lastRefill_) {
+      allowance_ = rate();
+    } else {
+      allowance_ = std::min(
+          rate(), allowance_ + rate() * std::chrono::duration<double>(now - *lastRefill_).count());
+    }
+    lastRefill_ = now;
+    if (allowance_ < 1) return false;
+    allowance_ -= 1;
+    return true;
+  }
+  long retryAfterSeconds() const {
+    return std::max(1L, static_cast<long>(std::ceil((1 - allowance_) / rate())));
   }
 
   void write(bhttp::response<bhttp::string_body> response) {
@@ -209,6 +240,8 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   bhttp::response<bhttp::string_body> response_;
   bool drainAfter_ = false;
+  double allowance_ = 0;  // requests this connection may still make now
+  std::optional<std::chrono::steady_clock::time_point> lastRefill_;
 };
 
 void detail::ServerState::accept(std::shared_ptr<ServerState> self) {

@@ -36,6 +36,7 @@ using zktest::ChildProcess;
 using zktest::eventually;
 
 constexpr int kSessionTimeoutMs = 1500;
+constexpr std::string_view kAdminToken = "process-test-admin-token";
 
 struct AgentProcess {
   std::string id;
@@ -121,15 +122,21 @@ class AgentProcessTest : public ::testing::Test {
     return path;
   }
 
+  // The agent takes its admin token from ZKAGENT_ADMIN_TOKEN, as zk-agentctl does ("": unset).
   AgentProcess& startAgent(const json& config) {
+    return startAgentWithAdminToken(config, std::string(kAdminToken));
+  }
+  AgentProcess& startAgentWithAdminToken(const json& config, const std::string& adminToken) {
     const std::string id = config["instance_id"];
     auto process = std::make_unique<ChildProcess>(
-        zktest::binaryPath("zk-agent").string(),
-        std::vector<std::string>{"--config", writeConfig(id, config).string()});
+        "env", std::vector<std::string>{"ZKAGENT_ADMIN_TOKEN=" + adminToken,
+                                        zktest::binaryPath("zk-agent").string(), "--config",
+                                        writeConfig(id, config).string()});
     const auto port = portOf(process->waitForLine("LISTENING ", 20s));
     zkagent::http::ClientOptions options;
     options.port = port;
     options.requestTimeout = 3000ms;
+    options.bearerToken = adminToken;
     agents_.push_back(std::make_unique<AgentProcess>(AgentProcess{
         id, std::move(process), port, std::make_unique<zkagent::http::Client>(options)}));
     return *agents_.back();
@@ -272,8 +279,9 @@ TEST_F(AgentProcessTest, DrainWithoutSuccessorBlocksWithReasonsThenHandsOverWhen
   auto& a = startAgent("host-a", accounts);
   ASSERT_TRUE(eventually([&] { return a.leading().size() == accounts.size(); }, 15s));
 
-  ChildProcess ctl(zktest::binaryPath("zk-agentctl").string(),
-                   {"--admin", "127.0.0.1:" + std::to_string(a.port), "drain"});
+  ChildProcess ctl("env", {"ZKAGENT_ADMIN_TOKEN=" + std::string(kAdminToken),
+                           zktest::binaryPath("zk-agentctl").string(), "--admin",
+                           "127.0.0.1:" + std::to_string(a.port), "drain"});
   ASSERT_TRUE(ctl.wait(10s).exitedWith(0)) << ctl.transcript();
 
   // Fail closed: nobody to hand over to, so it keeps leading and says why.
@@ -294,6 +302,42 @@ TEST_F(AgentProcessTest, DrainWithoutSuccessorBlocksWithReasonsThenHandsOverWhen
   ASSERT_TRUE(eventually([&] { return a.status()["lifecycle"] == "drained"; }, 5s))
       << a.status().dump();
   EXPECT_TRUE(a.leading().empty());
+}
+
+// Drain and resign are operator actions: an agent without an admin token refuses them with 403
+// naming the setting (and acts on neither); admin.open_operator_actions is the explicit opt-out.
+TEST_F(AgentProcessTest, WithoutAnAdminTokenDrainAndResignAreRefusedUnlessOpened) {
+  auto& a = startAgentWithAdminToken(agentConfig("host-a", {"acct-0"}, gatewayPort_), "");
+  ASSERT_TRUE(eventually([&] { return a.leading().size() == 1; }, 15s));
+  auto drain = a.client->post("/v1/drain", "");
+  EXPECT_EQ(drain.status, 403) << drain.body;
+  EXPECT_NE(drain.body.find("set admin.token, admin.token_file or ZKAGENT_ADMIN_TOKEN"),
+            std::string::npos)
+      << drain.body;
+  EXPECT_EQ(a.client->post("/v1/accounts/acct-0/resign", "").status, 403);
+  EXPECT_EQ(a.status()["lifecycle"], "active");
+  EXPECT_EQ(a.leading().size(), 1u);
+  EXPECT_NE(a.process->stderrText().find("no admin token: drain and resign are refused"),
+            std::string::npos);
+
+  auto opened = agentConfig("host-b", {"acct-1"}, gatewayPort_);
+  opened["admin"]["open_operator_actions"] = true;
+  auto& b = startAgentWithAdminToken(opened, "");
+  ASSERT_TRUE(eventually([&] { return b.leading().size() == 1; }, 15s));
+  EXPECT_EQ(b.client->post("/v1/accounts/acct-1/resign", "").status, 202);
+}
+
+TEST_F(AgentProcessTest, AnAdminTokenInTheEnvironmentAndTheConfigIsAStartError) {
+  auto config = agentConfig("host-a", {"acct-0"}, gatewayPort_);
+  config["admin"]["token"] = "from-the-file";
+  ChildProcess agent(
+      "env", {"ZKAGENT_ADMIN_TOKEN=from-the-environment", zktest::binaryPath("zk-agent").string(),
+              "--config", writeConfig("host-a", config).string()});
+  EXPECT_EQ(agent.wait(10s).code, 2) << agent.transcript();
+  EXPECT_NE(agent.stderrText().find("admin.token: set it, token_file or ZKAGENT_ADMIN_TOKEN"),
+            std::string::npos)
+      << agent.transcript();
+  EXPECT_EQ(agent.stderrText().find("from-the-"), std::string::npos) << "no token in the error";
 }
 
 TEST_F(AgentProcessTest, DrainFailsClosedWhileTheSuccessorsHealthIsStale) {
@@ -408,7 +452,8 @@ TEST_F(AgentProcessTest, StatusReportsEveryDocumentedFieldAndMetricsPassPromtool
   EXPECT_EQ(a.client->get("/healthz").status, 200);
 
   ChildProcess ctl(zktest::binaryPath("zk-agentctl").string(),
-                   {"--admin", "127.0.0.1:" + std::to_string(a.port), "leaders"});
+                   {"--admin", "127.0.0.1:" + std::to_string(a.port), "--token",
+                    std::string(kAdminToken), "leaders"});
   EXPECT_TRUE(ctl.wait(10s).exitedWith(0)) << ctl.transcript();
   const auto lines = ctl.stdoutLines();
   EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [](const std::string& l) {

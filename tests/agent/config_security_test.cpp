@@ -114,3 +114,55 @@ TEST(AgentSecurityConfig, ZooKeeperDigestComesFromAFileAndIsNeverShown) {
 }
 
 }  // namespace
+
+namespace {
+
+zkagent::agent::Config withEnvironmentToken(const json& config, std::string token) {
+  return parseConfig(config.dump(), {}, std::move(token));
+}
+
+}  // namespace
+
+// ZKAGENT_ADMIN_TOKEN is the admin token too (what zk-agentctl sends), one source at a time: it
+// also satisfies the rule that a non-loopback admin.listen needs a token.
+TEST(AgentSecurityConfig, TheAdminTokenMayComeFromTheEnvironmentButNotAlsoFromTheConfig) {
+  auto config = baseConfig({{"url", "http://127.0.0.1:8480"}});
+  config["admin"] = {{"listen", "0.0.0.0:8470"}};
+  EXPECT_EQ(rejectedField(config), "admin.token");
+  const auto parsed = withEnvironmentToken(config, "env-s3cret");
+  EXPECT_EQ(parsed.admin.token, "env-s3cret");
+  EXPECT_EQ(describe(parsed).find("env-s3cret"), std::string::npos);
+  config["admin"]["token"] = "inline";
+  try {
+    withEnvironmentToken(config, "env-s3cret");
+    FAIL() << "accepted both";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.field(), "admin.token");
+    EXPECT_NE(std::string(e.what()).find("ZKAGENT_ADMIN_TOKEN"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("s3cret"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(withEnvironmentToken(config, "").admin.token, "inline");  // set but empty: unset
+}
+
+TEST(AgentSecurityConfig, OpenOperatorActionsIsAnExplicitBoolean) {
+  auto config = baseConfig({{"url", "http://127.0.0.1:8480"}});
+  EXPECT_FALSE(parseConfig(config.dump()).admin.openOperatorActions);
+  config["admin"] = {{"open_operator_actions", true}};
+  EXPECT_TRUE(parseConfig(config.dump()).admin.openOperatorActions);
+  config["admin"] = {{"open_operator_actions", "yes"}};
+  EXPECT_EQ(rejectedField(config), "admin.open_operator_actions");
+}
+
+// The device endpoint has no TLS: plain ws:// off loopback only with presence.insecure.
+TEST(AgentSecurityConfig, TheDeviceEndpointOffLoopbackNeedsInsecure) {
+  auto config = baseConfig({{"url", "http://127.0.0.1:8480"}});
+  config["presence"] = {{"listen", "0.0.0.0:8471"}};
+  EXPECT_EQ(rejectedField(config), "presence.listen");
+  config["presence"]["insecure"] = true;
+  const auto parsed = parseConfig(config.dump());
+  EXPECT_TRUE(parsed.presence.insecure);
+  config["presence"] = {{"listen", "[::1]:8471"}};
+  EXPECT_EQ(rejectedField(config), "");
+  config["presence"] = {{"listen", "localhost:8471"}};
+  EXPECT_EQ(rejectedField(config), "");
+}

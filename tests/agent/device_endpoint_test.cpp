@@ -197,7 +197,8 @@ class DeviceEndpointTest : public ::testing::Test {
               {"heartbeat_interval_ms", 200},
               {"heartbeat_timeout_ms", 700},
               {"request_timeout_ms", 1000}}},
-            {"admin", {{"listen", "127.0.0.1:0"}}},
+            // No admin token: the resign below needs the explicit opt-out.
+            {"admin", {{"listen", "127.0.0.1:0"}, {"open_operator_actions", true}}},
             {"presence",
              {{"listen", "127.0.0.1:0"},
               {"heartbeat_ms", 200},

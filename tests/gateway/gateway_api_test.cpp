@@ -204,20 +204,23 @@ TEST_F(GatewayApi, UntrustedZooKeeperRefusesWhenConfiguredAndChangesNothing) {
 
 TEST_F(GatewayApi, ActiveSeqBelowHwmFencesTheAccountUntilAnAuthenticatedReset) {
   gateway::Config config;
-  config.bearerToken = "admin-secret";
+  config.bearerToken = "agent-secret";
+  config.operatorToken = "admin-secret";
   start(config, true);
   leaders_.setActive("acc", 40);
-  ASSERT_EQ(call(http::Method::Post, "/v1/ops", op("acc", 40, "op-1"), "admin-secret").status, 200);
+  ASSERT_EQ(call(http::Method::Post, "/v1/ops", op("acc", 40, "op-1"), "agent-secret").status, 200);
   leaders_.setActive("acc", 2);  // ZooKeeper wiped: the members counter restarted
-  auto fenced = call(http::Method::Post, "/v1/ops", op("acc", 2, "op-2"), "admin-secret");
+  auto fenced = call(http::Method::Post, "/v1/ops", op("acc", 2, "op-2"), "agent-secret");
   EXPECT_EQ(fenced.status, 409);
   EXPECT_EQ(json::parse(fenced.body)["reason"], "account_fenced");
-  EXPECT_NE(call(http::Method::Get, "/metrics", "", "admin-secret")
+  EXPECT_NE(call(http::Method::Get, "/metrics", "", "agent-secret")
                 .body.find("zkagent_gateway_fenced_accounts 1\n"),
             std::string::npos);
 
   std::string reset = R"({"hwm":2,"reason":"zookeeper data wiped","actor":"alice"})";
   EXPECT_EQ(call(http::Method::Post, "/v1/accounts/acc/reset-hwm", reset).status, 401);
+  EXPECT_EQ(call(http::Method::Post, "/v1/accounts/acc/reset-hwm", reset, "agent-secret").status,
+            401);
   EXPECT_EQ(
       call(http::Method::Post, "/v1/accounts/acc/reset-hwm", R"({"hwm":2})", "admin-secret").status,
       400);
@@ -228,16 +231,20 @@ TEST_F(GatewayApi, ActiveSeqBelowHwmFencesTheAccountUntilAnAuthenticatedReset) {
   auto done = call(http::Method::Post, "/v1/accounts/acc/reset-hwm", reset, "admin-secret");
   ASSERT_EQ(done.status, 200) << done.body;
   EXPECT_EQ(json::parse(done.body), (json{{"account", "acc"}, {"hwm", 2}, {"fenced", false}}));
-  EXPECT_EQ(call(http::Method::Post, "/v1/ops", op("acc", 2, "op-3"), "admin-secret").status, 200);
+  EXPECT_EQ(call(http::Method::Post, "/v1/ops", op("acc", 2, "op-3"), "agent-secret").status, 200);
 }
 
-TEST_F(GatewayApi, HwmResetIsDisabledWithoutAConfiguredToken) {
-  start();
-  ASSERT_EQ(post(op("acc", 9, "op-1")).status, 200);
-  auto refused =
-      call(http::Method::Post, "/v1/accounts/acc/reset-hwm", R"({"hwm":0,"reason":"x"})");
+TEST_F(GatewayApi, HwmResetIsDisabledWithoutAConfiguredOperatorToken) {
+  gateway::Config config;
+  config.bearerToken = "agent-secret";  // the agents' token does not enable it
+  start(config);
+  ASSERT_EQ(call(http::Method::Post, "/v1/ops", op("acc", 9, "op-1"), "agent-secret").status, 200);
+  auto refused = call(http::Method::Post, "/v1/accounts/acc/reset-hwm", R"({"hwm":0,"reason":"x"})",
+                      "agent-secret");
   EXPECT_EQ(refused.status, 403);
-  EXPECT_EQ(account("acc")["hwm"], 9);
+  EXPECT_NE(refused.body.find("ZKAGENT_GATEWAY_OPERATOR_TOKEN"), std::string::npos) << refused.body;
+  EXPECT_EQ(
+      json::parse(call(http::Method::Get, "/v1/accounts/acc", "", "agent-secret").body)["hwm"], 9);
 }
 
 TEST_F(GatewayApi, EveryEndpointNeedsTheBearerTokenWhenOneIsConfigured) {

@@ -36,7 +36,11 @@ class GatewayProcess {
                                      "127.0.0.1:0",
                                      "--data-dir",
                                      dataDir.string()};
-    args.insert(args.end(), extraArgs.begin(), extraArgs.end());
+    for (const auto& arg : extraArgs) {  // NAME=value goes to the environment, before the binary
+      args.insert(arg.find('=') != std::string::npos && !arg.starts_with("--") ? args.begin() + 1
+                                                                               : args.end(),
+                  arg);
+    }
     process_ = std::make_unique<zktest::ChildProcess>("env", args);
     auto line = process_->waitForLine("LISTENING 127.0.0.1:", 20s);
     port_ = static_cast<uint16_t>(std::stoi(line.substr(line.rfind(':') + 1)));
@@ -46,6 +50,7 @@ class GatewayProcess {
     return http::Client(http::ClientOptions{.port = port_, .bearerToken = token});
   }
   zktest::ChildProcess& process() { return *process_; }
+  uint16_t port() const { return port_; }
 
  private:
   std::unique_ptr<zktest::ChildProcess> process_;
@@ -84,6 +89,43 @@ TEST(GatewayProcess, BearerTokenFromTheEnvironmentIsRequiredOnEveryRequest) {
   EXPECT_EQ(client.get("/v1/accounts/acc").status, 404);  // the refused op left no trace
   EXPECT_EQ(client.post("/v1/ops", op("acc", 1, "op-1")).status, 200);
   EXPECT_EQ(client.get("/healthz").status, 200);
+}
+
+// Agents' token and operator token from the environment: the agents' token opens agent routes
+// only, the operator token operator actions only, and neither appears in the log or /metrics.
+TEST(GatewayProcess, TheOperatorTokenFromTheEnvironmentIsTheOnlyKeyToOperatorActions) {
+  fencing::testing::TempDir dir;
+  GatewayProcess gateway(dir.path(), {"ZKAGENT_GATEWAY_OPERATOR_TOKEN=op-7f3a"}, "agent-91c2");
+  auto agent = gateway.client("agent-91c2");
+  ASSERT_EQ(agent.post("/v1/ops", op("acc", 4, "op-1")).status, 200);
+  const std::string reset = R"({"hwm":0,"reason":"test","actor":"alice"})";
+  EXPECT_EQ(agent.post("/v1/accounts/acc/reset-hwm", reset).status, 401);
+  auto operatorClient = gateway.client("op-7f3a");
+  EXPECT_EQ(operatorClient.post("/v1/ops", op("acc", 5, "op-2")).status, 401);
+  EXPECT_EQ(operatorClient.post("/v1/accounts/acc/reset-hwm", reset).status, 200);
+  auto metrics = agent.get("/metrics");
+  ASSERT_EQ(metrics.status, 200);
+  for (const auto& secret : {"op-7f3a", "agent-91c2"}) {
+    EXPECT_EQ(metrics.body.find(secret), std::string::npos) << secret;
+    EXPECT_EQ(gateway.process().stderrText().find(secret), std::string::npos) << secret;
+  }
+}
+
+// Per connection: beyond --max-requests-per-second a request gets 429 with Retry-After, counted
+// in zkagent_gateway_rate_limited_requests_total; other connections are served meanwhile.
+TEST(GatewayProcess, AConnectionOverTheRequestRateGets429AndIsCounted) {
+  fencing::testing::TempDir dir;
+  GatewayProcess gateway(dir.path(), {"--max-requests-per-second", "3"});
+  http::Client flooding(http::ClientOptions{.port = gateway.port(), .maxIdleConnections = 1});
+  int limited = 0;
+  for (int i = 0; i < 20; ++i) limited += flooding.get("/healthz").status == 429;
+  EXPECT_GE(limited, 10);
+  auto metrics = gateway.client().get("/metrics");  // a connection of its own
+  ASSERT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.body.find("zkagent_gateway_rate_limited_requests_total " +
+                              std::to_string(limited) + "\n"),
+            std::string::npos)
+      << metrics.body;
 }
 
 TEST(GatewayProcess, OversizedBodyGets413AndChangesNothing) {

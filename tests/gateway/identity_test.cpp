@@ -121,7 +121,7 @@ TEST_F(GatewayIdentity, PrivacyRulesCannotBeChangedWithoutAnOperatorToken) {
 }
 
 TEST_F(GatewayIdentity, PrivacyRulesNeedTheRightOperatorToken) {
-  config_.bearerToken = "operator-secret";
+  config_.operatorToken = "operator-secret";
   start(false);
   http::Request request;
   request.method = http::Method::Put;
@@ -132,6 +132,34 @@ TEST_F(GatewayIdentity, PrivacyRulesNeedTheRightOperatorToken) {
   EXPECT_EQ(router_->handle(request).status, 401);
   request.headers.back().second = "Bearer operator-secret";
   EXPECT_NE(router_->handle(request).status, 401);
+}
+
+// The agents' token (what every agent holds) is not the operator token: with both configured, an
+// agent's credentials pass on agent routes and get 401 on every operator action.
+TEST_F(GatewayIdentity, TheAgentsTokenAllowsNoOperatorAction) {
+  config_.bearerToken = "agent-secret";
+  config_.operatorToken = "operator-secret";
+  start(false);
+  auto send = [&](http::Method method, std::string path, std::string body, std::string token) {
+    http::Request request;
+    request.method = method;
+    request.path = request.target = std::move(path);
+    request.body = std::move(body);
+    request.headers.emplace_back("authorization", "Bearer " + token);
+    return router_->handle(request);
+  };
+  ASSERT_EQ(send(http::Method::Post, "/v1/ops", op("agent-a", "op-1"), "agent-secret").status, 200);
+  const std::string reset = R"({"hwm":0,"reason":"x"})";
+  EXPECT_EQ(send(http::Method::Post, "/v1/accounts/acc/reset-hwm", reset, "agent-secret").status,
+            401);
+  EXPECT_EQ(send(http::Method::Put, "/v1/presence/privacy/acc", "{}", "agent-secret").status, 401);
+  EXPECT_EQ(send(http::Method::Post, "/v1/ops", op("agent-a", "op-2"), "operator-secret").status,
+            401);
+  EXPECT_EQ(send(http::Method::Post, "/v1/accounts/acc/reset-hwm", reset, "operator-secret").status,
+            200);
+  auto put = send(http::Method::Put, "/v1/presence/privacy/acc", "{}", "operator-secret");
+  EXPECT_NE(put.status, 401) << put.body;  // past the authentication: the handler answers
+  EXPECT_NE(put.status, 403) << put.body;
 }
 
 TEST(GatewayIdentityParsing, TopLevelInstanceIdsAreFoundWhereverTheyStand) {
@@ -160,6 +188,68 @@ TEST(GatewayTransportConfig, PlainHttpOffLoopbackNeedsInsecure) {
   EXPECT_TRUE(parse({"--listen", "[::1]:9000", "--data-dir", "/d"}).config);
 }
 
+// The subscriber WebSocket has no TLS: off loopback it needs insecure, also when the HTTP
+// listener has TLS (its address is the default for the subscribers').
+TEST(GatewayTransportConfig, SubscribersOffLoopbackNeedInsecure) {
+  auto refused = parse({"--subscribe-listen", "0.0.0.0:9001", "--data-dir", "/d"});
+  ASSERT_FALSE(refused.config);
+  EXPECT_NE(refused.message.find("presence.subscribe_listen (--subscribe-listen): is 0.0.0.0"),
+            std::string::npos)
+      << refused.message;
+  const auto& certs = zktest::testCertificates();
+  auto tlsDefault =
+      parse({"--listen", "0.0.0.0:0", "--data-dir", "/d", "--tls-cert",
+             (certs / "gateway.pem").string(), "--tls-key", (certs / "gateway.key").string(),
+             "--tls-client-ca", (certs / "ca.pem").string()});
+  ASSERT_FALSE(tlsDefault.config);
+  EXPECT_NE(tlsDefault.message.find("--subscribe-listen"), std::string::npos) << tlsDefault.message;
+  EXPECT_TRUE(
+      parse({"--subscribe-listen", "0.0.0.0:9001", "--insecure", "--data-dir", "/d"}).config);
+  EXPECT_TRUE(parse({"--subscribe-listen", "127.0.0.1:9001", "--data-dir", "/d"}).config);
+}
+
+// The operator token from a file, the config or ZKAGENT_GATEWAY_OPERATOR_TOKEN, one of them; never
+// the agents' token.
+TEST(GatewayTransportConfig, TheOperatorTokenComesFromOnePlaceAndDiffersFromTheAgentsToken) {
+  fencing::testing::TempDir dir;
+  const auto file = (dir.path() / "operator.token").string();
+  std::ofstream(file) << "op-secret\n";
+  auto fromFile = parse({"--data-dir", "/d", "--operator-token-file", file});
+  ASSERT_TRUE(fromFile.config) << fromFile.message;
+  EXPECT_EQ(fromFile.config->operatorToken, "op-secret");
+  auto fromEnvironment =
+      gateway::parseCommandLine({"--data-dir", "/d"}, std::nullopt, "env-secret");
+  ASSERT_TRUE(fromEnvironment.config) << fromEnvironment.message;
+  EXPECT_EQ(fromEnvironment.config->operatorToken, "env-secret");
+  auto both = gateway::parseCommandLine({"--data-dir", "/d", "--operator-token-file", file},
+                                        std::nullopt, "env-secret");
+  ASSERT_FALSE(both.config);
+  EXPECT_NE(both.message.find("ZKAGENT_GATEWAY_OPERATOR_TOKEN: set either it or"),
+            std::string::npos)
+      << both.message;
+  auto same =
+      gateway::parseCommandLine({"--data-dir", "/d", "--operator-token-file", file}, "op-secret");
+  ASSERT_FALSE(same.config);
+  EXPECT_NE(same.message.find("operatorToken: must differ from token"), std::string::npos)
+      << same.message;
+  EXPECT_EQ(gateway::parseConfigJson(json{{"operatorTokenFile", file}}.dump()).operatorToken,
+            "op-secret");
+  EXPECT_THROW(
+      gateway::parseConfigJson(json{{"operatorToken", "a"}, {"operatorTokenFile", file}}.dump()),
+      std::invalid_argument);
+}
+
+TEST(GatewayTransportConfig, TheRequestRateIsConfigurable) {
+  EXPECT_EQ(parse({"--data-dir", "/d"}).config->maxRequestsPerSecond, 1000u);
+  EXPECT_EQ(
+      parse({"--data-dir", "/d", "--max-requests-per-second", "0"}).config->maxRequestsPerSecond,
+      0u);
+  EXPECT_EQ(gateway::parseConfigJson(R"({"maxRequestsPerSecond":50})").maxRequestsPerSecond, 50u);
+  auto bad = parse({"--data-dir", "/d", "--max-requests-per-second", "-1"});
+  ASSERT_FALSE(bad.config);
+  EXPECT_NE(bad.message.find("--max-requests-per-second: must be"), std::string::npos);
+}
+
 TEST(GatewayTransportConfig, TlsSettingsComeTogetherAndMustBeReadable) {
   const auto& certs = zktest::testCertificates();
   const std::string cert = (certs / "gateway.pem").string(), key = (certs / "gateway.key").string(),
@@ -173,8 +263,8 @@ TEST(GatewayTransportConfig, TlsSettingsComeTogetherAndMustBeReadable) {
   EXPECT_NE(unreadable.message.find("tls.key (--tls-key): cannot read /nope/k.pem"),
             std::string::npos)
       << unreadable.message;
-  auto full = parse({"--listen", "0.0.0.0:0", "--data-dir", "/d", "--tls-cert", cert, "--tls-key",
-                     key, "--tls-client-ca", ca});
+  auto full = parse({"--listen", "0.0.0.0:0", "--subscribe-listen", "127.0.0.1:0", "--data-dir",
+                     "/d", "--tls-cert", cert, "--tls-key", key, "--tls-client-ca", ca});
   ASSERT_TRUE(full.config) << full.message;
   EXPECT_EQ(full.config->tlsClientCa, ca);
 }

@@ -97,10 +97,10 @@ TEST(PresenceSubscriberCommand, EachMistakeIsRefusedNamingTheField) {
 // A gateway's presence store and router on a data dir that outlives restarts.
 class GatewayInstance {
  public:
-  // Privacy rules are an operator action: they need a token configured.
+  // Privacy rules are an operator action: they need an operator token configured.
   GatewayInstance(const std::filesystem::path& dir, std::string token = "operator-token") {
     config_.dataDir = dir;
-    config_.bearerToken = std::move(token);
+    config_.operatorToken = std::move(token);
     validator_ =
         std::make_unique<fencing::TokenValidator>(fencing::ValidatorOptions{.dataDir = dir});
     presence_ = std::make_unique<gateway::PresenceStore>(io_, config_, registry_);
@@ -122,7 +122,7 @@ class GatewayInstance {
     request.method = method;
     request.path = request.target = path;
     request.body = std::move(body);
-    const std::string bearer = token.value_or(config_.bearerToken);
+    const std::string bearer = token.value_or(config_.operatorToken);
     if (!bearer.empty()) request.headers.emplace_back("authorization", "Bearer " + bearer);
     return router_->handle(std::move(request));
   }

@@ -163,4 +163,44 @@ TEST(HttpLimits, ASlowlorisClientBlocksNobodyAndIsCutAtTheReadDeadline) {
   EXPECT_LT(sent.load(), 100);
 }
 
+// A connection over its request rate gets 429 with Retry-After, counted, without its handler
+// running; another connection has its own allowance, and the first one gets through again once
+// its bucket refills.
+TEST(HttpLimits, AConnectionOverItsRequestRateGets429WithRetryAfter) {
+  std::atomic<int> limited{0};
+  RunningServer server({.maxRequestsPerSecond = 5, .onRateLimited = [&] { ++limited; }});
+  Client flooding({.port = server.port(), .maxIdleConnections = 1});
+  int ok = 0;
+  ClientResponse refused;
+  for (int i = 0; i < 20 && refused.status == 0; ++i) {
+    auto response = flooding.get("/ping");
+    if (response.status == 200) ++ok;
+    if (response.status == 429) refused = response;
+  }
+  ASSERT_EQ(refused.status, 429) << "20 requests at once were all served";
+  EXPECT_LE(ok, 6);  // the bucket of one second's worth, plus what refilled meanwhile
+  EXPECT_NE(refused.body.find("too many requests"), std::string::npos) << refused.body;
+  EXPECT_EQ(limited.load(), 1);
+
+  RawClient other(server.port());
+  ASSERT_TRUE(other.send(kPing));
+  EXPECT_NE(other.receive(5s).find("200 OK"), std::string::npos);
+
+  RawClient raw(server.port());
+  std::string last;
+  for (int i = 0; i < 10 && last.find("429") == std::string::npos; ++i) {
+    ASSERT_TRUE(raw.send(kPing));
+    last = raw.receive(5s);
+  }
+  EXPECT_NE(last.find("429 Too Many Requests"), std::string::npos) << last;
+  EXPECT_NE(last.find("Retry-After: 1"), std::string::npos) << last;
+  EXPECT_TRUE(zktest::eventually([&] { return flooding.get("/ping").status == 200; }, 5s));
+}
+
+TEST(HttpLimits, ARateOfZeroLimitsNothing) {
+  RunningServer server({.maxRequestsPerSecond = 0});
+  Client client({.port = server.port()});
+  for (int i = 0; i < 200; ++i) ASSERT_EQ(client.get("/ping").status, 200) << i;
+}
+
 }  // namespace

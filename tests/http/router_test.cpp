@@ -78,6 +78,39 @@ TEST(Router, BearerTokenIsRequiredExceptOnPublicRoutes) {
   EXPECT_EQ(router.handle(make(Method::Get, "/healthz")).status, 200);
 }
 
+// Operator routes need the operator token, not the bearer token; with no operator token they are
+// refused naming the setting, unless operator actions are explicitly open.
+TEST(Router, OperatorRoutesNeedTheOperatorToken) {
+  auto routes = [](RouterOptions options) {
+    Router router(std::move(options));
+    router.add(Method::Get, "/data", [](const Request&) { return Response::text(200, "data"); });
+    router.add(
+        Method::Post, "/drain", [](const Request&) { return Response::text(200, "drained"); },
+        Access::Operator);
+    return router;
+  };
+  auto both = routes({.bearerToken = "agent", .operatorToken = "operator"});
+  EXPECT_EQ(both.handle(make(Method::Post, "/drain", "Bearer agent")).status, 401);
+  EXPECT_EQ(both.handle(make(Method::Post, "/drain")).status, 401);
+  EXPECT_EQ(both.handle(make(Method::Post, "/drain", "Bearer operator")).status, 200);
+  EXPECT_EQ(both.handle(make(Method::Get, "/data", "Bearer operator")).status, 401);
+  EXPECT_EQ(both.handle(make(Method::Get, "/data", "Bearer agent")).status, 200);
+
+  auto none = routes({.bearerToken = "agent", .operatorTokenSetting = "admin.token"});
+  auto refused = none.handle(make(Method::Post, "/drain", "Bearer agent"));
+  EXPECT_EQ(refused.status, 403);
+  EXPECT_NE(refused.body.find("POST /drain is an operator action and no operator token is "
+                              "configured: set admin.token"),
+            std::string::npos)
+      << refused.body;
+  EXPECT_EQ(routes({}).handle(make(Method::Post, "/drain")).status, 403);
+
+  auto open = routes({.bearerToken = "agent", .openOperatorActions = true});
+  EXPECT_EQ(open.handle(make(Method::Post, "/drain")).status, 401);
+  EXPECT_EQ(open.handle(make(Method::Post, "/drain", "Bearer agent")).status, 200);
+  EXPECT_EQ(routes({.openOperatorActions = true}).handle(make(Method::Post, "/drain")).status, 200);
+}
+
 TEST(Router, HandlerExceptionBecomes500WithMessage) {
   Router router;
   router.add(Method::Get, "/boom",

@@ -108,9 +108,10 @@ class Cluster {
       args.insert(args.end(), {"--zk", zk_, "--root", root_ + "/accounts"});
     }
     args.insert(args.end(), gatewayExtra_.begin(), gatewayExtra_.end());
-    // Privacy rules are an operator action: the gateway needs a token, which every client sends.
+    // Privacy rules are an operator action: the gateway needs the operator token, which every
+    // client of this cluster sends (agents and subscribers need none on loopback).
     std::ofstream(dir_ / "gateway.token") << kGatewayToken;
-    args.insert(args.end(), {"--token-file", (dir_ / "gateway.token").string()});
+    args.insert(args.end(), {"--operator-token-file", (dir_ / "gateway.token").string()});
     gateway_ =
         std::make_unique<ChildProcess>(binaryPath("fencing-gateway").string(), args,
                                        dir_ / ("gateway-" + std::to_string(starts_++) + ".log"));

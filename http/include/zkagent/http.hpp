@@ -74,11 +74,16 @@ struct Response {
 
 using Handler = std::function<Response(const Request&)>;
 
-// Token: needs `Authorization: Bearer <token>` when the router has a token. Public: never.
-enum class Access { Token, Public };
+// Token: needs `Authorization: Bearer <token>` when the router has a token. Operator: needs the
+// operator token; without one configured it gets 403 naming operatorTokenSetting, unless
+// openOperatorActions (then it is a Token route). Public: never.
+enum class Access { Token, Operator, Public };
 
 struct RouterOptions {
-  std::string bearerToken{};  // empty: no request needs a token
+  std::string bearerToken{};    // empty: no request needs a token
+  std::string operatorToken{};  // what Operator routes need instead of bearerToken
+  bool openOperatorActions = false;
+  std::string operatorTokenSetting = "an operator token";  // where to set it, for the 403
 };
 
 class Router {
@@ -91,7 +96,8 @@ class Router {
   void add(Method method, std::string_view pattern, Handler handler, Access access = Access::Token);
 
   // Dispatches: 404 no route for the path, 405 (with Allow) wrong method, 401 missing or wrong
-  // bearer token, 500 when the handler throws. Never throws.
+  // bearer token, 403 an operator route without an operator token configured, 500 when the
+  // handler throws. Never throws.
   Response handle(Request request) const;
 
   bool requiresToken() const { return !options_.bearerToken.empty(); }
@@ -129,6 +135,10 @@ struct ServerOptions {
   // Connections beyond this are closed as soon as they are accepted; the open ones are served.
   size_t maxConnections = 4096;
   size_t headerLimit = 16 * 1024;  // request line + headers; larger gets 431 and a close
+  // Requests per second on one connection (a bucket of one second's worth, refilled steadily);
+  // a request beyond it gets 429 with Retry-After and no handler runs. 0: no limit.
+  unsigned maxRequestsPerSecond = 1000;
+  std::function<void()> onRateLimited{};  // called for every 429, e.g. to count it
 };
 
 namespace detail {

@@ -62,7 +62,9 @@ struct Config {
 
   struct Admin {
     HostPort listen{"127.0.0.1", 8470};
-    std::string token;      // bearer token for /v1/*, required off loopback
+    std::string token;  // bearer token for /v1/*, required off loopback
+    // Without a token, drain and resign are refused (403) unless this is set (loopback only).
+    bool openOperatorActions = false;
     std::string advertise;  // endpoint written into member/active nodes; default http://listen
   } admin;
 
@@ -70,6 +72,7 @@ struct Config {
   struct Presence {
     HostPort listen{"127.0.0.1", 8471};  // the WebSocket listener for devices
     std::string advertise;               // deviceEndpoint in member/active; default ws://listen
+    bool insecure = false;               // allow plain ws:// off loopback (no TLS here yet)
     Millis heartbeat{30000};             // the devices' heartbeat, told them in the welcome frame
     Millis pingTimeout{75000};           // close a device silent this long; 0 disables the check
     Millis checkInterval{5000};
@@ -114,10 +117,17 @@ class ConfigError : public std::invalid_argument {
   std::string field_;
 };
 
+// The admin token's environment variable; set together with admin.token or admin.token_file it
+// is an error.
+inline constexpr const char* kAdminTokenVariable = "ZKAGENT_ADMIN_TOKEN";
+
 // Parses and validates JSON text; a relative accounts_file is resolved against `baseDir`.
-Config parseConfig(std::string_view json, const std::filesystem::path& baseDir = {});
+// `environmentAdminToken` is ZKAGENT_ADMIN_TOKEN's value, if set.
+Config parseConfig(std::string_view json, const std::filesystem::path& baseDir = {},
+                   std::optional<std::string> environmentAdminToken = std::nullopt);
 // Reads the file and parses it (ConfigError with field "config" when unreadable).
-Config loadConfig(const std::filesystem::path& path);
+Config loadConfig(const std::filesystem::path& path,
+                  std::optional<std::string> environmentAdminToken = std::nullopt);
 // The config in its JSON form (defaults filled in), for --check-config.
 std::string describe(const Config& config);
 
