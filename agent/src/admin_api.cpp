@@ -246,6 +246,7 @@ std::string Agent::Impl::statusJson() {
          {"devices", devices->devices(account)}});
   }
   out["leading"] = leading;
+  out["balance"] = balanceJson(now);
   out["accounts"] = std::move(list);
   return out.dump();
 }

@@ -78,7 +78,20 @@ Metrics::Metrics(metrics::Registry& r)
                         .with({})),
       blocked(r.gauge("zkagent_blocked_accounts",
                       "Accounts whose wanted handover or candidacy is blocked, by cause.",
-                      {"cause"})) {}
+                      {"cause"})),
+      balanceMoves(r.counter("zkagent_balance_moves_total",
+                             "Handovers this agent started to spread leadership, by reason and "
+                             "result.",
+                             {"reason", "result"})),
+      balanceLeading(r.gauge("zkagent_balance_leading",
+                             "Balanced accounts this agent leads, as the balance counts them.")
+                         .with({})),
+      balanceTarget(
+          r.gauge("zkagent_balance_target", "This agent's target share of the balanced accounts.")
+              .with({})),
+      balanceInFlight(r.gauge("zkagent_balance_moves_in_flight",
+                              "Balance handovers started and not yet seen land.")
+                          .with({})) {}
 }  // namespace detail
 
 namespace {
@@ -390,6 +403,7 @@ void Agent::Impl::reconcile() {
     group->withdraw(a);
   }
   for (const auto& a : lookups) lookUpSuccessor(a);
+  rebalance(status, now, blocks.empty() && current == Lifecycle::Active);
 
   if (current == Lifecycle::Leaving && leading == 0 && standing == 0 && withdrawals.empty()) {
     if (setLifecycle(Lifecycle::Drained, {Lifecycle::Leaving})) {
@@ -400,29 +414,243 @@ void Agent::Impl::reconcile() {
 }
 
 // The member that takes over when we leave: the smallest one that is not us.
-void Agent::Impl::lookUpSuccessor(const std::string& account) {
+void Agent::Impl::lookUpSuccessor(const std::string& account, std::function<void()> answered) {
   auto self = shared_from_this();
-  group->members(account,
-                 [self, account](election::ZkError err, std::vector<election::MemberInfo> members) {
-                   asio::post(self->control, [self, account, err, members = std::move(members)] {
-                     {
-                       std::lock_guard lock(self->mu);
-                       auto& state = self->accounts[account];
-                       state.lookupInFlight = false;
-                       if (err != election::ZkError::Ok) return;
-                       state.successor.reset();
-                       for (const auto& member : members) {
-                         if (member.instanceId != self->config.instanceId) {
-                           state.successor = member.instanceId;
-                           break;
-                         }
+  group->members(account, [self, account, answered = std::move(answered)](
+                              election::ZkError err, std::vector<election::MemberInfo> members) {
+    asio::post(self->control, [self, account, answered, err, members = std::move(members)] {
+      if (answered) answered();
+      {
+        std::lock_guard lock(self->mu);
+        auto& state = self->accounts[account];
+        state.lookupInFlight = false;
+        if (err != election::ZkError::Ok) return;
+        state.queue = members;
+        state.successor.reset();
+        for (const auto& member : members) {
+          if (member.instanceId != self->config.instanceId) {
+            state.successor = member.instanceId;
+            break;
+          }
+        }
+        state.successorKnown = true;
+        state.successorReadAt = Clock::now();
+      }
+      self->reconcileSoon();
+    });
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Balance
+
+namespace {
+// A move not seen to land in this long is given up (its account counts where it is seen again).
+constexpr milliseconds kMoveTimeout{5000};
+// Member lists read at once for choosing what to give, beyond the moves that can start.
+constexpr size_t kSpareLookups = 8;
+}  // namespace
+
+// Only schedulable agents count: the same rule that lets an agent lead at all.
+std::vector<std::string> Agent::Impl::schedulableAgents(Clock::time_point now,
+                                                        bool selfSchedulable) const {
+  std::vector<std::string> agents;
+  for (const auto& id : tracker.known()) {
+    if (id == config.instanceId) continue;
+    if (schedulingBlocks(tracker.judge(id, now, config.health.ttl)).empty()) agents.push_back(id);
+  }
+  if (selfSchedulable) agents.push_back(config.instanceId);
+  std::sort(agents.begin(), agents.end());
+  return agents;
+}
+
+// Control strand, after every placement pass. Counts who leads each account (as last seen),
+// plans with every other agent's counts the same way, and starts this agent's own row of the plan.
+void Agent::Impl::rebalance(
+    const std::map<std::string, election::AccountStatus, std::less<>>& status,
+    Clock::time_point now, bool selfSchedulable) {
+  struct Pick {
+    std::string account, to, why;
+    int64_t receiverSeq;
+    std::vector<int64_t> ahead;
+  };
+  std::vector<Pick> picks;
+  std::vector<std::string> lookups;
+  {
+    std::lock_guard lock(mu);
+    auto& b = balance;
+    for (const auto& [account, s] : status) {
+      if (s.role == Role::Leader) {
+        b.lastLeader[account] = config.instanceId;
+      } else if (s.leader) {
+        b.lastLeader[account] = s.leader->instanceId;
+      }
+    }
+    for (auto it = b.inFlight.begin(); it != b.inFlight.end();) {
+      auto st = status.find(it->first);
+      const bool landed = st != status.end() && st->second.role != Role::Leader &&
+                          st->second.leader && st->second.leader->instanceId != config.instanceId;
+      it = landed || now - it->second.startedAt > kMoveTimeout ? b.inFlight.erase(it) : ++it;
+    }
+    m.balanceInFlight.set(static_cast<double>(b.inFlight.size()));
+    if (!config.balance.enabled) return;
+    auto members = schedulableAgents(now, selfSchedulable);
+    if (members != b.membership) {
+      b.membership = std::move(members);
+      b.membershipSince = now;
+      b.giving = false;
+    }
+    const auto isMember = [&](const std::string& id) {
+      return std::binary_search(b.membership.begin(), b.membership.end(), id);
+    };
+    // Accounts with a schedulable preferred instance are pinned to it; balance counts the rest.
+    auto pinnedTo = [&](const std::string& account) -> const std::string* {
+      auto p = config.balance.preferred.find(account);
+      return p != config.balance.preferred.end() && isMember(p->second) ? &p->second : nullptr;
+    };
+    b.counts.clear();
+    for (const auto& id : b.membership) b.counts[id] = 0;
+    for (const auto& account : config.accounts) {
+      if (pinnedTo(account)) continue;
+      auto move = b.inFlight.find(account);
+      auto last = b.lastLeader.find(account);
+      const std::string* leader = move != b.inFlight.end()     ? &move->second.to
+                                  : last != b.lastLeader.end() ? &last->second
+                                                               : nullptr;
+      if (leader && isMember(*leader)) ++b.counts[*leader];
+    }
+    b.row.clear();
+    b.plan = {};
+    if (!isMember(config.instanceId)) {
+      b.state = "unschedulable";
+    } else if (now - b.membershipSince < config.balance.settle) {
+      b.state = "settling";
+    } else {
+      b.plan = planBalance(b.counts, config.balance.tolerance, b.giving);
+      b.row = rowOf(b.plan, config.instanceId);
+      b.giving = !b.row.empty();
+      b.state = b.giving ? "giving" : "balanced";
+    }
+    m.balanceLeading.set(static_cast<double>(b.counts[config.instanceId]));
+    auto target = b.plan.target.find(config.instanceId);
+    m.balanceTarget.set(target != b.plan.target.end() ? static_cast<double>(target->second)
+                                                      : b.plan.share);
+    if (b.state != "giving" && b.state != "balanced") return;
+
+    // What to give: led accounts whose fresh queue holds the receiver behind agents only (they
+    // register again when stepped back); the receiver next in the queue first (no jump).
+    size_t slots = config.balance.maxMovesInFlight > b.inFlight.size()
+                       ? config.balance.maxMovesInFlight - b.inFlight.size()
+                       : 0;
+    auto want = b.row;
+    size_t wanted = 0;
+    for (auto& [to, n] : want) wanted += n;
+    std::vector<Pick> jumps;
+    std::vector<std::string> unread;
+    for (const auto& [account, s] : status) {
+      if (s.role != Role::Leader || b.inFlight.contains(account)) continue;
+      auto& state = accounts[account];
+      const std::string* pinned = pinnedTo(account);
+      if (pinned && *pinned == config.instanceId) continue;
+      if (!pinned && wanted == 0) continue;
+      if (state.queue.empty() || now - state.successorReadAt > config.health.interval) {
+        if (!state.lookupInFlight) unread.push_back(account);
+        continue;
+      }
+      std::vector<int64_t> ahead;
+      for (const auto& member : state.queue) {
+        if (member.instanceId == config.instanceId) continue;
+        const bool receiver = pinned
+                                  ? member.instanceId == *pinned
+                                  : want.contains(member.instanceId) && want[member.instanceId] > 0;
+        if (receiver) {
+          Pick pick{account, member.instanceId, pinned ? "preferred" : "balance", member.seq,
+                    ahead};
+          if (pinned) {
+            picks.insert(picks.begin(), std::move(pick));
+          } else if (ahead.empty()) {
+            --want[member.instanceId];
+            --wanted;
+            picks.push_back(std::move(pick));
+          } else {
+            jumps.push_back(std::move(pick));
+          }
+          break;
+        }
+        if (!tracker.judge(member.instanceId, now, config.health.ttl).report) break;  // not ours
+        ahead.push_back(member.seq);
+      }
+    }
+    for (auto& jump : jumps) {
+      if (want[jump.to] == 0) continue;
+      --want[jump.to];
+      picks.push_back(std::move(jump));
+    }
+    if (picks.size() > slots) picks.resize(slots);
+    const size_t reads = std::min(unread.size(), slots - picks.size() + kSpareLookups);
+    for (size_t i = 0; i < reads && b.lookupsInFlight < slots + kSpareLookups; ++i) {
+      accounts[unread[i]].lookupInFlight = true;
+      ++b.lookupsInFlight;
+      lookups.push_back(unread[i]);
+    }
+    for (const auto& pick : picks) b.inFlight[pick.account] = {pick.to, pick.why, now};
+    m.balanceInFlight.set(static_cast<double>(b.inFlight.size()));
+  }
+  for (const auto& account : lookups) {
+    auto self = shared_from_this();
+    lookUpSuccessor(account, [self] {
+      std::lock_guard lock(self->mu);
+      --self->balance.lookupsInFlight;
+    });
+  }
+  for (auto& pick : picks) startMove(pick.account, pick.to, pick.receiverSeq, pick.ahead, pick.why);
+}
+
+// The members between us and the receiver step back (one multi that also checks the receiver is
+// still there), then we resign: the receiver leads in one handover.
+void Agent::Impl::startMove(const std::string& account, const std::string& to, int64_t receiverSeq,
+                            std::vector<int64_t> ahead, const std::string& why) {
+  spdlog::info("rebalance account={} instance={} to={} why={} stepping_back={}", account,
+               config.instanceId, to, why, ahead.size());
+  auto self = shared_from_this();
+  group->jumpQueue(account, receiverSeq, std::move(ahead),
+                   [self, account, why](election::ZkError err) {
+                     asio::post(self->control, [self, account, why, err] {
+                       if (err == election::ZkError::Ok && !self->stopping &&
+                           self->group->check(account).allowed()) {
+                         self->m.balanceMoves.with({why, "started"}).inc();
+                         self->group->resign(account, election::LossReason::Rebalance);
+                         return;
                        }
-                       state.successorKnown = true;
-                       state.successorReadAt = Clock::now();
-                     }
-                     self->reconcileSoon();
+                       self->m.balanceMoves.with({why, "failed"}).inc();
+                       spdlog::warn("rebalance account={} instance={} not moved: {}", account,
+                                    self->config.instanceId, election::toString(err));
+                       std::lock_guard lock(self->mu);
+                       self->balance.inFlight.erase(account);
+                       self->accounts[account].queue.clear();  // read it again before a retry
+                     });
                    });
-                 });
+}
+
+json Agent::Impl::balanceJson(Clock::time_point now) const {
+  const auto& b = balance;
+  const auto settled = now - b.membershipSince;
+  json out{{"enabled", config.balance.enabled},
+           {"state", b.state},
+           {"agents", b.membership},
+           {"counts", b.counts},
+           {"accounts", b.plan.accounts},
+           {"share", b.plan.share},
+           {"threshold", b.plan.threshold},
+           {"gives", b.row},
+           {"moves_in_flight", b.inFlight.size()},
+           {"settle_remaining_ms",
+            settled < config.balance.settle
+                ? std::chrono::duration_cast<milliseconds>(config.balance.settle - settled).count()
+                : 0}};
+  auto target = b.plan.target.find(config.instanceId);
+  out["target"] = target != b.plan.target.end() ? json(target->second) : json(nullptr);
+  return out;
 }
 
 // One place changes the lifecycle. With `onlyFrom`, changes only from those states (a drain that

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "balance.hpp"
 #include "device_endpoint.hpp"
 #include "gateway_link.hpp"
 #include "zkagent/agent.hpp"
@@ -58,6 +59,10 @@ struct Metrics {
   metrics::Gauge& gatewayUp;
   metrics::Counter& gatewayMissed;
   metrics::GaugeFamily& blocked;
+  metrics::CounterFamily& balanceMoves;
+  metrics::Gauge& balanceLeading;
+  metrics::Gauge& balanceTarget;
+  metrics::Gauge& balanceInFlight;
 };
 
 // What the agent decided last for one account, and its cached successor lookup.
@@ -67,8 +72,30 @@ struct AccountState {
   bool successorKnown = false;
   bool lookupInFlight = false;
   std::optional<std::string> successor;
+  std::vector<election::MemberInfo> queue;  // the members at the last lookup, by seq
   Clock::time_point successorReadAt{};
   Clock::time_point lockDelayUntil{};
+};
+
+// The balancing of one agent (docs/agent.md, "Balance"); control strand, read under `mu`.
+struct BalanceState {
+  std::vector<std::string> membership;  // schedulable agents, sorted
+  Clock::time_point membershipSince{};
+  bool giving = false;  // started giving for this membership: goes on down to its target
+  // The agent last seen leading each account: an account between two leaders still counts for
+  // the one it left, so the counts every agent plans from move one account at a time.
+  std::map<std::string, std::string, std::less<>> lastLeader;
+  struct Move {
+    std::string to;
+    std::string why;  // balance, preferred
+    Clock::time_point startedAt;
+  };
+  std::map<std::string, Move, std::less<>> inFlight;  // handovers started, not yet seen land
+  size_t lookupsInFlight = 0;
+  std::string state = "disabled";  // disabled, unschedulable, settling, balanced, giving
+  std::map<std::string, size_t> counts;
+  BalancePlan plan;
+  std::map<std::string, size_t> row;  // what this agent still gives, by receiver
 };
 
 }  // namespace detail
@@ -94,9 +121,19 @@ struct Agent::Impl : Gate, std::enable_shared_from_this<Impl> {
   // ---- placement
   void reconcileSoon();
   void reconcile();
-  void lookUpSuccessor(const std::string& account);
+  // Reads the account's members (the successor, and the queue balance chooses from); `answered`
+  // runs on the control strand once the answer is stored.
+  void lookUpSuccessor(const std::string& account, std::function<void()> answered = {});
   std::optional<Successor> successorOf(const detail::AccountState& state, Clock::time_point now);
   bool setLifecycle(Lifecycle next, std::initializer_list<Lifecycle> onlyFrom = {});
+
+  // ---- balance
+  void rebalance(const std::map<std::string, election::AccountStatus, std::less<>>& status,
+                 Clock::time_point now, bool selfSchedulable);
+  std::vector<std::string> schedulableAgents(Clock::time_point now, bool selfSchedulable) const;
+  void startMove(const std::string& account, const std::string& to, int64_t receiverSeq,
+                 std::vector<int64_t> ahead, const std::string& why);
+  json balanceJson(Clock::time_point now) const;
 
   // ---- gate and events
   Outcome execute(std::string_view account,
@@ -134,6 +171,7 @@ struct Agent::Impl : Gate, std::enable_shared_from_this<Impl> {
   HealthTracker tracker;
   uint64_t reportSeq = 0;
   std::map<std::string, detail::AccountState, std::less<>> accounts;
+  detail::BalanceState balance;
 };
 
 }  // namespace zkagent::agent

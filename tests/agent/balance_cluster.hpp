@@ -1,0 +1,235 @@
+// A fencing-gateway and zk-agent processes with balancing on, over a ZooKeeper the caller owns,
+// and a leadership sampler: shared by the balance process tests and the balance benchmark.
+#pragma once
+
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agent_fixtures.hpp"
+#include "zkagent/http.hpp"
+#include "zktest/child_process.hpp"
+
+namespace zkagent_test {
+
+struct BalanceAgent {
+  std::string id;
+  std::unique_ptr<zktest::ChildProcess> process;
+  std::unique_ptr<zkagent::http::Client> client;
+  std::atomic<bool> alive{true};  // false from the kill on (the sampler stops reading it)
+
+  nlohmann::json status() const {
+    auto r = client->get("/v1/status");
+    if (!r.delivered() || r.status != 200) return nlohmann::json();
+    return nlohmann::json::parse(r.body, nullptr, false);
+  }
+  // account -> token of every account this agent leads, by its own status (empty when it does
+  // not answer).
+  std::map<std::string, int64_t> leading() const {
+    std::map<std::string, int64_t> out;
+    const auto s = status();
+    if (!s.is_object()) return out;
+    for (const auto& a : s["accounts"]) {
+      if (a["role"] == "LEADER") out[a["account"].get<std::string>()] = a.value("token", -1);
+    }
+    return out;
+  }
+  // The sum of a counter's samples whose label text contains `labels`.
+  double metric(const std::string& family, const std::string& labels = "") const {
+    auto r = client->get("/metrics");
+    double sum = 0;
+    if (!r.delivered()) return sum;
+    std::istringstream in(r.body);
+    for (std::string line; std::getline(in, line);) {
+      if (!line.starts_with(family) || line.find(labels) == std::string::npos) continue;
+      if (line.size() > family.size() && line[family.size()] != '{' && line[family.size()] != ' ')
+        continue;
+      sum += std::stod(line.substr(line.rfind(' ') + 1));
+    }
+    return sum;
+  }
+};
+
+class BalanceCluster {
+ public:
+  static constexpr const char* kAdminToken = "balance-admin-token";
+
+  BalanceCluster(std::string zkHosts, std::string root, std::filesystem::path dir)
+      : zkHosts_(std::move(zkHosts)), root_(std::move(root)), dir_(std::move(dir)) {
+    std::filesystem::create_directories(dir_ / "gateway");
+    gateway_ = std::make_unique<zktest::ChildProcess>(
+        zktest::binaryPath("fencing-gateway").string(),
+        std::vector<std::string>{"--listen", "127.0.0.1:0", "--data-dir",
+                                 (dir_ / "gateway").string(), "--zk", zkHosts_, "--root",
+                                 root_ + "/accounts"},
+        dir_ / "gateway.log");
+    const auto port = awaitListeningPort(dir_ / "gateway.log", std::chrono::seconds(30));
+    if (!port) throw std::runtime_error("fencing-gateway did not start: " + gateway_->transcript());
+    gatewayPort_ = *port;
+  }
+  ~BalanceCluster() {
+    agents_.clear();
+    gateway_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  // Short timings, so the tests see settle windows, expiries and health in seconds.
+  nlohmann::json config(const std::string& id, const std::vector<std::string>& accounts,
+                        int settleMs) const {
+    return {{"instance_id", id},
+            {"zookeeper",
+             {{"hosts", zkHosts_},
+              {"session_timeout_ms", 2000},
+              {"root", root_ + "/accounts"},
+              {"agents_path", root_ + "/agents"}}},
+            {"accounts", accounts},
+            {"gateway",
+             {{"url", "http://127.0.0.1:" + std::to_string(gatewayPort_)},
+              {"heartbeat_interval_ms", 200},
+              {"heartbeat_timeout_ms", 700},
+              {"request_timeout_ms", 2000}}},
+            {"admin", {{"listen", "127.0.0.1:0"}, {"token", kAdminToken}}},
+            {"presence", {{"listen", "127.0.0.1:0"}}},
+            {"health", {{"interval_ms", 200}, {"ttl_ms", 1000}}},
+            {"balance", {{"settle_ms", settleMs}, {"max_moves_in_flight", 16}}},
+            {"shutdown_timeout_ms", 5000}};
+  }
+
+  // Starts the agent (again, when one with that id ran before) and returns once it listens.
+  BalanceAgent& start(const nlohmann::json& config) {
+    const std::string id = config["instance_id"];
+    const auto path = dir_ / (id + ".json");
+    std::ofstream(path) << config.dump(2);
+    auto process =
+        std::make_unique<zktest::ChildProcess>(zktest::binaryPath("zk-agent").string(),
+                                               std::vector<std::string>{"--config", path.string()});
+    const auto port = portOf(process->waitForLine("LISTENING ", std::chrono::seconds(20)));
+    zkagent::http::ClientOptions options;
+    options.port = port;
+    options.requestTimeout = std::chrono::milliseconds(5000);
+    options.bearerToken = kAdminToken;
+    auto agent = std::make_shared<BalanceAgent>();
+    agent->id = id;
+    agent->process = std::move(process);
+    agent->client = std::make_unique<zkagent::http::Client>(options);
+    std::lock_guard lock(mu_);
+    for (auto& a : agents_) {
+      if (a->id == id) {
+        a = std::move(agent);
+        return *a;
+      }
+    }
+    agents_.push_back(std::move(agent));
+    return *agents_.back();
+  }
+
+  // Every agent that still runs (shared: a restart replaces one while a sampler reads it).
+  std::vector<std::shared_ptr<BalanceAgent>> running() {
+    std::lock_guard lock(mu_);
+    std::vector<std::shared_ptr<BalanceAgent>> out;
+    for (auto& a : agents_) {
+      if (a->alive) out.push_back(a);
+    }
+    return out;
+  }
+
+  // Leader count per running agent, each by its own status.
+  std::map<std::string, size_t> counts() {
+    std::map<std::string, size_t> out;
+    for (const auto& a : running()) out[a->id] = a->leading().size();
+    return out;
+  }
+
+  void kill9(BalanceAgent& agent) {
+    agent.alive = false;
+    agent.process->kill();
+  }
+
+  uint16_t gatewayPort() const { return gatewayPort_; }
+
+ private:
+  std::string zkHosts_, root_;
+  std::filesystem::path dir_;
+  std::unique_ptr<zktest::ChildProcess> gateway_;
+  uint16_t gatewayPort_ = 0;
+  std::mutex mu_;
+  std::vector<std::shared_ptr<BalanceAgent>> agents_;
+};
+
+// Samples every running agent's status in turn until stopped. A leadership (agent, account,
+// token) seen at two sample times held in between (its token is its member node, gone once it
+// stops leading), so two such intervals of different agents overlapping for one account are
+// two leaders at once; and per account the tokens must grow in the order leaderships begin.
+class LeadershipSampler {
+ public:
+  explicit LeadershipSampler(BalanceCluster& cluster) : cluster_(cluster) {
+    thread_ = std::thread([this] {
+      while (!stop_) {
+        for (const auto& agent : cluster_.running()) {
+          const auto now = std::chrono::steady_clock::now();
+          for (const auto& [account, token] : agent->leading()) {
+            std::lock_guard lock(mu_);
+            auto& held = seen_[account][{agent->id, token}];
+            if (held.first == std::chrono::steady_clock::time_point{}) held.first = now;
+            held.second = now;
+          }
+        }
+        ++rounds_;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));  // leave the agents some air
+      }
+    });
+  }
+  ~LeadershipSampler() { stop(); }
+  void stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  size_t rounds() const { return rounds_; }
+
+  // Descriptions of every violation seen (empty: none).
+  std::vector<std::string> violations() {
+    std::lock_guard lock(mu_);
+    std::vector<std::string> out;
+    for (const auto& [account, held] : seen_) {
+      std::vector<std::pair<Interval, Holder>> byStart;
+      for (const auto& [holder, interval] : held) byStart.emplace_back(interval, holder);
+      std::sort(byStart.begin(), byStart.end());
+      for (size_t i = 1; i < byStart.size(); ++i) {
+        const auto& [before, prev] = byStart[i - 1];
+        const auto& [after, next] = byStart[i];
+        if (prev.first != next.first && after.first < before.second)
+          out.push_back(account + ": " + prev.first + " and " + next.first + " led at once");
+        if (next.second <= prev.second)
+          out.push_back(account + ": token " + std::to_string(next.second) + " after " +
+                        std::to_string(prev.second));
+      }
+    }
+    return out;
+  }
+
+ private:
+  using Holder = std::pair<std::string, int64_t>;  // agent, token
+  using Interval = std::pair<std::chrono::steady_clock::time_point,
+                             std::chrono::steady_clock::time_point>;  // first, last seen
+  BalanceCluster& cluster_;
+  std::atomic<bool> stop_{false};
+  std::atomic<size_t> rounds_{0};
+  std::mutex mu_;
+  std::map<std::string, std::map<Holder, Interval>> seen_;
+  std::thread thread_;
+};
+
+}  // namespace zkagent_test
