@@ -32,9 +32,12 @@ namespace {
 constexpr const char* kUsage =
     "usage: zk-elect --zk HOST:PORT[,...] --instance-id ID (--accounts a,b,c | --accounts-file F)\n"
     "                [--root /wx-accounts] [--session-timeout-ms N] [--endpoint URL]\n"
+    "                [--digest-file F]\n"
     "Stands for every account and prints SESSION/READY/LEADER/LOST lines on stdout.\n"
     "stdin: 'resign <account>' hands an account over; 'check <account>' and 'strict <account>'\n"
-    "ask the leadership gate (fast / confirmed with ZooKeeper). SIGTERM/SIGINT: stop cleanly.\n";
+    "ask the leadership gate (fast / confirmed with ZooKeeper). SIGTERM/SIGINT: stop cleanly.\n"
+    "--digest-file: a file whose first line is user:password (ZooKeeper digest), as the agent's\n"
+    "zookeeper.auth.digest_file: authenticate and create the tree with ACLs for that identity.\n";
 
 [[noreturn]] void usageError(const std::string& message) {
   std::fprintf(stderr, "zk-elect: %s\n%s", message.c_str(), kUsage);
@@ -67,6 +70,20 @@ struct Args {
 void addAccount(Args& args, std::set<std::string>& seen, std::string id) {
   if (auto error = accountIdError(id)) usageError(*error);
   if (seen.insert(id).second) args.accounts.push_back(std::move(id));
+}
+
+// The first line of `path`, which must be user:password; never printed.
+std::string readDigest(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) usageError("cannot read digest file '" + path + "'");
+  std::string digest;
+  std::getline(in, digest);
+  if (!digest.empty() && digest.back() == '\r') digest.pop_back();
+  const auto colon = digest.find(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == digest.size()) {
+    usageError("digest file '" + path + "' must hold user:password on its first line");
+  }
+  return digest;
 }
 
 Args parseArgs(int argc, char** argv) {
@@ -109,6 +126,8 @@ Args parseArgs(int argc, char** argv) {
         addAccount(args, seen, value.substr(start, comma - start));
         start = comma + 1;
       }
+    } else if (flag == "--digest-file") {
+      args.election.session.digest = readDigest(value);
     } else if (flag == "--accounts-file") {
       haveAccounts = true;
       std::ifstream in(value);
