@@ -426,6 +426,7 @@ void Agent::Impl::lookUpSuccessor(const std::string& account, std::function<void
         state.lookupInFlight = false;
         if (err != election::ZkError::Ok) return;
         state.queue = members;
+        for (const auto& member : members) self->balance.standing.insert(member.instanceId);
         state.successor.reset();
         for (const auto& member : members) {
           if (member.instanceId != self->config.instanceId) {
@@ -453,11 +454,17 @@ constexpr size_t kSpareLookups = 8;
 
 // Only schedulable agents count: the same rule that lets an agent lead at all.
 std::vector<std::string> Agent::Impl::schedulableAgents(Clock::time_point now,
-                                                        bool selfSchedulable) const {
+                                                        bool selfSchedulable) {
   std::vector<std::string> agents;
-  for (const auto& id : tracker.known()) {
-    if (id == config.instanceId) continue;
-    if (schedulingBlocks(tracker.judge(id, now, config.health.ttl)).empty()) agents.push_back(id);
+  for (auto it = balance.standing.begin(); it != balance.standing.end();) {
+    const auto& id = *it;
+    if (id == config.instanceId) {
+      ++it;
+    } else if (!schedulingBlocks(tracker.judge(id, now, config.health.ttl)).empty()) {
+      it = balance.standing.erase(it);  // back in once seen standing again
+    } else {
+      agents.push_back(*it++);
+    }
   }
   if (selfSchedulable) agents.push_back(config.instanceId);
   std::sort(agents.begin(), agents.end());
@@ -469,13 +476,9 @@ std::vector<std::string> Agent::Impl::schedulableAgents(Clock::time_point now,
 void Agent::Impl::rebalance(
     const std::map<std::string, election::AccountStatus, std::less<>>& status,
     Clock::time_point now, bool selfSchedulable) {
-  struct Pick {
-    std::string account, to, why;
-    int64_t receiverSeq;
-    std::vector<int64_t> ahead;
-  };
-  std::vector<Pick> picks;
+  std::vector<detail::BalanceMove> picks;
   std::vector<std::string> lookups;
+  std::optional<std::string> probe;
   {
     std::lock_guard lock(mu);
     auto& b = balance;
@@ -484,6 +487,7 @@ void Agent::Impl::rebalance(
         b.lastLeader[account] = config.instanceId;
       } else if (s.leader) {
         b.lastLeader[account] = s.leader->instanceId;
+        b.standing.insert(s.leader->instanceId);
       }
     }
     for (auto it = b.inFlight.begin(); it != b.inFlight.end();) {
@@ -500,14 +504,6 @@ void Agent::Impl::rebalance(
       b.membershipSince = now;
       b.giving = false;
     }
-    const auto isMember = [&](const std::string& id) {
-      return std::binary_search(b.membership.begin(), b.membership.end(), id);
-    };
-    // Accounts with a schedulable preferred instance are pinned to it; balance counts the rest.
-    auto pinnedTo = [&](const std::string& account) -> const std::string* {
-      auto p = config.balance.preferred.find(account);
-      return p != config.balance.preferred.end() && isMember(p->second) ? &p->second : nullptr;
-    };
     b.counts.clear();
     for (const auto& id : b.membership) b.counts[id] = 0;
     for (const auto& account : config.accounts) {
@@ -517,11 +513,11 @@ void Agent::Impl::rebalance(
       const std::string* leader = move != b.inFlight.end()     ? &move->second.to
                                   : last != b.lastLeader.end() ? &last->second
                                                                : nullptr;
-      if (leader && isMember(*leader)) ++b.counts[*leader];
+      if (leader && inMembership(*leader)) ++b.counts[*leader];
     }
     b.row.clear();
     b.plan = {};
-    if (!isMember(config.instanceId)) {
+    if (!inMembership(config.instanceId)) {
       b.state = "unschedulable";
     } else if (now - b.membershipSince < config.balance.settle) {
       b.state = "settling";
@@ -535,65 +531,20 @@ void Agent::Impl::rebalance(
     auto target = b.plan.target.find(config.instanceId);
     m.balanceTarget.set(target != b.plan.target.end() ? static_cast<double>(target->second)
                                                       : b.plan.share);
-    if (b.state != "giving" && b.state != "balanced") return;
-
-    // What to give: led accounts whose fresh queue holds the receiver behind agents only (they
-    // register again when stepped back); the receiver next in the queue first (no jump).
-    size_t slots = config.balance.maxMovesInFlight > b.inFlight.size()
-                       ? config.balance.maxMovesInFlight - b.inFlight.size()
-                       : 0;
-    auto want = b.row;
-    size_t wanted = 0;
-    for (auto& [to, n] : want) wanted += n;
-    std::vector<Pick> jumps;
-    std::vector<std::string> unread;
-    for (const auto& [account, s] : status) {
-      if (s.role != Role::Leader || b.inFlight.contains(account)) continue;
-      auto& state = accounts[account];
-      const std::string* pinned = pinnedTo(account);
-      if (pinned && *pinned == config.instanceId) continue;
-      if (!pinned && wanted == 0) continue;
-      if (state.queue.empty() || now - state.successorReadAt > config.health.interval) {
-        if (!state.lookupInFlight) unread.push_back(account);
-        continue;
-      }
-      std::vector<int64_t> ahead;
-      for (const auto& member : state.queue) {
-        if (member.instanceId == config.instanceId) continue;
-        const bool receiver = pinned
-                                  ? member.instanceId == *pinned
-                                  : want.contains(member.instanceId) && want[member.instanceId] > 0;
-        if (receiver) {
-          Pick pick{account, member.instanceId, pinned ? "preferred" : "balance", member.seq,
-                    ahead};
-          if (pinned) {
-            picks.insert(picks.begin(), std::move(pick));
-          } else if (ahead.empty()) {
-            --want[member.instanceId];
-            --wanted;
-            picks.push_back(std::move(pick));
-          } else {
-            jumps.push_back(std::move(pick));
-          }
-          break;
-        }
-        if (!tracker.judge(member.instanceId, now, config.health.ttl).report) break;  // not ours
-        ahead.push_back(member.seq);
+    // Who stands with us shows in the queues: read one led account's every health interval.
+    if (b.state != "unschedulable" && now - b.lastProbe >= config.health.interval) {
+      auto next = status.upper_bound(b.probed);
+      for (size_t i = 0; i < status.size(); ++i, ++next) {
+        if (next == status.end()) next = status.begin();
+        if (next->second.role != Role::Leader || accounts[next->first].lookupInFlight) continue;
+        b.lastProbe = now;
+        b.probed = next->first;
+        accounts[b.probed].lookupInFlight = true;
+        probe = b.probed;
+        break;
       }
     }
-    for (auto& jump : jumps) {
-      if (want[jump.to] == 0) continue;
-      --want[jump.to];
-      picks.push_back(std::move(jump));
-    }
-    if (picks.size() > slots) picks.resize(slots);
-    const size_t reads = std::min(unread.size(), slots - picks.size() + kSpareLookups);
-    for (size_t i = 0; i < reads && b.lookupsInFlight < slots + kSpareLookups; ++i) {
-      accounts[unread[i]].lookupInFlight = true;
-      ++b.lookupsInFlight;
-      lookups.push_back(unread[i]);
-    }
-    for (const auto& pick : picks) b.inFlight[pick.account] = {pick.to, pick.why, now};
+    if (b.state == "giving" || b.state == "balanced") pickMoves(status, now, picks, lookups);
     m.balanceInFlight.set(static_cast<double>(b.inFlight.size()));
   }
   for (const auto& account : lookups) {
@@ -603,7 +554,84 @@ void Agent::Impl::rebalance(
       --self->balance.lookupsInFlight;
     });
   }
+  if (probe) lookUpSuccessor(*probe);
   for (auto& pick : picks) startMove(pick.account, pick.to, pick.receiverSeq, pick.ahead, pick.why);
+}
+
+// Caller holds `mu`: the accounts to give now (this agent's row of the plan and the preferred
+// instances, at most the free move slots) and the member lists to read before choosing more.
+void Agent::Impl::pickMoves(
+    const std::map<std::string, election::AccountStatus, std::less<>>& status,
+    Clock::time_point now, std::vector<detail::BalanceMove>& picks,
+    std::vector<std::string>& lookups) {
+  auto& b = balance;
+  // What to give: led accounts whose fresh queue holds the receiver behind agents only (they
+  // register again when stepped back); the receiver next in the queue first (no jump).
+  size_t slots = config.balance.maxMovesInFlight > b.inFlight.size()
+                     ? config.balance.maxMovesInFlight - b.inFlight.size()
+                     : 0;
+  auto want = b.row;
+  size_t wanted = 0;
+  for (auto& [to, n] : want) wanted += n;
+  std::vector<detail::BalanceMove> jumps;
+  std::vector<std::string> unread;
+  for (const auto& [account, s] : status) {
+    if (s.role != Role::Leader || b.inFlight.contains(account)) continue;
+    auto& state = accounts[account];
+    const std::string* pinned = pinnedTo(account);
+    if (pinned && *pinned == config.instanceId) continue;
+    if (!pinned && wanted == 0) continue;
+    if (state.queue.empty() || now - state.successorReadAt > config.health.interval) {
+      if (!state.lookupInFlight) unread.push_back(account);
+      continue;
+    }
+    std::vector<int64_t> ahead;
+    for (const auto& member : state.queue) {
+      if (member.instanceId == config.instanceId) continue;
+      const bool receiver = pinned
+                                ? member.instanceId == *pinned
+                                : want.contains(member.instanceId) && want[member.instanceId] > 0;
+      if (receiver) {
+        detail::BalanceMove pick{account, member.instanceId, pinned ? "preferred" : "balance",
+                                 member.seq, ahead};
+        if (pinned) {
+          picks.insert(picks.begin(), std::move(pick));
+        } else if (ahead.empty()) {
+          --want[member.instanceId];
+          --wanted;
+          picks.push_back(std::move(pick));
+        } else {
+          jumps.push_back(std::move(pick));
+        }
+        break;
+      }
+      if (!tracker.judge(member.instanceId, now, config.health.ttl).report) break;  // not ours
+      ahead.push_back(member.seq);
+    }
+  }
+  for (auto& jump : jumps) {
+    if (want[jump.to] == 0) continue;
+    --want[jump.to];
+    picks.push_back(std::move(jump));
+  }
+  if (picks.size() > slots) picks.resize(slots);
+  const size_t reads = std::min(unread.size(), slots - picks.size() + kSpareLookups);
+  for (size_t i = 0; i < reads && b.lookupsInFlight < slots + kSpareLookups; ++i) {
+    accounts[unread[i]].lookupInFlight = true;
+    ++b.lookupsInFlight;
+    lookups.push_back(unread[i]);
+  }
+  for (const auto& pick : picks) b.inFlight[pick.account] = {pick.to, pick.why, now};
+}
+
+bool Agent::Impl::inMembership(const std::string& id) const {
+  return std::binary_search(balance.membership.begin(), balance.membership.end(), id);
+}
+
+// Accounts with a schedulable preferred instance are pinned to it; balance counts the rest.
+const std::string* Agent::Impl::pinnedTo(const std::string& account) const {
+  auto p = config.balance.preferred.find(account);
+  return p != config.balance.preferred.end() && inMembership(p->second) ? &p->second : nullptr;
 }
 
 // The members between us and the receiver step back (one multi that also checks the receiver is

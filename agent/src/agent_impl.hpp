@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "balance.hpp"
 #include "device_endpoint.hpp"
@@ -77,9 +78,21 @@ struct AccountState {
   Clock::time_point lockDelayUntil{};
 };
 
+// A handover balance starts: to whom, the receiver's member and the members ahead of it.
+struct BalanceMove {
+  std::string account, to, why;
+  int64_t receiverSeq = -1;
+  std::vector<int64_t> ahead;
+};
+
 // The balancing of one agent (docs/agent.md, "Balance"); control strand, read under `mu`.
 struct BalanceState {
-  std::vector<std::string> membership;  // schedulable agents, sorted
+  // Agents seen leading one of our accounts or queued for one: only they share our accounts (an
+  // agent standing for other accounts only would be a receiver nobody can give to).
+  std::set<std::string> standing;
+  Clock::time_point lastProbe{};        // the last queue read made only to see who stands
+  std::string probed;                   // ...and its account (the next probe takes the next one)
+  std::vector<std::string> membership;  // schedulable agents standing with us, sorted
   Clock::time_point membershipSince{};
   bool giving = false;  // started giving for this membership: goes on down to its target
   // The agent last seen leading each account: an account between two leaders still counts for
@@ -130,7 +143,12 @@ struct Agent::Impl : Gate, std::enable_shared_from_this<Impl> {
   // ---- balance
   void rebalance(const std::map<std::string, election::AccountStatus, std::less<>>& status,
                  Clock::time_point now, bool selfSchedulable);
-  std::vector<std::string> schedulableAgents(Clock::time_point now, bool selfSchedulable) const;
+  std::vector<std::string> schedulableAgents(Clock::time_point now, bool selfSchedulable);
+  void pickMoves(const std::map<std::string, election::AccountStatus, std::less<>>& status,
+                 Clock::time_point now, std::vector<detail::BalanceMove>& picks,
+                 std::vector<std::string>& lookups);
+  bool inMembership(const std::string& id) const;
+  const std::string* pinnedTo(const std::string& account) const;
   void startMove(const std::string& account, const std::string& to, int64_t receiverSeq,
                  std::vector<int64_t> ahead, const std::string& why);
   json balanceJson(Clock::time_point now) const;

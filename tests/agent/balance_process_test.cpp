@@ -165,6 +165,23 @@ TEST_F(BalanceProcessTest, APreferredInstanceLeadsItsAccountsWhileSchedulable) {
   expectNoViolations();
 }
 
+TEST_F(BalanceProcessTest, AnAgentStandingForOtherAccountsOnlyIsNotCounted) {
+  auto& a = cluster_->start(cluster_->config("host-a", accountNames(20), 200));
+  auto& b = cluster_->start(cluster_->config("host-b", accountNames(20, "other-"), 200));
+  ASSERT_TRUE(
+      eventually([&] { return a.leading().size() == 20 && b.leading().size() == 20; }, 20s));
+  for (auto* agent : {&a, &b}) {
+    EXPECT_TRUE(eventually(
+        [&] {
+          const auto balance = agent->status()["balance"];
+          return balance["state"] == "balanced" && balance["agents"] == json({agent->id});
+        },
+        5s, 50ms))
+        << agent->status()["balance"].dump();
+  }
+  EXPECT_EQ(a.metric("zkagent_balance_moves_total"), 0);
+}
+
 TEST_F(BalanceProcessTest, DisabledBalanceKeepsTheQueueOrder) {
   const auto accounts = accountNames(30);
   auto config = [&](const std::string& id) {
