@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 
+#include "fuzz_request.hpp"
 #include "zkagent/http.hpp"
 
 namespace {
@@ -34,31 +35,9 @@ const Router& router() {
 
 }  // namespace
 
-// Input: one byte for the method, then the target, header lines "name: value" and the body,
-// separated by newlines (the body is the rest).
+// Input: fuzz_request.hpp's encoding.
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
-  std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
-  Request request;
-  request.method = static_cast<Method>(data[0] % 8);
-  auto line = [&text]() {
-    auto end = text.find('\n');
-    auto out = text.substr(0, end);
-    text = end == std::string_view::npos ? std::string_view{} : text.substr(end + 1);
-    return out;
-  };
-  request.target = std::string(line());
-  auto question = request.target.find('?');
-  request.path = request.target.substr(0, question);
-  if (question != std::string::npos) request.query = request.target.substr(question + 1);
-  for (auto header = line(); !header.empty(); header = line()) {
-    auto colon = header.find(':');
-    request.headers.emplace_back(
-        std::string(header.substr(0, colon)),
-        colon == std::string_view::npos ? std::string() : std::string(header.substr(colon + 1)));
-  }
-  request.body = std::string(text);
-  const Response response = router().handle(std::move(request));
-  if (response.status < 200 || response.status > 599) __builtin_trap();
+  zkagent::fuzz::checkAnswer(router().handle(zkagent::fuzz::requestOf(data, size)));
   return 0;
 }
