@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <future>
 #include <stdexcept>
 
 #include "zkagent/http.hpp"
@@ -78,6 +79,10 @@ std::string jsonEscape(std::string_view text) {
   return out;
 }
 
+Response internalError(const std::exception& error) {
+  return Response::error(500, std::string("internal error: ") + error.what());
+}
+
 }  // namespace
 
 std::string_view toString(Method method) {
@@ -124,6 +129,15 @@ Response Response::error(int status, std::string_view message) {
 Router::Router(RouterOptions options) : options_(std::move(options)) {}
 
 void Router::add(Method method, std::string_view pattern, Handler handler, Access access) {
+  addRoute(method, pattern, Route{method, {}, std::move(handler), {}, access});
+}
+
+void Router::addDeferred(Method method, std::string_view pattern, DeferredHandler handler,
+                         Access access) {
+  addRoute(method, pattern, Route{method, {}, {}, std::move(handler), access});
+}
+
+void Router::addRoute(Method method, std::string_view pattern, Route route) {
   if (pattern.empty() || pattern.front() != '/') {
     throw std::invalid_argument("route pattern must start with '/': " + std::string(pattern));
   }
@@ -135,16 +149,26 @@ void Router::add(Method method, std::string_view pattern, Handler handler, Acces
                                   std::string(pattern));
     }
   }
-  for (const auto& route : routes_) {
-    if (route.method == method && route.segments == segments) {
+  for (const auto& existing : routes_) {
+    if (existing.method == method && existing.segments == segments) {
       throw std::invalid_argument("duplicate route " + std::string(toString(method)) + " " +
                                   std::string(pattern));
     }
   }
-  routes_.push_back(Route{method, std::move(segments), std::move(handler), access});
+  route.segments = std::move(segments);
+  routes_.push_back(std::move(route));
 }
 
 Response Router::handle(Request request) const {
+  std::promise<Response> answer;
+  auto answered = answer.get_future();
+  dispatch(std::move(request),
+           [&answer](Response response) { answer.set_value(std::move(response)); });
+  return answered.get();
+}
+
+// The route for the request with its parameters filled in, or nullptr and the refusal.
+const Router::Route* Router::resolve(Request& request, Response& refusal) const {
   auto segments = splitPath(request.path);
   // Best match per method: fewest parameter segments, so literal routes win.
   const Route* chosen = nullptr;
@@ -174,19 +198,23 @@ Response Router::handle(Request request) const {
     }
   }
   if (chosen == nullptr) {
-    if (allowed.empty()) return Response::error(404, "no such resource: " + request.path);
-    Response response = Response::error(
+    if (allowed.empty()) {
+      refusal = Response::error(404, "no such resource: " + request.path);
+      return nullptr;
+    }
+    refusal = Response::error(
         405, std::string(toString(request.method)) + " not allowed on " + request.path);
-    response.headers.emplace_back("Allow", allowed);
-    return response;
+    refusal.headers.emplace_back("Allow", allowed);
+    return nullptr;
   }
   const bool operatorRoute = chosen->access == Access::Operator;
   const bool operatorToken = operatorRoute && !options_.operatorToken.empty();
   if (operatorRoute && !operatorToken && !options_.openOperatorActions) {
-    return Response::error(403, std::string(toString(request.method)) + " " + request.path +
-                                    " is an operator action and no operator token is "
-                                    "configured: set " +
-                                    options_.operatorTokenSetting);
+    refusal = Response::error(403, std::string(toString(request.method)) + " " + request.path +
+                                       " is an operator action and no operator token is "
+                                       "configured: set " +
+                                       options_.operatorTokenSetting);
+    return nullptr;
   }
   const std::string& expected = operatorToken ? options_.operatorToken : options_.bearerToken;
   if (chosen->access != Access::Public && !expected.empty()) {
@@ -195,20 +223,45 @@ Response Router::handle(Request request) const {
     bool bearer = authorization.size() >= kScheme.size() &&
                   equalsIgnoreCase(authorization.substr(0, kScheme.size()), kScheme);
     if (!bearer || !sameSecret(authorization.substr(kScheme.size()), expected)) {
-      Response response = Response::error(
+      refusal = Response::error(
           401, operatorToken ? "missing or wrong operator token" : "missing or wrong bearer token");
-      response.headers.emplace_back("WWW-Authenticate", "Bearer");
-      return response;
+      refusal.headers.emplace_back("WWW-Authenticate", "Bearer");
+      return nullptr;
     }
   }
   for (size_t i = 0; i < segments.size(); ++i) {
     const auto& segment = chosen->segments[i];
     if (isParameter(segment)) request.params[segment.substr(1, segment.size() - 2)] = segments[i];
   }
-  try {
-    return chosen->handler(request);
-  } catch (const std::exception& error) {
-    return Response::error(500, std::string("internal error: ") + error.what());
+  return chosen;
+}
+
+void Router::dispatch(Request request, Responder respond,
+                      const std::function<void(std::function<void()>)>& runBlocking) const {
+  Response refusal;
+  const Route* route = resolve(request, refusal);
+  if (route == nullptr) return respond(std::move(refusal));
+  if (route->deferred) {
+    try {
+      route->deferred(request, respond);
+    } catch (const std::exception& error) {
+      respond(internalError(error));
+    }
+    return;
+  }
+  auto run = [route, request = std::move(request), respond = std::move(respond)] {
+    Response response;
+    try {
+      response = route->handler(request);
+    } catch (const std::exception& error) {
+      response = internalError(error);
+    }
+    respond(std::move(response));
+  };
+  if (runBlocking) {
+    runBlocking(std::move(run));
+  } else {
+    run();
   }
 }
 

@@ -157,20 +157,21 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     }
     auto request = toRequest(std::move(raw), remote_);
     request.peerIdentities = peer_;
+    // From whichever thread answers (the handler pool, a deferred handler's completion): the
+    // write goes on the session's strand.
     auto respond = [self = this->shared_from_this(), version, keepAlive](Response response) {
-      self->write(toBeast(std::move(response), version, keepAlive));
+      asio::dispatch(self->stream_.get_executor(),
+                     [self, version, keepAlive, response = std::move(response)]() mutable {
+                       self->write(toBeast(std::move(response), version, keepAlive));
+                     });
     };
+    std::function<void(std::function<void()>)> runBlocking;
     if (server_->handlerPool) {
-      asio::post(*server_->handlerPool, [self = this->shared_from_this(), respond,
-                                         request = std::move(request)]() mutable {
-        Response response = self->server_->router.handle(std::move(request));
-        asio::post(
-            self->stream_.get_executor(),
-            [respond, response = std::move(response)]() mutable { respond(std::move(response)); });
-      });
-    } else {
-      respond(server_->router.handle(std::move(request)));
+      runBlocking = [pool = &*server_->handlerPool](std::function<void()> run) {
+        asio::post(*pool, std::move(run));
+      };
     }
+    server_->router.dispatch(std::move(request), std::move(respond), runBlocking);
   }
 
   // A token bucket per connection: one second's worth of requests, refilled at the rate.

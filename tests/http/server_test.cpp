@@ -203,3 +203,173 @@ TEST(HttpClient, BearerTokenIsSentAndAsyncRequestDeliversOnAWorker) {
   ASSERT_EQ(future.wait_for(5s), std::future_status::ready);
   EXPECT_EQ(future.get().body, "yes");
 }
+
+// ---- asynchronous exchanges on the caller's io_context (ClientOptions::io) ----
+
+namespace {
+
+// Runs `io` on this thread until `done` or the deadline; true when done.
+bool runUntil(boost::asio::io_context& io, const bool& done, std::chrono::milliseconds deadline) {
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  io.restart();
+  while (!done && std::chrono::steady_clock::now() < until) io.run_for(10ms);
+  return done;
+}
+
+}  // namespace
+
+TEST(HttpClientOnIo, ExchangesRunOnTheCallersContextAndReuseTheConnection) {
+  RunningServer server(echoRouter());
+  boost::asio::io_context io;
+  auto options = server.client();
+  options.io = &io;
+  Client client(options);
+  std::vector<ClientResponse> answers;
+  std::vector<std::thread::id> threads;
+  bool done = false;
+  client.asyncRequest(Method::Get, "/peer", "", [&](ClientResponse first) {
+    answers.push_back(std::move(first));
+    threads.push_back(std::this_thread::get_id());
+    client.asyncRequest(Method::Post, "/echo/hi", "body", [&](ClientResponse second) {
+      answers.push_back(std::move(second));
+      threads.push_back(std::this_thread::get_id());
+      client.asyncRequest(Method::Get, "/peer", "", [&](ClientResponse third) {
+        answers.push_back(std::move(third));
+        done = true;
+      });
+    });
+  });
+  ASSERT_TRUE(runUntil(io, done, 5s));
+  ASSERT_EQ(answers.size(), 3u);
+  for (const auto& a : answers) ASSERT_TRUE(a.delivered()) << a.transportError;
+  EXPECT_EQ(answers[1].body, "hi:body");
+  EXPECT_EQ(answers[0].body, answers[2].body);  // same client port: the kept-alive connection
+  for (auto id : threads) EXPECT_EQ(id, std::this_thread::get_id());
+  EXPECT_THROW(client.get("/peer"), std::logic_error);
+}
+
+TEST(HttpClientOnIo, ReconnectsWhenTheServerClosedTheIdleConnection) {
+  RunningServer server(echoRouter(), ServerOptions{.readTimeout = 50ms});
+  boost::asio::io_context io;
+  auto options = server.client();
+  options.io = &io;
+  Client client(options);
+  ClientResponse first, second;
+  bool done = false;
+  client.asyncRequest(Method::Get, "/peer", "", [&](ClientResponse r) {
+    first = std::move(r);
+    done = true;
+  });
+  ASSERT_TRUE(runUntil(io, done, 5s));
+  ASSERT_TRUE(serverClosesAnIdleConnection(server.port(), 5s));
+  done = false;
+  client.asyncRequest(Method::Get, "/peer", "", [&](ClientResponse r) {
+    second = std::move(r);
+    done = true;
+  });
+  ASSERT_TRUE(runUntil(io, done, 5s));
+  ASSERT_TRUE(second.delivered()) << second.transportError;
+  EXPECT_EQ(second.status, 200);
+  EXPECT_NE(first.body, second.body);  // a new connection
+}
+
+TEST(HttpClientOnIo, TimeoutsAndRefusedConnectionsAreReported) {
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  Router router;
+  router.add(Method::Get, "/slow", [released](const Request&) {
+    released.wait_for(5s);
+    return Response::text(200, "late");
+  });
+  RunningServer server(std::move(router), ServerOptions{.handlerThreads = 1});
+  boost::asio::io_context io;
+  auto options = server.client();
+  options.io = &io;
+  options.requestTimeout = 100ms;
+  ClientResponse slow, refused;
+  bool done = false;
+  Client client(options);
+  client.asyncRequest(Method::Get, "/slow", "", [&](ClientResponse r) {
+    slow = std::move(r);
+    done = true;
+  });
+  ASSERT_TRUE(runUntil(io, done, 5s));
+  release.set_value();
+  EXPECT_FALSE(slow.delivered());
+  EXPECT_NE(slow.transportError.find("no answer"), std::string::npos) << slow.transportError;
+
+  uint16_t closedPort;
+  {
+    boost::asio::ip::tcp::acceptor probe(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+    closedPort = probe.local_endpoint().port();
+  }
+  options.port = closedPort;
+  Client nobody(options);
+  done = false;
+  nobody.asyncRequest(Method::Get, "/x", "", [&](ClientResponse r) {
+    refused = std::move(r);
+    done = true;
+  });
+  ASSERT_TRUE(runUntil(io, done, 5s));
+  EXPECT_NE(refused.transportError.find("cannot connect"), std::string::npos)
+      << refused.transportError;
+}
+
+// ---- deferred routes: handlers that answer later, holding no thread meanwhile ----
+
+TEST(HttpRouter, DeferredRoutesKeepTheRulesAndAnswerThroughTheirResponder) {
+  Router router({.bearerToken = "t0k"});
+  router.addDeferred(Method::Post, "/later/{id}", [](const Request& request, Responder respond) {
+    std::thread([id = request.params.at("id"), respond] {
+      respond(Response::text(200, "done " + id));
+    }).detach();
+  });
+  router.addDeferred(Method::Get, "/broken",
+                     [](const Request&, Responder) { throw std::runtime_error("boom"); });
+  Request request;
+  request.method = Method::Post;
+  request.path = "/later/7";
+  EXPECT_EQ(router.handle(request).status, 401);  // no token: refused before the handler
+  request.headers.emplace_back("Authorization", "Bearer t0k");
+  const auto answer = router.handle(request);
+  EXPECT_EQ(answer.status, 200);
+  EXPECT_EQ(answer.body, "done 7");
+  request.method = Method::Get;
+  request.path = "/broken";
+  const auto broken = router.handle(request);
+  EXPECT_EQ(broken.status, 500);
+  EXPECT_NE(broken.body.find("boom"), std::string::npos);
+}
+
+TEST(HttpServer, ADeferredAnswerHoldsNoThreadAndComesBackOnItsConnection) {
+  // One io thread and no handler pool: while the first request waits for its answer, the
+  // second is served on the same thread.
+  std::mutex mu;
+  std::condition_variable arrived;
+  std::vector<Responder> waiting;
+  Router router;
+  router.addDeferred(Method::Get, "/wait", [&](const Request&, Responder respond) {
+    std::lock_guard lock(mu);
+    waiting.push_back(std::move(respond));
+    arrived.notify_all();
+  });
+  router.add(Method::Get, "/now", [](const Request&) { return Response::text(200, "now"); });
+  RunningServer server(std::move(router));
+  Client waiter(server.client());
+  std::promise<ClientResponse> late;
+  waiter.asyncRequest(Method::Get, "/wait", "", [&](ClientResponse r) { late.set_value(r); });
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(arrived.wait_for(lock, 5s, [&] { return !waiting.empty(); }))
+        << "the deferred handler never ran";
+  }
+  EXPECT_EQ(Client(server.client()).get("/now").body, "now");
+  auto answer = late.get_future();
+  EXPECT_EQ(answer.wait_for(0ms), std::future_status::timeout);
+  std::thread([&] {
+    std::lock_guard lock(mu);
+    waiting.front()(Response::text(200, "later"));  // from another thread
+  }).join();
+  ASSERT_EQ(answer.wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(answer.get().body, "later");
+}

@@ -73,6 +73,11 @@ struct Response {
 };
 
 using Handler = std::function<Response(const Request&)>;
+// Answers a request, once, from any thread.
+using Responder = std::function<void(Response)>;
+// A handler that answers later (for example when a request it sent on has come back), so that
+// nothing blocks a thread meanwhile. It runs on the server's io thread and must not block.
+using DeferredHandler = std::function<void(const Request&, Responder)>;
 
 // Token: needs `Authorization: Bearer <token>` when the router has a token. Operator: needs the
 // operator token; without one configured it gets 403 naming operatorTokenSetting, unless
@@ -94,11 +99,21 @@ class Router {
   // non-empty path segment and lands in Request::params. Literal routes win over parameter
   // routes. Throws std::invalid_argument on a malformed pattern or a duplicate route.
   void add(Method method, std::string_view pattern, Handler handler, Access access = Access::Token);
+  // The same rules for a handler that answers through its Responder. One that throws before it
+  // answered gets the 500; it must not both answer and throw.
+  void addDeferred(Method method, std::string_view pattern, DeferredHandler handler,
+                   Access access = Access::Token);
 
   // Dispatches: 404 no route for the path, 405 (with Allow) wrong method, 401 missing or wrong
   // bearer token, 403 an operator route without an operator token configured, 500 when the
   // handler throws. Never throws.
+  // A deferred route's answer is waited for (so not from the thread that would deliver it).
   Response handle(Request request) const;
+  // The same, answering through `respond`: a deferred handler runs here, on the caller's
+  // thread; any other handler runs through `runBlocking` (e.g. posted to a pool), or here when
+  // it is empty. Refusals (404, 405, 401, 403) are answered here.
+  void dispatch(Request request, Responder respond,
+                const std::function<void(std::function<void()>)>& runBlocking = {}) const;
 
   bool requiresToken() const { return !options_.bearerToken.empty(); }
 
@@ -106,9 +121,12 @@ class Router {
   struct Route {
     Method method;
     std::vector<std::string> segments;  // "{name}" marks a parameter
-    Handler handler;
+    Handler handler;                    // one of the two is set
+    DeferredHandler deferred;
     Access access;
   };
+  void addRoute(Method method, std::string_view pattern, Route route);
+  const Route* resolve(Request& request, Response& refusal) const;
   RouterOptions options_;
   std::vector<Route> routes_;
 };
@@ -178,7 +196,10 @@ struct ClientOptions {
   Millis requestTimeout{5000};     // writing the request and reading the whole response
   std::string bearerToken{};       // sent as `Authorization: Bearer ...` when not empty
   size_t maxIdleConnections = 64;  // idle keep-alive connections kept for reuse
-  size_t asyncThreads = 2;         // workers that run asyncRequest()
+  size_t asyncThreads = 2;         // workers that run asyncRequest() when `io` is not set
+  // Set: asyncRequest() runs its exchanges on this context, with no thread of its own, and
+  // request() is not available (it throws std::logic_error).
+  boost::asio::io_context* io = nullptr;
   size_t responseBodyLimit = 8 * 1024 * 1024;
   std::optional<ClientTls> tls{};  // unset: plain HTTP
 };
@@ -196,7 +217,9 @@ class Client {
  public:
   // Throws std::invalid_argument when a TLS file cannot be loaded (naming the file).
   explicit Client(ClientOptions options);
-  ~Client();  // waits for asyncRequest() calls in flight
+  // Waits for asyncRequest() calls in flight on its workers; on `io`, exchanges still in flight
+  // finish there later and call their `done`.
+  ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
@@ -211,14 +234,14 @@ class Client {
     return request(Method::Post, target, std::move(body));
   }
 
-  // request() on one of the client's worker threads; `done` runs there, so an Asio program
-  // should post the result back to its own strand.
+  // request() on one of the client's worker threads, or on `io` when set; `done` runs there, so
+  // an Asio program should post the result back to its own strand.
   void asyncRequest(Method method, std::string target, std::string body,
                     std::function<void(ClientResponse)> done);
 
  private:
   struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;
 };
 
 }  // namespace zkagent::http
