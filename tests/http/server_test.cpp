@@ -80,6 +80,16 @@ class Meeting {
   int arrived_ = 0;
 };
 
+// GET /slow answers once `released` is ready (or after 5 s).
+Router slowRouter(std::shared_future<void> released) {
+  Router router;
+  router.add(Method::Get, "/slow", [released](const Request&) {
+    released.wait_for(5s);
+    return Response::text(200, "late");
+  });
+  return router;
+}
+
 }  // namespace
 
 TEST(HttpServer, RequestReachesHandlerAndAnswerComesBack) {
@@ -157,13 +167,8 @@ TEST(HttpServer, BlockingHandlersRunConcurrentlyOnTheHandlerPool) {
 
 TEST(HttpClient, SlowServerIsReportedAsTimeout) {
   std::promise<void> release;
-  auto released = release.get_future().share();
-  Router router;
-  router.add(Method::Get, "/slow", [released](const Request&) {
-    released.wait_for(5s);
-    return Response::text(200, "late");
-  });
-  RunningServer server(std::move(router), ServerOptions{.handlerThreads = 1});
+  RunningServer server(slowRouter(release.get_future().share()),
+                       ServerOptions{.handlerThreads = 1});
   auto options = server.client();
   options.requestTimeout = 100ms;
   Client client(options);
@@ -275,13 +280,8 @@ TEST(HttpClientOnIo, ReconnectsWhenTheServerClosedTheIdleConnection) {
 
 TEST(HttpClientOnIo, TimeoutsAndRefusedConnectionsAreReported) {
   std::promise<void> release;
-  auto released = release.get_future().share();
-  Router router;
-  router.add(Method::Get, "/slow", [released](const Request&) {
-    released.wait_for(5s);
-    return Response::text(200, "late");
-  });
-  RunningServer server(std::move(router), ServerOptions{.handlerThreads = 1});
+  RunningServer server(slowRouter(release.get_future().share()),
+                       ServerOptions{.handlerThreads = 1});
   boost::asio::io_context io;
   auto options = server.client();
   options.io = &io;
