@@ -25,6 +25,8 @@ json leaderJson(const std::optional<election::ActiveInfo>& leader) {
 }
 }  // namespace
 
+http::Router Agent::adminRouter() { return impl_->router(); }
+
 http::Router Agent::Impl::router() {
   // Drain and resign are operator actions: with no admin token they are refused unless
   // admin.open_operator_actions says otherwise (config.cpp allows that on loopback only).

@@ -34,6 +34,10 @@ namespace boost::asio {
 class io_context;
 }
 
+namespace zkagent::http {
+class Router;
+}
+
 namespace zkagent::agent {
 
 class Gate {
@@ -78,6 +82,8 @@ class Agent {
 
   std::string statusJson() const;   // GET /v1/status
   std::string metricsText() const;  // GET /metrics
+  // The admin API's routes, as the admin server serves them: for driving them without sockets.
+  http::Router adminRouter();
 
  private:
   struct Impl;
