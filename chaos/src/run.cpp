@@ -5,6 +5,8 @@
 #include <future>
 #include <set>
 
+#include "loopback.hpp"  // the harness's socket helpers (tests/support/src)
+
 namespace zkagent::chaos {
 using namespace std::chrono_literals;
 
@@ -48,6 +50,11 @@ int Run::runSchedule() {
     serverHosts.push_back(zk_->server(s).connectString());
   observer_ = std::make_unique<ActiveObserver>(serverHosts, kRoot, accounts_, t0_);
 
+  // The gateway and every agent restart on the ports of their first start: ports below the
+  // ephemeral range, which no client connection can hold when a process comes back.
+  const auto ports =
+      zktest::detail::reserveLoopbackPorts(1 + 2 * static_cast<std::size_t>(o_.agents));
+  gatewayPort_ = ports[0];
   startGateway();
   for (int i = 0; i < o_.agents; ++i) {
     std::vector<std::unique_ptr<zktest::TcpProxy>> proxies;
@@ -57,8 +64,8 @@ int Run::runSchedule() {
     gatewayProxies_.push_back(std::make_unique<HoldProxy>(gatewayPort_));
     agentMu_.push_back(std::make_unique<std::mutex>());
     agents_.emplace_back();
-    agentPorts_.push_back(0);
-    devicePorts_.push_back(0);
+    agentPorts_.push_back(ports[1 + 2 * static_cast<std::size_t>(i)]);
+    devicePorts_.push_back(ports[2 + 2 * static_cast<std::size_t>(i)]);
     agentRuns_.push_back(0);
     statuses_.emplace_back();
   }

@@ -452,6 +452,18 @@ TEST_F(TcpProxyToEcho, CloseResetsConnectionsAndRefusesNewOnes) {
   echoingClient();
 }
 
+// While a proxy is closed its port is free; an outgoing connection (of any process) could take
+// it as its local port, and the proxy could not listen again. Ports below the kernel's
+// ephemeral range are never handed out that way; the same goes for the ports servers restart on.
+TEST(TcpProxy, ListensBelowTheEphemeralRangeSoNoConnectionCanTakeItsPortWhileClosed) {
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  unsigned ephemeralStart = 0;
+  ASSERT_TRUE(range >> ephemeralStart);
+  TcpProxy proxy(detail::reserveLoopbackPorts(1).front());
+  EXPECT_LT(proxy.port(), ephemeralStart);
+  for (const auto port : detail::reserveLoopbackPorts(6)) EXPECT_LT(port, ephemeralStart);
+}
+
 TEST(TcpProxy, ResetsClientsWhenTheServerIsDown) {
   const std::uint16_t deadPort = detail::reserveLoopbackPorts(1).front();
   TcpProxy proxy(deadPort);

@@ -9,6 +9,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <random>
 #include <stdexcept>
 
 namespace zktest::detail {
@@ -70,11 +72,39 @@ std::uint16_t localPort(int socketFd) {
   return ntohs(address.sin_port);
 }
 
+namespace {
+
+// The first port of the kernel's ephemeral range (32768 when it cannot be read).
+std::uint16_t ephemeralRangeStart() {
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  unsigned low = 0;
+  if (!(range >> low) || low < 2048 || low > 65535) low = 32768;
+  return static_cast<std::uint16_t>(low);
+}
+
+}  // namespace
+
+UniqueFd listenOnLoopbackForRebinding(bool nonBlocking) {
+  static const std::uint16_t limit = ephemeralRangeStart();
+  constexpr std::uint16_t kLowest = 10000;  // above the ports services usually listen on
+  if (limit <= kLowest + 100) return listenOnLoopback(0, nonBlocking);
+  thread_local std::mt19937 random(std::random_device{}());
+  std::uniform_int_distribution<unsigned> pick(kLowest, limit - 1u);
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    try {
+      return listenOnLoopback(static_cast<std::uint16_t>(pick(random)), nonBlocking);
+    } catch (const std::runtime_error&) {
+      // taken: another one
+    }
+  }
+  return listenOnLoopback(0, nonBlocking);
+}
+
 std::vector<std::uint16_t> reserveLoopbackPorts(std::size_t count) {
-  std::vector<UniqueFd> held;  // held open together so the kernel hands out distinct ports
+  std::vector<UniqueFd> held;  // held open together so the ports are distinct
   std::vector<std::uint16_t> ports;
   for (std::size_t i = 0; i < count; ++i) {
-    held.push_back(listenOnLoopback(0, false));
+    held.push_back(listenOnLoopbackForRebinding(false));
     ports.push_back(localPort(held.back().get()));
   }
   return ports;

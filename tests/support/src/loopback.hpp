@@ -39,8 +39,15 @@ void setNonBlocking(int fd);
 UniqueFd listenOnLoopback(std::uint16_t port, bool nonBlocking);
 std::uint16_t localPort(int socketFd);
 
-// `count` distinct ports that were free a moment ago (all bound at once, then released).
-// Whoever uses them must cope with losing one to another process in between.
+// A listening socket on a free port below the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range), for a listener that will close and listen on the same port
+// again: no outgoing connection of any process can take that port as its local port meanwhile.
+// Other listeners pick such ports at random too, so a clash is a rare bind error, tried again.
+UniqueFd listenOnLoopbackForRebinding(bool nonBlocking);
+
+// `count` distinct ports that were free a moment ago (all bound at once, then released), below
+// the ephemeral range as above, so that a server restarted on one gets it back. Whoever uses
+// them must still cope with losing one to another listener in between.
 std::vector<std::uint16_t> reserveLoopbackPorts(std::size_t count);
 // How many times a server start picks fresh ports after losing one that way.
 constexpr int maxPortRaceAttempts = 5;

@@ -92,7 +92,7 @@ class TcpProxy::Loop {
  public:
   explicit Loop(std::uint16_t targetPort)
       : targetPort_(targetPort),
-        listener_(detail::listenOnLoopback(0, true)),
+        listener_(detail::listenOnLoopbackForRebinding(true)),
         port_(detail::localPort(listener_.get())) {
     int ends[2];
     if (::pipe2(ends, O_CLOEXEC | O_NONBLOCK) != 0) detail::throwErrno("pipe2");
