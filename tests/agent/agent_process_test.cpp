@@ -340,6 +340,29 @@ TEST_F(AgentProcessTest, AnAdminTokenInTheEnvironmentAndTheConfigIsAStartError) 
   EXPECT_EQ(agent.stderrText().find("from-the-"), std::string::npos) << "no token in the error";
 }
 
+// The device endpoint has no TLS: off loopback the agent starts only with presence.insecure, and
+// says so at start.
+TEST_F(AgentProcessTest, APlainDeviceEndpointOffLoopbackNeedsPresenceInsecureAndIsLogged) {
+  auto config = agentConfig("host-a", {"acct-0"}, gatewayPort_);
+  config["presence"]["listen"] = "0.0.0.0:0";
+  ChildProcess refused(zktest::binaryPath("zk-agent").string(),
+                       {"--config", writeConfig("host-a", config).string()});
+  EXPECT_EQ(refused.wait(10s).code, 2) << refused.transcript();
+  EXPECT_NE(
+      refused.stderrText().find("presence.listen: '0.0.0.0:0': the device endpoint has no TLS"),
+      std::string::npos)
+      << refused.transcript();
+  config["presence"]["insecure"] = true;
+  auto& a = startAgent(config);
+  EXPECT_TRUE(eventually(
+      [&] {
+        return a.process->stderrText().find(
+                   "presence.insecure: devices connect over plain ws://") != std::string::npos;
+      },
+      5s))
+      << a.process->transcript();
+}
+
 TEST_F(AgentProcessTest, DrainFailsClosedWhileTheSuccessorsHealthIsStale) {
   const std::vector<std::string> accounts{"acct-0", "acct-1"};
   auto& a = startAgent("host-a", accounts);
