@@ -446,8 +446,12 @@ void Agent::Impl::lookUpSuccessor(const std::string& account, std::function<void
 // Balance
 
 namespace {
-// A move not seen to land in this long is given up (its account counts where it is seen again).
+// A move whose account we still lead after this long has failed (it counts as ours again); one
+// whose new leader we have not seen after the longer bound is forgotten (unplaced until seen).
 constexpr milliseconds kMoveTimeout{5000};
+constexpr milliseconds kMoveForgotten{30000};
+// How often `active` of a move not seen to land is read.
+constexpr milliseconds kLandingRead{200};
 // Member lists read at once for choosing what to give, beyond the moves that can start.
 constexpr size_t kSpareLookups = 8;
 }  // namespace
@@ -477,7 +481,7 @@ void Agent::Impl::rebalance(
     const std::map<std::string, election::AccountStatus, std::less<>>& status,
     Clock::time_point now, bool selfSchedulable) {
   std::vector<detail::BalanceMove> picks;
-  std::vector<std::string> lookups;
+  std::vector<std::string> lookups, landingReads;
   std::optional<std::string> probe;
   {
     std::lock_guard lock(mu);
@@ -488,13 +492,30 @@ void Agent::Impl::rebalance(
       } else if (s.leader) {
         b.lastLeader[account] = s.leader->instanceId;
         b.standing.insert(s.leader->instanceId);
+      } else if (auto last = b.lastLeader.find(account);
+                 last != b.lastLeader.end() && last->second == config.instanceId) {
+        b.lastLeader.erase(last);  // our own leadership is known exactly: gone is gone
       }
     }
+    // A move has landed once another leader is seen. Until then it counts for its receiver (also
+    // after our resign, while our candidate has not read the new `active`): counting it as
+    // unplaced would let the plan give the receiver more. Still leading after the timeout: failed.
     for (auto it = b.inFlight.begin(); it != b.inFlight.end();) {
+      auto& move = it->second;
       auto st = status.find(it->first);
-      const bool landed = st != status.end() && st->second.role != Role::Leader &&
-                          st->second.leader && st->second.leader->instanceId != config.instanceId;
-      it = landed || now - it->second.startedAt > kMoveTimeout ? b.inFlight.erase(it) : ++it;
+      const bool leading = st != status.end() && st->second.role == Role::Leader;
+      std::optional<std::string> leader = move.seenLeader;
+      if (st != status.end() && st->second.leader) leader = st->second.leader->instanceId;
+      const bool landed = !leading && leader && *leader != config.instanceId;
+      const auto age = now - move.startedAt;
+      if (landed) b.lastLeader[it->first] = *leader;
+      if (!leading && !landed && !move.reading && now - move.readAt > kLandingRead) {
+        move.reading = true;
+        move.readAt = now;
+        landingReads.push_back(it->first);
+      }
+      const bool expired = (leading && age > kMoveTimeout) || age > kMoveForgotten;
+      it = landed || expired ? b.inFlight.erase(it) : ++it;
     }
     m.balanceInFlight.set(static_cast<double>(b.inFlight.size()));
     if (!config.balance.enabled) return;
@@ -505,6 +526,7 @@ void Agent::Impl::rebalance(
       b.giving = false;
     }
     b.counts.clear();
+    b.unplaced = 0;
     for (const auto& id : b.membership) b.counts[id] = 0;
     for (const auto& account : config.accounts) {
       if (pinnedTo(account)) continue;
@@ -513,16 +535,29 @@ void Agent::Impl::rebalance(
       const std::string* leader = move != b.inFlight.end()     ? &move->second.to
                                   : last != b.lastLeader.end() ? &last->second
                                                                : nullptr;
-      if (leader && inMembership(*leader)) ++b.counts[*leader];
+      if (!leader) {
+        ++b.unplaced;
+      } else if (inMembership(*leader)) {
+        ++b.counts[*leader];
+      }
     }
+    // An account we stand for with no leader seen yet is still being elected: plans made before
+    // the first elections end would move accounts the election itself is about to place. One more
+    // settle window at most: an account nobody can lead must not stop the balance of the rest.
+    const bool electing = now - b.membershipSince < 2 * config.balance.settle &&
+                          std::any_of(status.begin(), status.end(), [&](const auto& entry) {
+                            return entry.second.standing && !b.lastLeader.contains(entry.first);
+                          });
     b.row.clear();
     b.plan = {};
     if (!inMembership(config.instanceId)) {
       b.state = "unschedulable";
     } else if (now - b.membershipSince < config.balance.settle) {
       b.state = "settling";
+    } else if (electing) {
+      b.state = "electing";
     } else {
-      b.plan = planBalance(b.counts, config.balance.tolerance, b.giving);
+      b.plan = planBalance(b.counts, b.unplaced, config.balance.tolerance, b.giving);
       b.row = rowOf(b.plan, config.instanceId);
       b.giving = !b.row.empty();
       b.state = b.giving ? "giving" : "balanced";
@@ -555,6 +590,7 @@ void Agent::Impl::rebalance(
     });
   }
   if (probe) lookUpSuccessor(*probe);
+  for (const auto& account : landingReads) readLanding(account);
   for (auto& pick : picks) startMove(pick.account, pick.to, pick.receiverSeq, pick.ahead, pick.why);
 }
 
@@ -621,7 +657,13 @@ void Agent::Impl::pickMoves(
     ++b.lookupsInFlight;
     lookups.push_back(unread[i]);
   }
-  for (const auto& pick : picks) b.inFlight[pick.account] = {pick.to, pick.why, now};
+  for (const auto& pick : picks) {
+    auto& move = b.inFlight[pick.account];
+    move = {};
+    move.to = pick.to;
+    move.why = pick.why;
+    move.startedAt = now;
+  }
 }
 
 bool Agent::Impl::inMembership(const std::string& id) const {
@@ -632,6 +674,26 @@ bool Agent::Impl::inMembership(const std::string& id) const {
 const std::string* Agent::Impl::pinnedTo(const std::string& account) const {
   auto p = config.balance.preferred.find(account);
   return p != config.balance.preferred.end() && inMembership(p->second) ? &p->second : nullptr;
+}
+
+// Control strand: who holds `active` of an account we handed over.
+void Agent::Impl::readLanding(const std::string& account) {
+  auto self = shared_from_this();
+  group->session().get(
+      config.zookeeper.root + "/" + account + "/active", nullptr,
+      [self, account](election::ZkError err, std::string data, election::NodeStat) {
+        auto active = err == election::ZkError::Ok ? election::parseActive(data) : std::nullopt;
+        asio::post(self->control, [self, account, active = std::move(active)] {
+          {
+            std::lock_guard lock(self->mu);
+            auto move = self->balance.inFlight.find(account);
+            if (move == self->balance.inFlight.end()) return;
+            move->second.reading = false;
+            if (active) move->second.seenLeader = active->instanceId;
+          }
+          self->reconcileSoon();
+        });
+      });
 }
 
 // The members between us and the receiver step back (one multi that also checks the receiver is
@@ -667,6 +729,7 @@ json Agent::Impl::balanceJson(Clock::time_point now) const {
            {"state", b.state},
            {"agents", b.membership},
            {"counts", b.counts},
+           {"unplaced", b.unplaced},
            {"accounts", b.plan.accounts},
            {"share", b.plan.share},
            {"threshold", b.plan.threshold},

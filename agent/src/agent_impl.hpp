@@ -102,11 +102,16 @@ struct BalanceState {
     std::string to;
     std::string why;  // balance, preferred
     Clock::time_point startedAt;
+    // Our candidate may take a while to see the new `active`: we read it ourselves.
+    bool reading = false;
+    Clock::time_point readAt{};
+    std::optional<std::string> seenLeader;
   };
   std::map<std::string, Move, std::less<>> inFlight;  // handovers started, not yet seen land
   size_t lookupsInFlight = 0;
-  std::string state = "disabled";  // disabled, unschedulable, settling, balanced, giving
-  std::map<std::string, size_t> counts;
+  std::string state = "disabled";  // disabled, unschedulable, settling, electing, balanced, giving
+  std::map<std::string, size_t> counts;  // balanced accounts each member leads, as seen here
+  size_t unplaced = 0;                   // balanced accounts with no leader seen yet
   BalancePlan plan;
   std::map<std::string, size_t> row;  // what this agent still gives, by receiver
 };
@@ -149,6 +154,7 @@ struct Agent::Impl : Gate, std::enable_shared_from_this<Impl> {
                  std::vector<std::string>& lookups);
   bool inMembership(const std::string& id) const;
   const std::string* pinnedTo(const std::string& account) const;
+  void readLanding(const std::string& account);
   void startMove(const std::string& account, const std::string& to, int64_t receiverSeq,
                  std::vector<int64_t> ahead, const std::string& why);
   json balanceJson(Clock::time_point now) const;

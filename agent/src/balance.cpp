@@ -6,11 +6,12 @@
 
 namespace zkagent::agent {
 
-BalancePlan planBalance(const std::map<std::string, size_t>& leading, double tolerance,
-                        bool continuing) {
+BalancePlan planBalance(const std::map<std::string, size_t>& leading, size_t unplaced,
+                        double tolerance, bool continuing) {
   BalancePlan plan;
   plan.agents = leading.size();
   if (plan.agents == 0) return plan;
+  plan.accounts = unplaced;
   for (const auto& [agent, count] : leading) plan.accounts += count;
   plan.share = static_cast<double>(plan.accounts) / static_cast<double>(plan.agents);
   plan.threshold = std::max<size_t>(1, static_cast<size_t>(std::floor(tolerance * plan.share)));

@@ -28,12 +28,14 @@ struct BalancePlan {
   std::vector<BalanceTransfer> transfers;
 };
 
-// `leading`: every schedulable agent with the number of balanced accounts it leads (0 included).
-// Transfers are planned when the counts are imbalanced, or when `continuing` (a giver that
-// started for this membership goes on down to its target, so the band is not a stopping point
-// that needs another round later).
-BalancePlan planBalance(const std::map<std::string, size_t>& leading, double tolerance,
-                        bool continuing);
+// `leading`: every schedulable agent with the number of balanced accounts it leads (0 included);
+// `unplaced`: balanced accounts with no leader seen yet. They count in K (so an agent whose view
+// misses some leaders still computes the same targets; its own count is always exact) but belong
+// to nobody. Transfers are planned when the counts are imbalanced, or when `continuing` (a giver
+// that started for this membership goes on down to its target, so the band is not a stopping
+// point that needs another round later).
+BalancePlan planBalance(const std::map<std::string, size_t>& leading, size_t unplaced,
+                        double tolerance, bool continuing);
 
 // What `self` gives, by receiver (empty when it gives nothing).
 std::map<std::string, size_t> rowOf(const BalancePlan& plan, const std::string& self);

@@ -644,7 +644,10 @@ void Elector::watchActive(uint64_t epoch) {
               if (epoch != self->epoch_) return;
               if (err == ZkError::Ok) {
                 self->noteLeader(parseActive(data));
-              } else if (err == ZkError::NoNode && watch) {
+              } else if (err == ZkError::NoNode) {
+                // No leader yet (the head is still creating `active`): watch until it appears,
+                // behind the head too, so every candidate ends up knowing who leads (the agent's
+                // balance counts leaders from what its candidates saw).
                 self->noteLeader(std::nullopt);
                 self->zk_.existsOn(
                     self->strand_, self->active_, &self->active_,
