@@ -240,7 +240,7 @@ TEST(GatewayTransportConfig, TheOperatorTokenComesFromOnePlaceAndDiffersFromTheA
 }
 
 TEST(GatewayTransportConfig, TheRequestRateIsConfigurable) {
-  EXPECT_EQ(parse({"--data-dir", "/d"}).config->maxRequestsPerSecond, 1000u);
+  EXPECT_EQ(parse({"--data-dir", "/d"}).config->maxRequestsPerSecond, 10000u);
   EXPECT_EQ(
       parse({"--data-dir", "/d", "--max-requests-per-second", "0"}).config->maxRequestsPerSecond,
       0u);

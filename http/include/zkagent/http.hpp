@@ -155,7 +155,7 @@ struct ServerOptions {
   size_t headerLimit = 16 * 1024;  // request line + headers; larger gets 431 and a close
   // Requests per second on one connection (a bucket of one second's worth, refilled steadily);
   // a request beyond it gets 429 with Retry-After and no handler runs. 0: no limit.
-  unsigned maxRequestsPerSecond = 1000;
+  unsigned maxRequestsPerSecond = 10000;
   std::function<void()> onRateLimited{};  // called for every 429, e.g. to count it
 };
 
