@@ -47,74 +47,6 @@ struct Options {
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-// Operations to `accounts` from `clients` threads, each sent to the agent the last answer named.
-class OpLoad {
- public:
-  OpLoad(std::vector<std::shared_ptr<BalanceAgent>> agents, std::vector<std::string> accounts,
-         int clients)
-      : agents_(std::move(agents)), accounts_(std::move(accounts)) {
-    for (int c = 0; c < clients; ++c) threads_.emplace_back([this, c] { run(c); });
-  }
-  ~OpLoad() { stop(); }
-  void stop() {
-    stop_ = true;
-    for (auto& t : threads_) {
-      if (t.joinable()) t.join();
-    }
-  }
-  void count(bool on) { counting_ = on; }
-  json result() const {
-    return {{"ok", ok_.load()},
-            {"failed", failed_.load()},
-            {"redirects", redirects_.load()},
-            {"refused_by_gateway", refused_.load()}};
-  }
-
- private:
-  void run(int client) {
-    std::map<std::string, size_t> leaderOf;  // account -> index into agents_
-    for (long i = 0; !stop_; ++i) {
-      const auto& account = accounts_[static_cast<size_t>(i * 7919 + client) % accounts_.size()];
-      size_t at = leaderOf.contains(account) ? leaderOf[account] : 0;
-      bool done = false;
-      for (int attempt = 0; attempt < 3 && !done && !stop_; ++attempt) {
-        char opId[48];
-        std::snprintf(opId, sizeof opId, "b%d-%ld", client, i);
-        const auto r = agents_[at]->client->post("/v1/accounts/" + account + "/ops",
-                                                 json{{"opId", opId}, {"payload", "x"}}.dump());
-        if (r.status == 200) {
-          done = true;
-          break;
-        }
-        const auto body = json::parse(r.body, nullptr, false);
-        if (r.status == 409 && body.is_object() && body.value("error", "") == "not_leader") {
-          if (counting_) ++redirects_;
-          at = indexOf(body["leader"]);
-          continue;
-        }
-        if (r.status == 409 && counting_) ++refused_;
-        std::this_thread::sleep_for(5ms);  // suspended, gateway busy: a moment, then again
-      }
-      leaderOf[account] = at;
-      if (counting_) ++(done ? ok_ : failed_);
-    }
-  }
-  size_t indexOf(const json& leader) const {
-    if (!leader.is_object()) return 0;
-    const std::string instance = leader.value("instance", "");
-    for (size_t i = 0; i < agents_.size(); ++i) {
-      if (agents_[i]->id == instance) return i;
-    }
-    return 0;
-  }
-
-  std::vector<std::shared_ptr<BalanceAgent>> agents_;
-  std::vector<std::string> accounts_;
-  std::vector<std::thread> threads_;
-  std::atomic<bool> stop_{false}, counting_{false};
-  std::atomic<long> ok_{0}, failed_{0}, redirects_{0}, refused_{0};
-};
-
 json run(const Options& o) {
   zktest::ZooKeeperServer zk;
   zkagent_test::BalanceCluster cluster(
@@ -135,7 +67,7 @@ json run(const Options& o) {
   const auto agents = cluster.running();
   const std::vector<std::string> opAccounts(
       accounts.begin(), accounts.begin() + static_cast<std::ptrdiff_t>(o.opAccounts));
-  OpLoad load(agents, opAccounts, o.clients);
+  zkagent_test::OperationLoad load(cluster, opAccounts, o.clients);
 
   auto leading = [&] {
     std::map<std::string, size_t> counts;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -230,6 +231,80 @@ class LeadershipSampler {
   std::mutex mu_;
   std::map<std::string, std::map<Holder, Interval>> seen_;
   std::thread thread_;
+};
+
+// Operations to `accounts` from `clients` threads, each sent to the agent the last answer named
+// (a 409 names the leader); counted while `count(true)`: answered 200, or not within three
+// attempts.
+class OperationLoad {
+ public:
+  OperationLoad(BalanceCluster& cluster, std::vector<std::string> accounts, int clients)
+      : cluster_(cluster), accounts_(std::move(accounts)) {
+    for (int c = 0; c < clients; ++c) threads_.emplace_back([this, c] { run(c); });
+  }
+  ~OperationLoad() { stop(); }
+  void stop() {
+    stop_ = true;
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+  void count(bool on) { counting_ = on; }
+  long ok() const { return ok_; }
+  long failed() const { return failed_; }
+  nlohmann::json result() const {
+    return {{"ok", ok_.load()},
+            {"failed", failed_.load()},
+            {"redirects", redirects_.load()},
+            {"refused_by_gateway", refused_.load()}};
+  }
+
+ private:
+  void run(int client) {
+    std::map<std::string, std::string> leaderOf;  // account -> instance last named
+    for (long i = 0; !stop_; ++i) {
+      const auto& account = accounts_[static_cast<size_t>(i * 7919 + client) % accounts_.size()];
+      std::string at = leaderOf[account];
+      bool done = false;
+      for (int attempt = 0; attempt < 3 && !done && !stop_; ++attempt) {
+        auto agent = agentNamed(at);
+        if (!agent) break;
+        char opId[48];
+        std::snprintf(opId, sizeof opId, "c%d-%ld", client, i);
+        const auto r = agent->client->post("/v1/accounts/" + account + "/ops",
+                                           nlohmann::json{{"opId", opId}, {"payload", "x"}}.dump());
+        if (r.status == 200) {
+          done = true;
+          break;
+        }
+        const auto body = nlohmann::json::parse(r.body, nullptr, false);
+        if (r.status == 409 && body.is_object() && body.value("error", "") == "not_leader") {
+          if (counting_) ++redirects_;
+          const auto& leader = body["leader"];
+          at = leader.is_object() ? leader.value("instance", "") : "";
+          continue;
+        }
+        if (r.status == 409 && counting_) ++refused_;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));  // suspended, busy: again
+      }
+      leaderOf[account] = at;
+      if (counting_) ++(done ? ok_ : failed_);
+    }
+  }
+  // The running agent with that id, else the first running one.
+  std::shared_ptr<BalanceAgent> agentNamed(const std::string& id) {
+    auto agents = cluster_.running();
+    for (auto& a : agents) {
+      if (a->id == id) return a;
+    }
+    return agents.empty() ? nullptr : agents.front();
+  }
+
+  BalanceCluster& cluster_;
+  std::vector<std::string> accounts_;
+  std::vector<std::thread> threads_;
+  std::atomic<bool> stop_{false}, counting_{false};
+  std::atomic<long> ok_{0}, failed_{0}, redirects_{0}, refused_{0};
 };
 
 }  // namespace zkagent_test
