@@ -1,8 +1,8 @@
-// The agent's link to the fencing-gateway (seed 002): a heartbeat (GET /healthz over a kept-alive
-// connection) every interval; no answer for `heartbeatTimeout` marks the link down, the next
-// answer marks it up again (the client reconnects by itself). Detection is bounded by
-// heartbeatTimeout + heartbeatInterval. The gateway sees the agent's instance id on every
-// heartbeat (`?instance=`), so it can tell when an agent has gone quiet. Interval 0 disables
+// The agent's link to the fencing-gateway (each side notices the other's silence): a heartbeat (GET
+// /healthz over a kept-alive connection) every interval; no answer for `heartbeatTimeout` marks the
+// link down, the next answer marks it up again (the client reconnects by itself). Detection is
+// bounded by heartbeatTimeout + heartbeatInterval. The gateway sees the agent's instance id on
+// every heartbeat (`?instance=`), so it can tell when an agent has gone quiet. Interval 0 disables
 // the heartbeat and the link counts as up.
 #pragma once
 

@@ -21,7 +21,7 @@ std::optional<Enum> enumFrom(std::string_view text, const std::array<std::string
   if (it == names.end()) return std::nullopt;
   return static_cast<Enum>(it - names.begin());
 }
-constexpr size_t kMaxErrorCode = 128;  // seed 004: bounded reasons
+constexpr size_t kMaxErrorCode = 128;  // reasons stay short: reports are read by every agent
 }  // namespace
 
 std::string_view toString(Lifecycle v) { return kLifecycleNames.at(static_cast<size_t>(v)); }

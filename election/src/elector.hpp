@@ -1,4 +1,4 @@
-// Elector: the election of one account (seed 001). All of its work runs on its own strand; the
+// Elector: the election of one account (queue of members, the oldest leads). All of its work runs on its own strand; the
 // only state shared with other threads is the gate snapshot behind `gateMu_`.
 #pragma once
 

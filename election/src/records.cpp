@@ -1,4 +1,4 @@
-// Account ids, znode records (seed 001 JSON) and the names of enums.
+// Account ids, znode records (their JSON) and the names of enums.
 #include <nlohmann/json.hpp>
 
 #include "zkagent/election.hpp"

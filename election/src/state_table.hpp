@@ -1,4 +1,4 @@
-// The election state machine of seed 001 §3.4 as a table: (state, event) -> (state, action).
+// The election state machine as a table: (state, event) -> (state, action).
 // The Elector feeds it every event and performs the action it names; nothing else changes roles.
 #pragma once
 

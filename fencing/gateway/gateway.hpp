@@ -1,6 +1,7 @@
 // fencing-gateway: the downstream service that accepts an account's operation only with a valid
-// fencing token (SPEC §4, issue 4). This header is the gateway's own seam for tests: the
-// configuration, the view of ZooKeeper behind a small interface, and the HTTP API as a Router.
+// fencing token (the seq of the account's current `active` node). This header is the gateway's own
+// seam for tests: the configuration, the view of ZooKeeper behind a small interface, and the HTTP
+// API as a Router.
 #pragma once
 
 #include <atomic>
@@ -117,8 +118,9 @@ class Gateway {
   http::Router router();  // handlers refer to this Gateway: keep it alive while serving
   // The current check mode; logs and updates the metrics when it changed since the last call.
   CheckMode refreshCheckMode();
-  // The gateway's half of the mutual heartbeat (seed 002): agents beat on GET /healthz?instance=ID;
-  // one that stays silent longer than agentTimeoutMs is logged and counted as gone.
+  // The gateway's half of the mutual heartbeat (each side notices the other's silence): agents beat
+  // on GET /healthz?instance=ID; one that stays silent longer than agentTimeoutMs is logged and
+  // counted as gone.
   void sweepAgents();
 
  private:

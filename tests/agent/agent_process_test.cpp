@@ -500,7 +500,8 @@ TEST_F(AgentProcessTest, StatusReportsEveryDocumentedFieldAndMetricsPassPromtool
   ChildProcess promtool("/bin/sh", {"-c", "promtool check metrics < " + file.string()});
   EXPECT_TRUE(promtool.wait(30s).exitedWith(0)) << promtool.transcript();
 
-  // JSON logs: every line is one object; the seed-001 leadership line is among them.
+  // JSON logs: every line is one object; the leadership line (account, role, seq, reason) is
+  // among them.
   std::istringstream logs(a.process->stderrText());
   bool sawLeaderLine = false;
   for (std::string line; std::getline(logs, line);) {

@@ -1,4 +1,4 @@
-// Freshness on the reader's clock, schedulability, and the placement table (seed 004).
+// Freshness on the reader's clock, schedulability, and the placement table (docs/agent.md).
 #include "zkagent/agent/health.hpp"
 
 #include <gtest/gtest.h>

@@ -41,7 +41,7 @@ TEST_F(ElectionTest, FirstCandidateLeadsAndSecondWaits) {
   ASSERT_TRUE(refused.leader);
   EXPECT_EQ(refused.leader->instanceId, "host-a");
   EXPECT_EQ(refused.leader->endpoint, "inproc://host-a");
-  // The active node carries seed 001's identity triple.
+  // The active node carries the identity triple (seq, instance, session).
   auto active = a.get(root + "/acct/active");
   ASSERT_TRUE(active);
   auto parsed = el::parseActive(*active);

@@ -1,4 +1,4 @@
-// The transition table of seed 001 §3.4, checked row by row as a table.
+// The election's transition table (docs/election.md), checked row by row as a table.
 #include "state_table.hpp"
 
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// zk-agent: the per-host agent (SPEC §1, §6, §7). It joins the election of every configured
+// zk-agent: the per-host agent. It joins the election of every configured
 // account on one ZooKeeper session, lets an account's outbound operations through only while it
 // leads that account (forwarding them to the fencing-gateway with the fencing token), publishes
 // a health report, stands as a candidate only while schedulable, drains on request and serves

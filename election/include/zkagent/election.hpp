@@ -1,4 +1,5 @@
-// zkagent election: leader election per account on Apache ZooKeeper (seed 001, SPEC §3).
+// zkagent election: leader election per account on Apache ZooKeeper: a queue of ephemeral
+// sequential members per account, the oldest leads and holds the ephemeral `active` node.
 //
 // Layout under the configurable root (default /wx-accounts):
 //   {root}/{account}                       persistent
@@ -106,7 +107,7 @@ class Session {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Node data (JSON, compatible with seed 001).
+// Node data (JSON: any elector of this layout reads and writes the same fields).
 
 struct MemberInfo {
   std::string instanceId;

@@ -1,4 +1,4 @@
-// Health reports, freshness, schedulability and placement decisions (seed 004, SPEC §6).
+// Health reports, freshness, schedulability and placement decisions (docs/agent.md).
 //
 // Pure functions and one small clock-agnostic tracker, so the rules are tested as tables:
 //
