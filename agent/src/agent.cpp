@@ -562,7 +562,8 @@ void Agent::Impl::rebalance(
       b.giving = !b.row.empty();
       b.state = b.giving ? "giving" : "balanced";
     }
-    m.balanceLeading.set(static_cast<double>(b.counts[config.instanceId]));
+    const auto own = b.counts.find(config.instanceId);
+    m.balanceLeading.set(own != b.counts.end() ? static_cast<double>(own->second) : 0.0);
     auto target = b.plan.target.find(config.instanceId);
     m.balanceTarget.set(target != b.plan.target.end() ? static_cast<double>(target->second)
                                                       : b.plan.share);
