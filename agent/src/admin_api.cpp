@@ -79,8 +79,11 @@ http::Router Agent::Impl::router() {
   r.add(
       http::Method::Post, "/v1/accounts/{id}/resign",
       [this](const http::Request& q) { return resign(q); }, http::Access::Operator);
-  r.add(http::Method::Post, "/v1/accounts/{id}/ops",
-        [this](const http::Request& q) { return forwardOperation(q); });
+  // Deferred: the gate and the gateway answer later; no thread waits for them.
+  r.addDeferred(http::Method::Post, "/v1/accounts/{id}/ops",
+                [this](const http::Request& q, http::Responder respond) {
+                  forwardOperation(q, std::move(respond));
+                });
   return r;
 }
 
@@ -102,15 +105,15 @@ http::Response Agent::Impl::resign(const http::Request& request) {
   return http::Response::json(202, json{{"resigned", true}, {"token", d.token}}.dump());
 }
 
-http::Response Agent::Impl::forwardOperation(const http::Request& request) {
+void Agent::Impl::forwardOperation(const http::Request& request, http::Responder respond) {
   const std::string& account = request.params.at("id");
   const auto body =
       request.body.empty() ? json::object() : json::parse(request.body, nullptr, false);
   if (!body.is_object())
-    return http::Response::error(400, "body must be a JSON object {\"opId\",\"payload\"}");
+    return respond(http::Response::error(400, "body must be a JSON object {\"opId\",\"payload\"}"));
   fencing::Operation op;
   if (auto id = body.find("opId"); id != body.end()) {
-    if (!id->is_string()) return http::Response::error(400, "opId must be a string");
+    if (!id->is_string()) return respond(http::Response::error(400, "opId must be a string"));
     op.opId = id->get<std::string>();
   } else {
     op.opId = config.instanceId + "-" + std::to_string(group->sessionId()) + "-" +
@@ -118,65 +121,75 @@ http::Response Agent::Impl::forwardOperation(const http::Request& request) {
   }
   if (auto payload = body.find("payload"); payload != body.end()) op.payload = payload->dump();
 
-  std::optional<http::Response> forwarded;
-  const auto outcome = execute(account, [&](const fencing::FencingToken& token) {
-    op.fencing = token;
-    try {
-      fencing::validateOperation(op);
-    } catch (const fencing::BadRequest& e) {
-      forwarded = http::Response::error(400, e.what());
-      return;
+  admit(account, [self = shared_from_this(), account, op = std::move(op),
+                  respond = std::move(respond)](
+                     Outcome outcome, std::optional<fencing::FencingToken> token) mutable {
+    if (token) return self->send(std::move(op), std::move(*token), std::move(respond));
+    switch (outcome.result) {
+      case Result::NotLeader:
+      case Result::Drifted: {
+        auto refuse = [respond = std::move(respond), reason = std::string(outcome.reason())](
+                          std::optional<election::ActiveInfo> leader) {
+          respond(http::Response::json(
+              409, json{{"error", "not_leader"}, {"detail", reason}, {"leader", leaderJson(leader)}}
+                       .dump()));
+        };
+        if (outcome.leader) return refuse(outcome.leader);
+        return self->readActive(account, std::move(refuse));
+      }
+      case Result::Suspended:
+      case Result::Stopping:
+        return respond(http::Response::json(503, json{{"error", outcome.reason()}}.dump()));
+      case Result::UnknownAccount:
+        return respond(http::Response::error(404, "unknown account '" + account + "'"));
+      case Result::Executed:
+        break;
     }
-    const auto sentAt = Clock::now();
-    auto answer = link->forward(fencing::toJson(op).dump());
-    m.forwardSeconds.observe(std::chrono::duration<double>(Clock::now() - sentAt).count());
+    respond(http::Response::error(500, "unexpected gate result"));
+  });
+}
+
+// The admitted operation, under `token`, to the gateway; its answer goes back as it is.
+void Agent::Impl::send(fencing::Operation op, fencing::FencingToken token,
+                       http::Responder respond) {
+  op.fencing = std::move(token);
+  try {
+    fencing::validateOperation(op);
+  } catch (const fencing::BadRequest& e) {
+    return respond(http::Response::error(400, e.what()));
+  }
+  const auto sentAt = Clock::now();
+  link->forward(fencing::toJson(op).dump(), [self = shared_from_this(), sentAt,
+                                             respond =
+                                                 std::move(respond)](http::ClientResponse answer) {
+    auto& metrics = self->m;
+    metrics.forwardSeconds.observe(std::chrono::duration<double>(Clock::now() - sentAt).count());
     if (!answer.delivered()) {
-      m.forwarded.with({"gateway_error"}).inc();
-      forwarded = http::Response::json(
-          502, json{{"error", "gateway_unreachable"}, {"detail", answer.transportError}}.dump());
-      return;
+      metrics.forwarded.with({"gateway_error"}).inc();
+      return respond(http::Response::json(
+          502, json{{"error", "gateway_unreachable"}, {"detail", answer.transportError}}.dump()));
     }
-    m.forwarded
+    metrics.forwarded
         .with({answer.status == 200   ? "accepted"
                : answer.status == 409 ? "rejected"
                : answer.status < 500  ? "bad_request"
                                       : "gateway_error"})
         .inc();
-    forwarded = http::Response::json(answer.status, answer.body);
+    respond(http::Response::json(answer.status, std::move(answer.body)));
   });
-  switch (outcome.result) {
-    case Result::Executed:
-      return *forwarded;
-    case Result::NotLeader:
-    case Result::Drifted:
-      return http::Response::json(
-          409, json{{"error", "not_leader"},
-                    {"detail", outcome.reason()},
-                    {"leader", leaderJson(outcome.leader ? outcome.leader : readActive(account))}}
-                   .dump());
-    case Result::Suspended:
-    case Result::Stopping:
-      return http::Response::json(503, json{{"error", outcome.reason()}}.dump());
-    case Result::UnknownAccount:
-      return http::Response::error(404, "unknown account '" + account + "'");
-  }
-  return http::Response::error(500, "unexpected gate result");
 }
 
 // A caller redirected with 409 needs the leader's endpoint even when this agent does not stand
 // for the account (and so does not watch `active`): read it.
-std::optional<election::ActiveInfo> Agent::Impl::readActive(const std::string& account) {
-  auto answer = std::make_shared<std::promise<std::optional<election::ActiveInfo>>>();
-  auto future = answer->get_future();
-  group->session().get(config.zookeeper.root + "/" + account + "/active", nullptr,
-                       [answer](election::ZkError err, std::string data, election::NodeStat) {
-                         answer->set_value(err == election::ZkError::Ok
-                                               ? election::parseActive(data)
-                                               : std::nullopt);
-                       });
-  if (future.wait_for(config.gateway.requestTimeout) != std::future_status::ready)
-    return std::nullopt;
-  return future.get();
+void Agent::Impl::readActive(const std::string& account,
+                             std::function<void(std::optional<election::ActiveInfo>)> done) {
+  auto answer = detail::answerWithin<std::optional<election::ActiveInfo>>(
+      io, config.gateway.requestTimeout, std::nullopt, std::move(done));
+  group->session().get(
+      config.zookeeper.root + "/" + account + "/active", nullptr,
+      [answer = std::move(answer)](election::ZkError err, std::string data, election::NodeStat) {
+        answer(err == election::ZkError::Ok ? election::parseActive(data) : std::nullopt);
+      });
 }
 
 std::string Agent::Impl::statusJson() {

@@ -119,7 +119,7 @@ Agent::Impl::Impl(asio::io_context& ioc, Config cfg)
   options.address = config.admin.listen.host;
   options.port = config.admin.listen.port;
   options.bodyLimit = fencing::kMaxOperationBytes + 1024;
-  options.handlerThreads = 16;  // forwarding blocks on the gateway round trip
+  options.handlerThreads = 4;  // status and resign read ZooKeeper; operations are deferred
   server = std::make_unique<http::Server>(io, options, router());
   endpoint = config.admin.advertise.empty()
                  ? "http://" + server->address() + ":" + std::to_string(server->port())
@@ -765,70 +765,7 @@ bool Agent::Impl::setLifecycle(Lifecycle next, std::initializer_list<Lifecycle> 
 }
 
 // ---------------------------------------------------------------------------------------------
-// Gate and election events
-
-GateDecision Agent::Impl::decideGate(std::string_view account) {
-  if (config.gate == GateMode::Fast) return group->check(account);
-  // The answer may come after we stopped waiting for it: the callback owns the promise.
-  auto answer = std::make_shared<std::promise<GateDecision>>();
-  auto future = answer->get_future();
-  group->checkStrict(account, [answer](GateDecision d) { answer->set_value(std::move(d)); });
-  if (future.wait_for(config.zookeeper.sessionTimeout) != std::future_status::ready) {
-    return GateDecision{GateDecision::Verdict::Suspended, -1, group->sessionId(), std::nullopt};
-  }
-  return future.get();
-}
-
-Gate::Outcome Agent::Impl::execute(
-    std::string_view account, const std::function<void(const fencing::FencingToken&)>& operation) {
-  Outcome outcome;
-  auto finish = [this, &outcome]() -> Outcome {
-    m.gateDecisions.with({std::string(outcome.reason())}).inc();
-    return outcome;
-  };
-  if (stopping) {
-    outcome.result = Result::Stopping;
-    return finish();
-  }
-  Clock::time_point notBefore;
-  {
-    std::lock_guard lock(mu);
-    auto it = accounts.find(account);
-    if (it == accounts.end()) {
-      outcome.result = Result::UnknownAccount;
-      return finish();
-    }
-    notBefore = it->second.lockDelayUntil;
-  }
-  // Lock-delay (Chubby): the expired leader may still have operations in flight; let them land
-  // (and be fenced) before ours.
-  if (Clock::now() < notBefore) std::this_thread::sleep_until(notBefore);
-  const GateDecision d = decideGate(account);
-  outcome.leader = d.leader;
-  switch (d.verdict) {
-    case GateDecision::Verdict::Allowed:
-      outcome.result = Result::Executed;
-      break;
-    case GateDecision::Verdict::NotLeader:
-      outcome.result = Result::NotLeader;
-      break;
-    case GateDecision::Verdict::Suspended:
-      outcome.result = Result::Suspended;
-      break;
-    case GateDecision::Verdict::Drifted:
-      outcome.result = Result::Drifted;
-      break;
-    case GateDecision::Verdict::UnknownAccount:
-      outcome.result = Result::UnknownAccount;
-      break;
-  }
-  if (stopping) outcome.result = Result::Stopping;
-  if (outcome.executed()) {
-    operation(fencing::FencingToken{std::string(account), static_cast<uint64_t>(d.token),
-                                    config.instanceId, d.sessionId});
-  }
-  return finish();
-}
+// Election events (the gate: gate.cpp)
 
 void Agent::Impl::onLeadership(const election::LeadershipEvent& e) {
   using Kind = election::LeadershipEvent::Kind;

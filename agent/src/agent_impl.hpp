@@ -38,6 +38,37 @@ inline std::string hexSession(int64_t id) {
   return buf;
 }
 
+// A callback for an asynchronous answer that calls `done` once: with the answer, or with
+// `fallback` once `timeout` has passed first (a later answer is then dropped).
+template <typename T>
+std::function<void(T)> answerWithin(asio::io_context& io, std::chrono::milliseconds timeout,
+                                    T fallback, std::function<void(T)> done) {
+  struct Pending {
+    std::mutex mu;
+    std::function<void(T)> done;
+    asio::steady_timer timer;
+    explicit Pending(asio::io_context& context) : timer(context) {}
+    std::function<void(T)> take() {
+      std::lock_guard lock(mu);
+      return std::exchange(done, nullptr);
+    }
+  };
+  auto pending = std::make_shared<Pending>(io);
+  pending->done = std::move(done);
+  pending->timer.expires_after(timeout);
+  pending->timer.async_wait(
+      [pending, fallback = std::move(fallback)](boost::system::error_code ec) mutable {
+        if (ec) return;
+        if (auto first = pending->take()) first(std::move(fallback));
+      });
+  return [pending](T answer) {
+    if (auto first = pending->take()) {
+      pending->timer.cancel();
+      first(std::move(answer));
+    }
+  };
+}
+
 // Every metric family of the agent (docs/agent.md lists them). No per-account labels.
 struct Metrics {
   explicit Metrics(metrics::Registry& registry);
@@ -160,17 +191,26 @@ struct Agent::Impl : Gate, std::enable_shared_from_this<Impl> {
   json balanceJson(Clock::time_point now) const;
 
   // ---- gate and events
+  // Whether an operation for `account` may go out now, and under which token: after the
+  // account's lock delay (on a timer), by the fast or the strict gate. `decided` runs on an io
+  // thread, or at once; the token is set when the outcome is Executed. Holds no thread.
+  using Admitted = std::function<void(Outcome, std::optional<fencing::FencingToken>)>;
+  void admit(std::string account, Admitted decided);
+  void decideGate(const std::string& account, std::function<void(GateDecision)> done);
+  // admit(), then the operation on the calling thread: embedders' blocking form, never to be
+  // called on the io_context's threads.
   Outcome execute(std::string_view account,
                   const std::function<void(const fencing::FencingToken&)>& operation) override;
-  GateDecision decideGate(std::string_view account);
   void onLeadership(const election::LeadershipEvent& event);
   void onSession(const election::SessionEvent& event);
 
   // ---- admin API
   http::Router router();
-  http::Response forwardOperation(const http::Request& request);
+  void forwardOperation(const http::Request& request, http::Responder respond);
+  void send(fencing::Operation op, fencing::FencingToken token, http::Responder respond);
   http::Response resign(const http::Request& request);
-  std::optional<election::ActiveInfo> readActive(const std::string& account);
+  void readActive(const std::string& account,
+                  std::function<void(std::optional<election::ActiveInfo>)> done);
   std::string statusJson();
   std::string metricsText();
 

@@ -29,7 +29,12 @@ GatewayLink::GatewayLink(asio::io_context& io, const Config::Gateway& config,
       heartbeatTarget_("/healthz?instance=" + instanceId),
       timer_(asio::make_strand(io)),  // tick and answered never run at once
       heartbeats_(clientOptions(config, config.heartbeatTimeout, 1)),
-      operations_(clientOptions(config, config.requestTimeout, 64)),
+      operations_([&] {
+        // Forwarded operations run on the agent's own io_context: no thread hand-off per op.
+        auto options = clientOptions(config, config.requestTimeout, 64);
+        options.io = &io;
+        return options;
+      }()),
       failures_(failures) {
   if (!heartbeatEnabled()) up_ = true;
 }
@@ -50,8 +55,8 @@ std::optional<std::chrono::milliseconds> GatewayLink::sinceLastAnswer() const {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - *lastAnswer_);
 }
 
-http::ClientResponse GatewayLink::forward(std::string body) {
-  return operations_.post("/v1/ops", std::move(body));
+void GatewayLink::forward(std::string body, std::function<void(http::ClientResponse)> done) {
+  operations_.asyncRequest(http::Method::Post, "/v1/ops", std::move(body), std::move(done));
 }
 
 // Timer: judge the link, then send the next beat unless the previous one is still out (a

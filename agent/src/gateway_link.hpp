@@ -43,8 +43,9 @@ class GatewayLink : public std::enable_shared_from_this<GatewayLink> {
   std::optional<std::chrono::milliseconds> sinceLastAnswer() const;
   uint64_t missedHeartbeats() const { return static_cast<uint64_t>(failures_.value()); }
 
-  // POST /v1/ops, blocking the calling thread (at most connect + 2 x request timeout).
-  http::ClientResponse forward(std::string body);
+  // POST /v1/ops on the io_context; `done` runs there (at most connect + 2 x request timeout
+  // later).
+  void forward(std::string body, std::function<void(http::ClientResponse)> done);
 
  private:
   void tick();
