@@ -7,6 +7,8 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
 #include <chrono>
 #include <future>
 #include <memory>
@@ -17,6 +19,7 @@
 
 #include "gateway_link.hpp"
 #include "zkagent/agent.hpp"
+#include "zkagent/http.hpp"
 #include "zkagent/metrics.hpp"
 #include "zktest/tcp_proxy.hpp"
 #include "zktest/zookeeper_server.hpp"
@@ -114,6 +117,58 @@ TEST(AgentGateTest, StrictGateRefusalSurvivesZooKeeperAnsweringAfterTheGateGaveU
   auto sessionState = [&] { return statusOf(agent)["session"]["state"]; };
   ASSERT_TRUE(eventually([&] { return sessionState() != "connected"; }, 20s)) << agent.statusJson();
   EXPECT_EQ(execute().result, Gate::Result::Suspended);
+  shutDown(agent);
+}
+
+// Operations waiting on the gate hold no thread: with ZooKeeper blackholed, the strict check of
+// each waits out the session timeout, yet a status request sent after more of them than the
+// admin server has handler threads (it used to have 16, each blocked by one operation) is
+// answered before any of them.
+TEST(AgentGateTest, OperationsWaitingOnTheStrictGateHoldNoThread) {
+  zktest::ZooKeeperServer zk;
+  zktest::TcpProxy proxy(zk.port());
+  auto config = agentConfig(proxy.connectString());
+  config.zookeeper.sessionTimeout = 4000ms;
+  config.gate = zkagent::agent::GateMode::Strict;
+  IoThreads runner;
+  zkagent::agent::Agent agent(runner.io, config);
+  agent.start();
+  runner.run();
+  ASSERT_TRUE(eventually(
+      [&] { return agent.gate().execute("acct-0", [](const auto&) {}).executed(); }, 20s))
+      << agent.statusJson();
+  proxy.setMode(zktest::TcpProxy::Mode::blackhole);
+
+  namespace asio = boost::asio;
+  asio::io_context io;
+  const asio::ip::tcp::endpoint admin(asio::ip::make_address("127.0.0.1"), agent.adminPort());
+  const std::string operation =
+      "POST /v1/accounts/acct-0/ops HTTP/1.1\r\nHost: agent\r\nContent-Type: "
+      "application/json\r\nContent-Length: 2\r\n\r\n{}";
+  constexpr int kWaiting = 24;
+  std::vector<std::unique_ptr<asio::ip::tcp::socket>> sockets;
+  for (int i = 0; i < kWaiting; ++i) {
+    sockets.push_back(std::make_unique<asio::ip::tcp::socket>(io));
+    sockets.back()->connect(admin);
+    asio::write(*sockets.back(), asio::buffer(operation));
+  }
+  std::atomic<int> answered{0};
+  std::vector<std::thread> readers;
+  for (int i = 0; i < kWaiting; ++i) {
+    readers.emplace_back([&, i] {
+      char byte = 0;
+      boost::system::error_code ignored;
+      asio::read(*sockets[static_cast<size_t>(i)], asio::buffer(&byte, 1), ignored);
+      ++answered;
+    });
+  }
+  zkagent::http::Client client({.port = agent.adminPort(), .requestTimeout = 20000ms});
+  const auto status = client.get("/v1/status");
+  const int statusOrder = answered++;
+  for (auto& reader : readers) reader.join();
+  EXPECT_EQ(status.status, 200) << status.transportError;
+  EXPECT_EQ(statusOrder, 0) << "the status waited for " << statusOrder << " operations";
+  proxy.setMode(zktest::TcpProxy::Mode::pass);
   shutDown(agent);
 }
 
