@@ -23,15 +23,25 @@ const int64_t kProcessStartMs = unixMillis();
 // How long a candidate behind a predecessor waits before reading `active` again after it changed.
 constexpr std::chrono::milliseconds kLeaderRefreshDelay{100};
 
+// Members are "m-" + the sequence number ZooKeeper appends (ten digits, zero-padded).
+constexpr std::string_view kMemberPrefix = "m-";
+
 // "m-0000000007" -> 7; -1 for names that are not ours to order (foreign clutter is ignored).
 int64_t seqOf(std::string_view name) {
-  if (name.size() < 3 || name.substr(0, 2) != "m-") return -1;
+  if (name.size() <= kMemberPrefix.size() || !name.starts_with(kMemberPrefix)) return -1;
   int64_t seq = 0;
-  for (char c : name.substr(2)) {
+  for (char c : name.substr(kMemberPrefix.size())) {
     if (c < '0' || c > '9') return -1;
     seq = seq * 10 + (c - '0');
   }
   return seq;
+}
+
+// 7 -> "m-0000000007": the name ZooKeeper gave the member with that sequence number.
+std::string memberName(int64_t seq) {
+  char digits[24];
+  std::snprintf(digits, sizeof digits, "%010lld", static_cast<long long>(seq));
+  return std::string(kMemberPrefix) + digits;
 }
 
 // The `last transition reason` operators see in the status.
@@ -132,11 +142,7 @@ void Elector::resign(LossReason reason) {
 
 void Elector::jumpQueue(int64_t receiverSeq, const std::vector<int64_t>& aheadSeqs,
                         std::function<void(ZkError)> done) {
-  auto memberPath = [this](int64_t seq) {
-    char name[24];
-    std::snprintf(name, sizeof name, "m-%010lld", static_cast<long long>(seq));
-    return members_ + "/" + name;
-  };
+  auto memberPath = [this](int64_t seq) { return members_ + "/" + memberName(seq); };
   std::vector<MultiOp> ops{{MultiOp::Kind::Check, memberPath(receiverSeq), "", -1}};
   for (int64_t seq : aheadSeqs) ops.push_back({MultiOp::Kind::Remove, memberPath(seq), "", -1});
   zk_.multiOn(strand_, std::move(ops),
@@ -299,7 +305,8 @@ void Elector::registerMember() {
   replyLost_ = false;
   const uint64_t epoch = epoch_;
   const int64_t session = zk_.sessionId();
-  zk_.createOn(strand_, members_ + "/m-", memberRecord(), NodeKind::EphemeralSequential,
+  zk_.createOn(strand_, members_ + "/" + std::string(kMemberPrefix), memberRecord(),
+               NodeKind::EphemeralSequential,
                [self = shared_from_this(), epoch, session](ZkError err, std::string path) {
                  self->onCreated(epoch, session, err, std::move(path));
                });
@@ -353,11 +360,11 @@ void Elector::createTree(uint64_t epoch) {
   createInFlight_ = true;
   createEpoch_ = epoch;
   zk_.ensurePathOn(strand_, ctx_->options.root, [](ZkError) {});
-  std::vector<MultiOp> ops{
-      {MultiOp::Kind::Create, base_, "", -1},
-      {MultiOp::Kind::Create, handover_, "", -1},
-      {MultiOp::Kind::Create, members_, "", -1},
-      {MultiOp::Kind::Create, members_ + "/m-", memberRecord(), -1, NodeKind::EphemeralSequential}};
+  std::vector<MultiOp> ops{{MultiOp::Kind::Create, base_, "", -1},
+                           {MultiOp::Kind::Create, handover_, "", -1},
+                           {MultiOp::Kind::Create, members_, "", -1},
+                           {MultiOp::Kind::Create, members_ + "/" + std::string(kMemberPrefix),
+                            memberRecord(), -1, NodeKind::EphemeralSequential}};
   const int64_t session = zk_.sessionId();
   zk_.multiOn(strand_, std::move(ops),
               [self = shared_from_this(), epoch, session](
