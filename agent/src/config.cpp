@@ -327,13 +327,11 @@ Config parseConfig(std::string_view text, const std::filesystem::path& baseDir,
       auto auth = zk.object("auth");
       const std::string file = readableFile(auth, "digest_file", baseDir);
       if (file.empty()) auth.fail("digest_file", "is required (a file holding user:password)");
-      std::ifstream in(file);
-      std::getline(in, config.zookeeper.digest);
-      while (!config.zookeeper.digest.empty() && config.zookeeper.digest.back() == '\r')
-        config.zookeeper.digest.pop_back();
-      const auto colon = config.zookeeper.digest.find(':');
-      if (colon == std::string::npos || colon == 0 || colon + 1 == config.zookeeper.digest.size())
-        auth.fail("digest_file", "'" + file + "' must hold user:password on its first line");
+      try {
+        config.zookeeper.digest = election::readDigestFile(file);
+      } catch (const std::invalid_argument& error) {
+        auth.fail("digest_file", error.what());
+      }
       auth.rejectUnknown();
     }
     zk.rejectUnknown();

@@ -1,5 +1,7 @@
 // Account ids, znode records (their JSON) and the names of enums.
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include "zkagent/election.hpp"
 
@@ -17,6 +19,19 @@ std::optional<std::string> accountIdError(std::string_view id) {
     }
   }
   return std::nullopt;
+}
+
+std::string readDigestFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("cannot read digest file '" + path + "'");
+  std::string digest;
+  std::getline(in, digest);
+  while (!digest.empty() && digest.back() == '\r') digest.pop_back();
+  const auto colon = digest.find(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == digest.size())
+    throw std::invalid_argument("digest file '" + path +
+                                "' must hold user:password on its first line");
+  return digest;
 }
 
 std::string toJson(const MemberInfo& m) {

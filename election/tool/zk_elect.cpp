@@ -72,18 +72,13 @@ void addAccount(Args& args, std::set<std::string>& seen, std::string id) {
   if (seen.insert(id).second) args.accounts.push_back(std::move(id));
 }
 
-// The first line of `path`, which must be user:password; never printed.
+// user:password from `path`; never printed.
 std::string readDigest(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) usageError("cannot read digest file '" + path + "'");
-  std::string digest;
-  std::getline(in, digest);
-  if (!digest.empty() && digest.back() == '\r') digest.pop_back();
-  const auto colon = digest.find(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == digest.size()) {
-    usageError("digest file '" + path + "' must hold user:password on its first line");
+  try {
+    return readDigestFile(path);
+  } catch (const std::invalid_argument& error) {
+    usageError(error.what());
   }
-  return digest;
 }
 
 Args parseArgs(int argc, char** argv) {

@@ -32,6 +32,11 @@ using Millis = std::chrono::milliseconds;
 // Returns why `id` is not a valid account id ([A-Za-z0-9_.-]{1,128}, not "." or ".."), or nullopt.
 std::optional<std::string> accountIdError(std::string_view id);
 
+// The ZooKeeper digest identity in `path`: its first line, user:password (a trailing CR dropped).
+// Throws std::invalid_argument naming the file, never the secret, when the file cannot be read
+// or the line is not user:password.
+std::string readDigestFile(const std::string& path);
+
 // ---------------------------------------------------------------------------------------------
 // Session: one ZooKeeper session, re-created after expiry. Callbacks run on the io_context.
 
