@@ -54,7 +54,8 @@ class Gate {
   virtual ~Gate() = default;
   // Runs `operation` with the fencing token iff this agent leads `account` now (after the
   // lock-delay, if one applies: the call then waits that long). Thread-safe; blocks only for the
-  // lock-delay and, in strict mode, one ZooKeeper round trip.
+  // lock-delay and, in strict mode, one ZooKeeper round trip, so never call it on the threads
+  // that run the agent's io_context (the agent's own operation route waits without a thread).
   virtual Outcome execute(std::string_view account,
                           const std::function<void(const fencing::FencingToken&)>& operation) = 0;
 };
