@@ -1,5 +1,6 @@
-// Agent::Impl, shared by agent.cpp (runtime: health, placement, gate, events) and admin_api.cpp
-// (the admin HTTP API). Private to the agent library.
+// Agent::Impl, shared by agent.cpp (runtime: health, placement, events), gate.cpp (the gate),
+// balancer.cpp (the balance pass) and admin_api.cpp (the admin HTTP API). Private to the agent
+// library.
 #pragma once
 
 #include <atomic>
