@@ -355,6 +355,16 @@ TEST(HttpServer, ADeferredAnswerHoldsNoThreadAndComesBackOnItsConnection) {
   });
   router.add(Method::Get, "/now", [](const Request&) { return Response::text(200, "now"); });
   RunningServer server(std::move(router));
+  // A held responder keeps its session alive: let go of them before the server and its
+  // io_context go (also on an early return).
+  struct LetGo {
+    std::mutex& mu;
+    std::vector<Responder>& held;
+    ~LetGo() {
+      std::lock_guard lock(mu);
+      held.clear();
+    }
+  } letGo{mu, waiting};
   Client waiter(server.client());
   std::promise<ClientResponse> late;
   waiter.asyncRequest(Method::Get, "/wait", "", [&](ClientResponse r) { late.set_value(r); });
