@@ -182,6 +182,14 @@ class CheckerTest(unittest.TestCase):
         r.op("c", 1010, 1020, 1, 2)
         self.assertEqual(self.violations(r), {})
 
+    def test_a_token_accepted_before_lagging_observers_saw_its_node_is_not_stale(self):
+        r = clean()
+        r.observer[2][0] = 3000  # the observers reconnected and saw seq 2 only at 3000 ms
+        self.assertEqual(self.violations(r), {})
+        r = clean()
+        r.observer[2][0] = 9000  # far beyond any reconnect: no node carried that token then
+        self.assertEqual(set(self.violations(r)), {"4"})
+
     def test_leases_renewed_by_each_leader_in_its_own_time_have_no_violation(self):
         r = clean()
         r.with_device()
