@@ -1,5 +1,6 @@
-// Elector: the election of one account (queue of members, the oldest leads). All of its work runs on its own strand; the
-// only state shared with other threads is the gate snapshot behind `gateMu_`.
+// Elector: the election of one account (queue of members, the oldest leads). All of its work runs
+// on its own strand; the only state shared with other threads is the gate snapshot behind
+// `gateMu_`.
 #pragma once
 
 #include <boost/asio/steady_timer.hpp>

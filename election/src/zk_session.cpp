@@ -203,7 +203,8 @@ void ZkSession::openHandle() {
 
 void ZkSession::onWatcherEvent(uint64_t generation, int type, int state, const char* path) {
   if (type == ZOO_SESSION_EVENT) {
-    // The gate must close the instant the link drops, before anything is posted: a leader that cannot hear ZooKeeper must not act.
+    // The gate must close the instant the link drops, before anything is posted: a leader that
+    // cannot hear ZooKeeper must not act.
     if (state != ZOO_CONNECTED_STATE) {
       connected_.store(false);
       linkEpoch_.fetch_add(1);

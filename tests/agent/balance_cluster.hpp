@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -174,11 +175,34 @@ class BalanceCluster {
 // token) seen at two sample times held in between (its token is its member node, gone once it
 // stops leading), so two such intervals of different agents overlapping for one account are
 // two leaders at once; and per account the tokens must grow in the order leaderships begin.
+// A stop flag a worker can pause on: the pause ends early once stop() is called.
+class StopSignal {
+ public:
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      stopped_ = true;
+    }
+    changed_.notify_all();
+  }
+  bool stopped() const { return stopped_; }
+  // Waits up to `pause`; true when stopped.
+  bool waitFor(std::chrono::milliseconds pause) {
+    std::unique_lock lock(mu_);
+    return changed_.wait_for(lock, pause, [&] { return stopped_.load(); });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::atomic<bool> stopped_{false};
+};
+
 class LeadershipSampler {
  public:
   explicit LeadershipSampler(BalanceCluster& cluster) : cluster_(cluster) {
     thread_ = std::thread([this] {
-      while (!stop_) {
+      do {
         for (const auto& agent : cluster_.running()) {
           const auto now = std::chrono::steady_clock::now();
           for (const auto& [account, token] : agent->leading()) {
@@ -189,13 +213,12 @@ class LeadershipSampler {
           }
         }
         ++rounds_;
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));  // leave the agents some air
-      }
+      } while (!stop_.waitFor(std::chrono::milliseconds(10)));  // leave the agents some air
     });
   }
   ~LeadershipSampler() { stop(); }
   void stop() {
-    stop_ = true;
+    stop_.stop();
     if (thread_.joinable()) thread_.join();
   }
   size_t rounds() const { return rounds_; }
@@ -226,7 +249,7 @@ class LeadershipSampler {
   using Interval = std::pair<std::chrono::steady_clock::time_point,
                              std::chrono::steady_clock::time_point>;  // first, last seen
   BalanceCluster& cluster_;
-  std::atomic<bool> stop_{false};
+  StopSignal stop_;
   std::atomic<size_t> rounds_{0};
   std::mutex mu_;
   std::map<std::string, std::map<Holder, Interval>> seen_;
@@ -244,7 +267,7 @@ class OperationLoad {
   }
   ~OperationLoad() { stop(); }
   void stop() {
-    stop_ = true;
+    stop_.stop();
     for (auto& t : threads_) {
       if (t.joinable()) t.join();
     }
@@ -262,11 +285,11 @@ class OperationLoad {
  private:
   void run(int client) {
     std::map<std::string, std::string> leaderOf;  // account -> instance last named
-    for (long i = 0; !stop_; ++i) {
+    for (long i = 0; !stop_.stopped(); ++i) {
       const auto& account = accounts_[static_cast<size_t>(i * 7919 + client) % accounts_.size()];
       std::string at = leaderOf[account];
       bool done = false;
-      for (int attempt = 0; attempt < 3 && !done && !stop_; ++attempt) {
+      for (int attempt = 0; attempt < 3 && !done && !stop_.stopped(); ++attempt) {
         auto agent = agentNamed(at);
         if (!agent) break;
         char opId[48];
@@ -285,7 +308,7 @@ class OperationLoad {
           continue;
         }
         if (r.status == 409 && counting_) ++refused_;
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));  // suspended, busy: again
+        if (stop_.waitFor(std::chrono::milliseconds(5))) break;  // suspended, busy: again soon
       }
       leaderOf[account] = at;
       if (counting_) ++(done ? ok_ : failed_);
@@ -303,7 +326,8 @@ class OperationLoad {
   BalanceCluster& cluster_;
   std::vector<std::string> accounts_;
   std::vector<std::thread> threads_;
-  std::atomic<bool> stop_{false}, counting_{false};
+  StopSignal stop_;
+  std::atomic<bool> counting_{false};
   std::atomic<long> ok_{0}, failed_{0}, redirects_{0}, refused_{0};
 };
 

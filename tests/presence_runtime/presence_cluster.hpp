@@ -169,8 +169,7 @@ class Cluster {
       options.port = portOfLine(process->waitForLine("LISTENING ", milliseconds(20000)));
       options.requestTimeout = milliseconds(3000);
       agents_.push_back(std::make_unique<Agent>(
-          Agent{agents[i].first, std::move(process),
-                "ws://127.0.0.1:" + std::to_string(devicePort),
+          Agent{agents[i].first, std::move(process), "ws://127.0.0.1:" + std::to_string(devicePort),
                 std::make_unique<zkagent::http::Client>(options)}));
       started.push_back(agents_.back().get());
     }
@@ -213,7 +212,6 @@ class Cluster {
   }
 
  public:
-
   ChildProcess& startDevice(const std::vector<std::string>& urls, const std::string& account,
                             const std::string& device) {
     std::string connect;
