@@ -10,11 +10,13 @@
 //
 //   election-bench [--out FILE] [--peers kazoo,curator|none] [--scenarios handover,crash,cold,gate]
 //                  [--max-accounts N] [--sizes N,N] [--rounds N] [--quick] [--zk-elect PATH]
-//                  [--zk-settings defaults|fast]
+//                  [--zk-settings defaults|fast] [--servers 1|3|5]
 // --zk-elect measures another build of zk-elect (a patched copy) against the same peers.
 // --zk-settings: `defaults` (the default) runs ZooKeeper as production does, fsync on every log
 // write and the JVM's default flags; `fast` is the test harness's setting (forceSync off, a
 // C1-only JVM), which hides the disk and the JIT.
+// --servers: ZooKeeper servers per series (1: standalone; 3 or 5: an ensemble on loopback, where
+// every write is a quorum write, as in production). Clients get every server's address.
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -33,6 +35,7 @@
 #include "expiry_observer.hpp"
 #include "gate_bench.hpp"
 #include "stats.hpp"
+#include "zktest/zookeeper_ensemble.hpp"
 #include "zktest/zookeeper_server.hpp"
 
 #ifndef ZKAGENT_BENCH_PEERS_DIR
@@ -54,7 +57,8 @@ constexpr const char* kUsage =
     "usage: election-bench [--out FILE] [--peers kazoo,curator|none]\n"
     "                      [--scenarios handover,crash,cold,gate] [--max-accounts N] [--sizes N,N] "
     "[--rounds N]\n"
-    "                      [--quick] [--zk-elect PATH] [--zk-settings defaults|fast]\n";
+    "                      [--quick] [--zk-elect PATH] [--zk-settings defaults|fast] "
+    "[--servers 1|3|5]\n";
 
 struct Settings {
   fs::path out;
@@ -66,7 +70,8 @@ struct Settings {
   bool quick = false;      // fewer rounds and sizes: a smoke run of a minute or two
   fs::path zkElect;        // empty: this build's zk-elect
   bool serverDefaults =
-      true;  // ZooKeeper with fsync on and default JVM flags; false: --zk-settings fast
+      true;            // ZooKeeper with fsync on and default JVM flags; false: --zk-settings fast
+  size_t servers = 1;  // 1: standalone; an odd number above: an ensemble
 };
 
 [[noreturn]] void usageError(const std::string& message) {
@@ -109,6 +114,10 @@ Settings parseArgs(int argc, char** argv) {
       if (value != "defaults" && value != "fast")
         usageError("--zk-settings must be 'defaults' or 'fast', got '" + value + "'");
       s.serverDefaults = value == "defaults";
+    } else if (flag == "--servers") {
+      if (value != "1" && value != "3" && value != "5")
+        usageError("--servers must be 1, 3 or 5, got '" + value + "'");
+      s.servers = std::stoul(value);
     } else if (flag == "--peers") {
       s.peers = parseList(value, {"kazoo", "curator"}, flag);
     } else if (flag == "--scenarios") {
@@ -190,18 +199,48 @@ std::string fmt(double v) {
 // Bound on any one wait for leadership: generous, the peers are slow at 10000.
 milliseconds leadTimeout(size_t accounts) { return 30s + milliseconds(10 * accounts); }
 
+// The ZooKeeper of one series: a standalone server or an ensemble, as --servers says.
+class ZooKeeperUnderTest {
+ public:
+  ZooKeeperUnderTest(size_t servers, const zktest::ZooKeeperOptions& options) {
+    if (servers == 1) {
+      standalone_.emplace(options);
+    } else {
+      ensemble_.emplace(servers, options);
+    }
+  }
+  std::string connectString() const {
+    return standalone_ ? standalone_->connectString() : ensemble_->connectString();
+  }
+  // Every server's "Total watches" line of `wchs`: a client's watches live on the server it is
+  // connected to.
+  std::string watchTotals() {
+    std::string totals;
+    const size_t n = standalone_ ? 1 : ensemble_->size();
+    for (size_t i = 0; i < n; ++i) {
+      const std::string wchs =
+          standalone_ ? standalone_->fourLetter("wchs") : ensemble_->server(i).fourLetter("wchs");
+      const auto at = wchs.find("Total watches:");
+      totals += (at == std::string::npos ? wchs : wchs.substr(at)) + ";";
+    }
+    return totals;
+  }
+
+ private:
+  std::optional<zktest::ZooKeeperServer> standalone_;
+  std::optional<zktest::ZooKeeperEnsemble> ensemble_;
+};
+
 // Waits until the server's watch count stays the same for a second (polls 50 ms apart): every
 // contender has armed its watches, so a handover measures watch delivery, not set-up. (150 ms was
 // too short at 10000 accounts: a standby still working through its queue listings arms no watch
 // for that long, and the leader was stopped in the middle of its set-up.)
-void awaitWatchesSettled(const zktest::ZooKeeperServer& zk) {
+void awaitWatchesSettled(ZooKeeperUnderTest& zk) {
   const zktest::Deadline deadline(60s);
   std::string last;
   int same = 0;
   while (!deadline.passed()) {
-    const std::string wchs = zk.fourLetter("wchs");
-    auto at = wchs.find("Total watches:");
-    std::string total = at == std::string::npos ? wchs : wchs.substr(at);
+    std::string total = zk.watchTotals();
     same = total == last ? same + 1 : 0;
     if (same >= 20) return;
     last = total;
@@ -266,7 +305,7 @@ class Bench {
     if (settings_.scenarios.contains("gate")) {
       const size_t accounts = std::min<size_t>(10000, settings_.maxAccounts);
       progress("gate: " + std::to_string(accounts) + " accounts in process");
-      zktest::ZooKeeperServer zk(zkOptions());
+      ZooKeeperUnderTest zk(settings_.servers, zkOptions());
       gate_ = measureGate(zk.connectString(), "/gate", accounts);
     }
   }
@@ -288,14 +327,18 @@ class Bench {
     return path;
   }
 
+  std::string serversLabel() const {
+    return settings_.servers == 1 ? "standalone"
+                                  : std::to_string(settings_.servers) + "-server ensemble";
+  }
+
   zktest::ZooKeeperOptions zkOptions() const {
     zktest::ZooKeeperOptions o;
     o.serverDefaults = settings_.serverDefaults;
     return o;
   }
 
-  ContenderOptions optionsFor(const zktest::ZooKeeperServer& zk, size_t accounts,
-                              std::string root) {
+  ContenderOptions optionsFor(const ZooKeeperUnderTest& zk, size_t accounts, std::string root) {
     return ContenderOptions{zk.connectString(), std::move(root), accountsFile(accounts), accounts,
                             kSessionTimeout};
   }
@@ -309,7 +352,7 @@ class Bench {
   Series runFailover(const Implementation& impl, size_t accounts, int rounds, bool crash) {
     Series s{crash ? "crash" : "handover", impl.name, accounts, rounds, {}, {}, {}, {}, {}};
     progress(label(s) + ": starting ZooKeeper");
-    zktest::ZooKeeperServer zk(zkOptions());
+    ZooKeeperUnderTest zk(settings_.servers, zkOptions());
     std::optional<ExpiryObserver> observer;
     if (crash) observer.emplace(zk.connectString());
     int instance = 0, generation = 0;
@@ -370,7 +413,7 @@ class Bench {
   Series runCold(const Implementation& impl, size_t accounts, int rounds) {
     Series s{"cold", impl.name, accounts, rounds, {}, {}, {}, {}, {}};
     progress(label(s) + ": starting ZooKeeper");
-    zktest::ZooKeeperServer zk(zkOptions());
+    ZooKeeperUnderTest zk(settings_.servers, zkOptions());
     for (int round = 1; round <= rounds; ++round) {
       try {
         Contender c(impl, optionsFor(zk, accounts, "/cold-" + std::to_string(round)),
@@ -472,9 +515,9 @@ void Bench::printTable() const {
        &Series::fromSpawnMs},
   };
   std::printf(
-      "\nelection-bench: ms, p50 / max over rounds; ZooKeeper 3.8 standalone (%s), tickTime 200 "
-      "ms, "
+      "\nelection-bench: ms, p50 / max over rounds; ZooKeeper 3.8 %s (%s), tickTime 200 ms, "
       "session 2000 ms, %u cores, load average %s at start, %s at end\n",
+      serversLabel().c_str(),
       settings_.serverDefaults ? "server defaults: fsync on, default JVM"
                                : "fast: forceSync off, C1-only JVM",
       std::thread::hardware_concurrency(), loadAtStart_.c_str(), loadAverage().c_str());
@@ -584,7 +627,7 @@ json Bench::toJson() const {
                           {"max_ms", r.max < 0 ? json(nullptr) : json(r.max)}});
   }
   json out = {{"setup",
-               {{"zookeeper", "3.8.0 standalone (Debian)"},
+               {{"zookeeper", "3.8.0 " + serversLabel() + " (Debian)"},
                 {"zookeeper_settings", settings_.serverDefaults ? "defaults" : "fast"},
                 {"tick_time_ms", 200},
                 {"session_timeout_ms", kSessionTimeout.count()},
