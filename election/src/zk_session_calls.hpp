@@ -1,0 +1,71 @@
+// How the answer of one ZkSession call reaches its caller: the heap state the C client hands back
+// to the completion, and the posting of the answer onto the caller's executor. Private to the
+// zk_session*.cpp files.
+#pragma once
+
+#include <zookeeper/zookeeper.h>
+
+#include <boost/asio/post.hpp>
+#include <type_traits>
+
+#include "zk_session.hpp"
+
+namespace zkagent::election::detail {
+
+inline NodeStat toNodeStat(const Stat* stat) {
+  NodeStat out;
+  if (stat != nullptr) {
+    out.ephemeralOwner = stat->ephemeralOwner;
+    out.version = stat->version;
+    out.mzxid = stat->mzxid;
+  }
+  return out;
+}
+
+// Heap state of one asynchronous call; the C client invokes its completion exactly once (with
+// ZCLOSING when the handle closes first), and the completion frees it.
+template <typename Done>
+struct Call {
+  Call(ZkSession* s, uint64_t gen, Executor ex, Done d, const void* o = nullptr, TypedWatch w = {},
+       std::string p = {})
+      : session(s),
+        generation(gen),
+        executor(std::move(ex)),
+        done(std::move(d)),
+        owner(o),
+        watch(std::move(w)),
+        path(std::move(p)) {}
+  ZkSession* session;
+  uint64_t generation;
+  Executor executor;
+  Done done;
+  // Watch registration, applied on the completion thread so it is ordered before any event.
+  const void* owner;
+  TypedWatch watch;
+  std::string path;
+};
+
+// The plain watches most callers want, as a typed one.
+inline TypedWatch typed(Session::Watch watch) {
+  if (!watch) return {};
+  return [watch = std::move(watch)](WatchEvent) { watch(); };
+}
+
+template <typename Done, typename... Args>
+void deliver(Call<Done>* call, ZkError err, Args&&... args) {
+  if (!ZkSession::linkLost(err)) {
+    call->session->noteContact();  // any answer proves the server still knows our session
+  }
+  boost::asio::post(call->executor,
+                    [done = std::move(call->done), err,
+                     ... a = std::forward<Args>(args)]() mutable { done(err, std::move(a)...); });
+  delete call;
+}
+
+// Reports a call that the C client refused synchronously (bad state, marshalling error).
+template <typename... Args>
+void refuse(Executor ex, std::function<void(ZkError, Args...)> done, ZkError err) {
+  boost::asio::post(ex, [done = std::move(done), err] { done(err, std::decay_t<Args>{}...); });
+}
+
+}  // namespace zkagent::election::detail
