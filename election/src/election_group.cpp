@@ -10,6 +10,7 @@
 
 #include "elector.hpp"
 #include "multi_batches.hpp"
+#include "zk_session.hpp"
 
 namespace zkagent::election {
 namespace asio = boost::asio;
@@ -75,7 +76,7 @@ ElectionGroup::ElectionGroup(asio::io_context& io, ElectionOptions options)
                                 "' must start with '/' and not end with '/'");
   }
   impl_->session = std::make_shared<ZkSession>(io, options.session);
-  auto marks = std::make_shared<detail::SessionMarks>(impl_->session, options.root);
+  auto marks = std::make_shared<detail::SessionMarks>(io, impl_->session, options.root);
   impl_->ctx = std::make_shared<ElectorContext>(
       ElectorContext{impl_->session, std::move(options), {}, std::move(marks)});
 }
@@ -183,7 +184,7 @@ void ElectionGroup::stop(std::function<void()> done) {
   stopping->deadline->async_wait([closeIf](boost::system::error_code ec) {
     if (!ec) closeIf(true);
   });
-  auto answered = [stopping, closeIf](ZkError, const std::vector<ZkSession::MultiResult>&) {
+  auto answered = [stopping, closeIf](ZkError, const std::vector<detail::MultiResult>&) {
     {
       std::lock_guard lock(stopping->mu);
       --stopping->inFlight;
@@ -196,7 +197,7 @@ void ElectionGroup::stop(std::function<void()> done) {
     for (auto& ops : batch) flat.insert(flat.end(), ops.begin(), ops.end());
     impl->session->multiOn(strand, std::move(flat),
                            [impl, strand, stopping, answered, batch = std::move(batch)](
-                               ZkError err, std::vector<ZkSession::MultiResult> results) {
+                               ZkError err, std::vector<detail::MultiResult> results) {
                              bool retry = false;
                              {
                                std::lock_guard lock(stopping->mu);

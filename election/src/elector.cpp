@@ -56,7 +56,7 @@ Elector::Elector(asio::io_context& io, std::shared_ptr<const ElectorContext> ctx
       retryTimer_(strand_),
       leaderRefresh_(strand_),
       ctx_(std::move(ctx)),
-      zk_(*ctx_->session),
+      keeper_(*ctx_->keeper),
       account_(std::move(account)),
       base_(ctx_->options.root + "/" + account_),
       members_(base_ + "/members"),
@@ -99,10 +99,9 @@ void Elector::jumpQueue(int64_t receiverSeq, const std::vector<int64_t>& aheadSe
   auto memberPath = [this](int64_t seq) { return members_ + "/" + memberName(seq); };
   std::vector<MultiOp> ops{{MultiOp::Kind::Check, memberPath(receiverSeq), "", -1}};
   for (int64_t seq : aheadSeqs) ops.push_back({MultiOp::Kind::Remove, memberPath(seq), "", -1});
-  zk_.multiOn(strand_, std::move(ops),
-              [done = std::move(done)](ZkError err, const std::vector<ZkSession::MultiResult>&) {
-                done(err);
-              });
+  keeper_.multiOn(
+      strand_, std::move(ops),
+      [done = std::move(done)](ZkError err, const std::vector<MultiResult>&) { done(err); });
 }
 
 void Elector::sessionChanged(const SessionEvent& event) {
@@ -152,7 +151,7 @@ void Elector::stop(bool withRecord, std::function<void(std::vector<MultiOp>)> do
     // closed, and knows this was clean (from our session mark, else the record), so it skips its
     // lock-delay. The member nodes of the others go with the session close.
     std::vector<MultiOp> ops;
-    if (leading && self->zk_.usable()) ops = self->releaseOps(LossReason::Stopped, withRecord);
+    if (leading && self->keeper_.usable()) ops = self->releaseOps(LossReason::Stopped, withRecord);
     ++self->epoch_;  // nothing of ours runs any more: replies and watches still on the way drop
     self->memberName_.clear();
     self->seq_ = -1;
@@ -238,7 +237,7 @@ void Elector::announce() {
     std::lock_guard lock(gateMu_);
     gateToken_ = seq_;
     gateLinkEpoch_ = pendingLink_;
-    gateSession_ = zk_.sessionId();
+    gateSession_ = keeper_.sessionId();
     gateDrifted_ = false;
     status_.leader = mine;
   }
@@ -294,24 +293,24 @@ void Elector::setRole(Role role, std::string reason) {
 }
 
 ActiveInfo Elector::ownRecord() const {
-  return ActiveInfo{seq_,         ctx_->options.instanceId, zk_.sessionId(),
+  return ActiveInfo{seq_,         ctx_->options.instanceId, keeper_.sessionId(),
                     unixMillis(), ctx_->options.endpoint,   ctx_->options.deviceEndpoint};
 }
 
 bool Elector::isOwnRecord(const ActiveInfo& a) const {
   return a.seq == seq_ && a.instanceId == ctx_->options.instanceId &&
-         a.sessionId == zk_.sessionId();
+         a.sessionId == keeper_.sessionId();
 }
 
 // ---- gate and queries ------------------------------------------------------------------------
 
 GateDecision Elector::check() const {
   std::lock_guard lock(gateMu_);
-  GateDecision d{GateDecision::Verdict::NotLeader, -1, zk_.sessionId(), status_.leader};
-  if (!zk_.usable()) {
+  GateDecision d{GateDecision::Verdict::NotLeader, -1, keeper_.sessionId(), status_.leader};
+  if (!keeper_.usable()) {
     d.verdict = GateDecision::Verdict::Suspended;
-  } else if (gateToken_ >= 0 && gateLinkEpoch_ == zk_.linkEpoch() &&
-             gateSession_ == zk_.sessionId()) {
+  } else if (gateToken_ >= 0 && gateLinkEpoch_ == keeper_.linkEpoch() &&
+             gateSession_ == keeper_.sessionId()) {
     d.verdict = GateDecision::Verdict::Allowed;
     d.token = gateToken_;
   } else if (gateDrifted_) {
@@ -325,40 +324,41 @@ void Elector::checkStrict(std::function<void(GateDecision)> done) {
     GateDecision fast = self->check();
     if (!fast.allowed()) return done(fast);
     const uint64_t epoch = self->epoch_;
-    self->zk_.syncOn(self->strand_, self->active_,
-                     [self, epoch, fast, done = std::move(done)](ZkError err) mutable {
-                       if (err != ZkError::Ok) {
-                         fast.verdict = GateDecision::Verdict::Suspended;
-                         return done(fast);
-                       }
-                       self->zk_.getOn(
-                           self->strand_, self->active_, nullptr, nullptr,
-                           [self, epoch, fast, done = std::move(done)](ZkError e2, std::string data,
-                                                                       NodeStat stat) mutable {
-                             auto active = e2 == ZkError::Ok ? parseActive(data) : std::nullopt;
-                             const bool mine = active && self->isOwnRecord(*active) &&
-                                               stat.ephemeralOwner == self->zk_.sessionId() &&
-                                               active->seq == fast.token;
-                             if (mine) return done(self->check());
-                             if (e2 == ZkError::Ok || e2 == ZkError::NoNode) {
-                               fast.verdict = GateDecision::Verdict::Drifted;
-                               fast.token = -1;
-                               fast.leader = active;
-                               if (epoch == self->epoch_ && self->role_ == Role::Leader) {
-                                 self->feed(Event::Drift, LossReason::Drift);
-                               }
-                             } else {
-                               fast.verdict = GateDecision::Verdict::Suspended;
-                               fast.token = -1;
-                             }
-                             done(fast);
-                           });
-                     });
+    self->keeper_.syncOn(self->strand_, self->active_,
+                         [self, epoch, fast, done = std::move(done)](ZkError err) mutable {
+                           if (err != ZkError::Ok) {
+                             fast.verdict = GateDecision::Verdict::Suspended;
+                             return done(fast);
+                           }
+                           self->keeper_.getOn(
+                               self->strand_, self->active_, nullptr, nullptr,
+                               [self, epoch, fast, done = std::move(done)](
+                                   ZkError e2, std::string data, NodeStat stat) mutable {
+                                 auto active = e2 == ZkError::Ok ? parseActive(data) : std::nullopt;
+                                 const bool mine =
+                                     active && self->isOwnRecord(*active) &&
+                                     stat.ephemeralOwner == self->keeper_.sessionId() &&
+                                     active->seq == fast.token;
+                                 if (mine) return done(self->check());
+                                 if (e2 == ZkError::Ok || e2 == ZkError::NoNode) {
+                                   fast.verdict = GateDecision::Verdict::Drifted;
+                                   fast.token = -1;
+                                   fast.leader = active;
+                                   if (epoch == self->epoch_ && self->role_ == Role::Leader) {
+                                     self->feed(Event::Drift, LossReason::Drift);
+                                   }
+                                 } else {
+                                   fast.verdict = GateDecision::Verdict::Suspended;
+                                   fast.token = -1;
+                                 }
+                                 done(fast);
+                               });
+                         });
   });
 }
 
 void Elector::members(std::function<void(ZkError, std::vector<MemberInfo>)> done) {
-  zk_.childrenOn(
+  keeper_.childrenOn(
       strand_, members_, nullptr, nullptr,
       [self = shared_from_this(), done = std::move(done)](ZkError err,
                                                           std::vector<std::string> names) mutable {
@@ -370,12 +370,12 @@ void Elector::members(std::function<void(ZkError, std::vector<MemberInfo>)> done
           done(ZkError::Ok, std::move(all));
         };
         for (auto& name : names) {
-          self->zk_.getOn(self->strand_, self->members_ + "/" + name, nullptr, nullptr,
-                          [gather, name](ZkError e2, std::string data, NodeStat) {
-                            auto m = e2 == ZkError::Ok ? parseMember(data) : std::nullopt;
-                            if (m) m->seq = seqOf(name);
-                            gather->add(m && m->seq >= 0 ? m : std::nullopt);
-                          });
+          self->keeper_.getOn(self->strand_, self->members_ + "/" + name, nullptr, nullptr,
+                              [gather, name](ZkError e2, std::string data, NodeStat) {
+                                auto m = e2 == ZkError::Ok ? parseMember(data) : std::nullopt;
+                                if (m) m->seq = seqOf(name);
+                                gather->add(m && m->seq >= 0 ? m : std::nullopt);
+                              });
         }
         gather->add(std::nullopt);
       });

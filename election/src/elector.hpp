@@ -3,19 +3,20 @@
 // `gateMu_`.
 #pragma once
 
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <memory>
 #include <mutex>
 
+#include "keeper.hpp"
 #include "session_marks.hpp"
 #include "state_table.hpp"
-#include "zk_session.hpp"
 
 namespace zkagent::election::detail {
 
 struct ElectorContext {
-  std::shared_ptr<ZkSession> session;
+  std::shared_ptr<Keeper> keeper;
   ElectionOptions options;
   ElectionGroup::LeadershipHandler onLeadership;
   std::shared_ptr<SessionMarks> marks;
@@ -91,7 +92,7 @@ class Elector : public std::enable_shared_from_this<Elector> {
   boost::asio::steady_timer retryTimer_;
   boost::asio::steady_timer leaderRefresh_;
   std::shared_ptr<const ElectorContext> ctx_;
-  ZkSession& zk_;
+  Keeper& keeper_;
   const std::string account_;
   const std::string base_, members_, active_, handover_;
 

@@ -33,7 +33,7 @@ void Elector::finishEvaluate() {
 }
 
 void Elector::evaluate() {
-  if (memberName_.empty() || !zk_.usable()) return;
+  if (memberName_.empty() || !keeper_.usable()) return;
   evaluating_ = true;
   dirty_ = false;
   listingPending_ = activePending_ = true;
@@ -47,61 +47,61 @@ void Elector::evaluate() {
     listingPending_ = false;
     return acquire(epoch, std::string());
   }
-  zk_.childrenOn(strand_, members_, nullptr, nullptr,
-                 [self = shared_from_this(), epoch](ZkError err, std::vector<std::string> names) {
-                   self->listingPending_ = false;
-                   if (epoch != self->epoch_) return self->finishEvaluate();
-                   if (err == ZkError::NoNode) {  // the members node itself was deleted
-                     self->evaluating_ = false;
-                     self->dirty_ = false;
-                     return self->feed(Event::MemberMissing);
-                   }
-                   if (err != ZkError::Ok) return self->finishEvaluate();  // reconnect re-verifies
-                   std::vector<std::pair<int64_t, std::string>> queue;
-                   for (auto& n : names) {
-                     if (int64_t s = seqOf(n); s >= 0) queue.emplace_back(s, n);
-                   }
-                   std::sort(queue.begin(), queue.end());
-                   auto own = std::find_if(queue.begin(), queue.end(), [&](const auto& q) {
-                     return q.second == self->memberName_;
-                   });
-                   if (own == queue.end()) {
-                     self->evaluating_ = false;
-                     self->dirty_ = false;
-                     return self->feed(Event::MemberMissing);
-                   }
-                   if (own == queue.begin()) {
-                     // The last leader we saw may be stopping (its stop writes no record): its
-                     // session's mark says so while it lasts.
-                     const auto& last = self->lastLeaderSeen_;
-                     const bool peer = last && last->sessionId != self->zk_.sessionId();
-                     return self->acquire(epoch, std::nullopt, peer ? last->sessionId : 0);
-                   }
-                   // Watch only the predecessor: no herd when the leader goes (seed 001 §3.2).
-                   const std::string predecessor = std::prev(own)->second;
-                   const bool predecessorIsHead = std::prev(own) == queue.begin();
-                   self->zk_.existsOn(
-                       self->strand_, self->members_ + "/" + predecessor, self.get(),
-                       [weak = self->weak_from_this()] {
-                         if (auto s = weak.lock()) s->onPredecessorGone();
-                       },
-                       [self, epoch, predecessor, predecessorIsHead](ZkError e2,
-                                                                     std::optional<NodeStat> stat) {
-                         if (epoch != self->epoch_) return self->finishEvaluate();
-                         if (e2 == ZkError::Ok && !stat) {
-                           self->dirty_ = true;  // gone already: look again
-                         } else if (e2 == ZkError::Ok) {
-                           self->predecessor_ = predecessor;
-                           self->predecessorIsHead_ = predecessorIsHead;
-                           self->predecessorSession_ = stat->ephemeralOwner;
-                           // We take over from it next: learn how it leaves as it happens.
-                           if (predecessorIsHead) self->ctx_->marks->follow(stat->ephemeralOwner);
-                           self->feed(Event::MustWait, LossReason::Drift);
-                           self->watchActive(epoch);
-                         }
-                         self->finishEvaluate();
-                       });
-                 });
+  keeper_.childrenOn(
+      strand_, members_, nullptr, nullptr,
+      [self = shared_from_this(), epoch](ZkError err, std::vector<std::string> names) {
+        self->listingPending_ = false;
+        if (epoch != self->epoch_) return self->finishEvaluate();
+        if (err == ZkError::NoNode) {  // the members node itself was deleted
+          self->evaluating_ = false;
+          self->dirty_ = false;
+          return self->feed(Event::MemberMissing);
+        }
+        if (err != ZkError::Ok) return self->finishEvaluate();  // reconnect re-verifies
+        std::vector<std::pair<int64_t, std::string>> queue;
+        for (auto& n : names) {
+          if (int64_t s = seqOf(n); s >= 0) queue.emplace_back(s, n);
+        }
+        std::sort(queue.begin(), queue.end());
+        auto own = std::find_if(queue.begin(), queue.end(),
+                                [&](const auto& q) { return q.second == self->memberName_; });
+        if (own == queue.end()) {
+          self->evaluating_ = false;
+          self->dirty_ = false;
+          return self->feed(Event::MemberMissing);
+        }
+        if (own == queue.begin()) {
+          // The last leader we saw may be stopping (its stop writes no record): its
+          // session's mark says so while it lasts.
+          const auto& last = self->lastLeaderSeen_;
+          const bool peer = last && last->sessionId != self->keeper_.sessionId();
+          return self->acquire(epoch, std::nullopt, peer ? last->sessionId : 0);
+        }
+        // Watch only the predecessor: no herd when the leader goes (seed 001 §3.2).
+        const std::string predecessor = std::prev(own)->second;
+        const bool predecessorIsHead = std::prev(own) == queue.begin();
+        self->keeper_.existsOn(
+            self->strand_, self->members_ + "/" + predecessor, self.get(),
+            [weak = self->weak_from_this()] {
+              if (auto s = weak.lock()) s->onPredecessorGone();
+            },
+            [self, epoch, predecessor, predecessorIsHead](ZkError e2,
+                                                          std::optional<NodeStat> stat) {
+              if (epoch != self->epoch_) return self->finishEvaluate();
+              if (e2 == ZkError::Ok && !stat) {
+                self->dirty_ = true;  // gone already: look again
+              } else if (e2 == ZkError::Ok) {
+                self->predecessor_ = predecessor;
+                self->predecessorIsHead_ = predecessorIsHead;
+                self->predecessorSession_ = stat->ephemeralOwner;
+                // We take over from it next: learn how it leaves as it happens.
+                if (predecessorIsHead) self->ctx_->marks->follow(stat->ephemeralOwner);
+                self->feed(Event::MustWait, LossReason::Drift);
+                self->watchActive(epoch);
+              }
+              self->finishEvaluate();
+            });
+      });
 }
 
 // The member we waited behind is gone. When it was first in the queue we are first now (sequence
@@ -109,7 +109,7 @@ void Elector::evaluate() {
 // the queue again. That saves a round trip and a request per account on every handover.
 void Elector::onPredecessorGone() {
   if (!evaluating_ && role_ == Role::Waiting && predecessorIsHead_ && !memberName_.empty() &&
-      zk_.usable()) {
+      keeper_.usable()) {
     // The head was the leader we last saw: its session's stop mark can tell a clean stop.
     const bool headLed = lastLeaderSeen_ && lastLeaderSeen_->sessionId == predecessorSession_ &&
                          lastLeaderSeen_->seq == seqOf(predecessor_);
@@ -157,24 +157,24 @@ void Elector::watchActive(uint64_t epoch) {
       if (auto s = weak.lock()) s->onActiveChanged();
     };
   }
-  zk_.getOn(strand_, active_, watch ? &active_ : nullptr, std::move(onChange),
-            [self = shared_from_this(), epoch, watch](ZkError err, std::string data, NodeStat) {
-              if (epoch != self->epoch_) return;
-              if (err == ZkError::Ok) {
-                self->noteLeader(parseActive(data));
-              } else if (err == ZkError::NoNode) {
-                // No leader yet (the head is still creating `active`): watch until it appears,
-                // behind the head too, so every candidate ends up knowing who leads (the agent's
-                // balance counts leaders from what its candidates saw).
-                self->noteLeader(std::nullopt);
-                self->zk_.existsOn(
-                    self->strand_, self->active_, &self->active_,
-                    [weak = self->weak_from_this()] {
-                      if (auto s = weak.lock()) s->onActiveChanged();
-                    },
-                    [](ZkError, std::optional<NodeStat>) {});
-              }
-            });
+  keeper_.getOn(strand_, active_, watch ? &active_ : nullptr, std::move(onChange),
+                [self = shared_from_this(), epoch, watch](ZkError err, std::string data, NodeStat) {
+                  if (epoch != self->epoch_) return;
+                  if (err == ZkError::Ok) {
+                    self->noteLeader(parseActive(data));
+                  } else if (err == ZkError::NoNode) {
+                    // No leader yet (the head is still creating `active`): watch until it appears,
+                    // behind the head too, so every candidate ends up knowing who leads (the
+                    // agent's balance counts leaders from what its candidates saw).
+                    self->noteLeader(std::nullopt);
+                    self->keeper_.existsOn(
+                        self->strand_, self->active_, &self->active_,
+                        [weak = self->weak_from_this()] {
+                          if (auto s = weak.lock()) s->onActiveChanged();
+                        },
+                        [](ZkError, std::optional<NodeStat>) {});
+                  }
+                });
 }
 
 void Elector::noteLeader(std::optional<ActiveInfo> leader) {

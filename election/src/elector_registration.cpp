@@ -21,24 +21,24 @@ std::string baseName(std::string_view path) {
 }  // namespace
 
 void Elector::registerMember() {
-  if (!standing_ || !zk_.usable() || !memberName_.empty()) return;
+  if (!standing_ || !keeper_.usable() || !memberName_.empty()) return;
   if (createInFlight_ && createEpoch_ == epoch_) return;
   createInFlight_ = true;
   createEpoch_ = epoch_;
   replyLost_ = false;
   const uint64_t epoch = epoch_;
-  const int64_t session = zk_.sessionId();
-  zk_.createOn(strand_, members_ + "/" + std::string(kMemberPrefix), memberRecord(),
-               NodeKind::EphemeralSequential,
-               [self = shared_from_this(), epoch, session](ZkError err, std::string path) {
-                 self->onCreated(epoch, session, err, std::move(path));
-               });
+  const int64_t session = keeper_.sessionId();
+  keeper_.createOn(strand_, members_ + "/" + std::string(kMemberPrefix), memberRecord(),
+                   NodeKind::EphemeralSequential,
+                   [self = shared_from_this(), epoch, session](ZkError err, std::string path) {
+                     self->onCreated(epoch, session, err, std::move(path));
+                   });
 }
 
 void Elector::onCreated(uint64_t epoch, int64_t session, ZkError err, std::string path) {
   if (epoch != epoch_) {
     // Withdrawn meanwhile, or the session changed: a node we still own must not block the queue.
-    if (err == ZkError::Ok && session == zk_.sessionId()) removeUntilGone(path, -1);
+    if (err == ZkError::Ok && session == keeper_.sessionId()) removeUntilGone(path, -1);
     return;
   }
   createInFlight_ = false;
@@ -82,47 +82,48 @@ void Elector::onRegistered(const std::string& path) {
 void Elector::createTree(uint64_t epoch) {
   createInFlight_ = true;
   createEpoch_ = epoch;
-  zk_.ensurePathOn(strand_, ctx_->options.root, [](ZkError) {});
+  keeper_.ensurePathOn(strand_, ctx_->options.root, [](ZkError) {});
   std::vector<MultiOp> ops{{MultiOp::Kind::Create, base_, "", -1},
                            {MultiOp::Kind::Create, handover_, "", -1},
                            {MultiOp::Kind::Create, members_, "", -1},
                            {MultiOp::Kind::Create, members_ + "/" + std::string(kMemberPrefix),
                             memberRecord(), -1, NodeKind::EphemeralSequential}};
-  const int64_t session = zk_.sessionId();
-  zk_.multiOn(strand_, std::move(ops),
-              [self = shared_from_this(), epoch, session](
-                  ZkError err, std::vector<ZkSession::MultiResult> results) {
-                const std::string member = results.empty() ? "" : results.back().path;
-                if (epoch != self->epoch_) {
-                  if (err == ZkError::Ok && session == self->zk_.sessionId()) {
-                    self->removeUntilGone(member, -1);
-                  }
-                  return;
-                }
-                self->createInFlight_ = false;
-                switch (err) {
-                  case ZkError::Ok:
-                    self->freshQueueMember_ = baseName(member);
-                    return self->onRegistered(member);
-                  case ZkError::ConnectionLoss:
-                    self->replyLost_ = true;  // as in onCreated: adopt on reconnect
-                    return;
-                  case ZkError::SessionExpired:
-                  case ZkError::Closing:
-                    return;
-                  default:
-                    return self->repairTree(epoch);  // partly there, or the root is missing
-                }
-              });
+  const int64_t session = keeper_.sessionId();
+  keeper_.multiOn(
+      strand_, std::move(ops),
+      [self = shared_from_this(), epoch, session](ZkError err, std::vector<MultiResult> results) {
+        const std::string member = results.empty() ? "" : results.back().path;
+        if (epoch != self->epoch_) {
+          if (err == ZkError::Ok && session == self->keeper_.sessionId()) {
+            self->removeUntilGone(member, -1);
+          }
+          return;
+        }
+        self->createInFlight_ = false;
+        switch (err) {
+          case ZkError::Ok:
+            self->freshQueueMember_ = baseName(member);
+            return self->onRegistered(member);
+          case ZkError::ConnectionLoss:
+            self->replyLost_ = true;  // as in onCreated: adopt on reconnect
+            return;
+          case ZkError::SessionExpired:
+          case ZkError::Closing:
+            return;
+          default:
+            return self->repairTree(epoch);  // partly there, or the root is missing
+        }
+      });
 }
 
 // Creates each missing level on its own, then registers; retried shortly while that fails (the
 // tree deleted again under us, or the root refused).
 void Elector::repairTree(uint64_t epoch) {
-  zk_.forgetPath(handover_);  // whichever level is missing, this session's memory of it is wrong
-  zk_.forgetPath(members_);
-  zk_.ensurePathOn(strand_, handover_, [self = shared_from_this(), epoch](ZkError) {
-    self->zk_.ensurePathOn(self->strand_, self->members_, [self, epoch](ZkError err) {
+  keeper_.forgetPath(
+      handover_);  // whichever level is missing, this session's memory of it is wrong
+  keeper_.forgetPath(members_);
+  keeper_.ensurePathOn(strand_, handover_, [self = shared_from_this(), epoch](ZkError) {
+    self->keeper_.ensurePathOn(self->strand_, self->members_, [self, epoch](ZkError err) {
       if (epoch != self->epoch_) return;
       if (err == ZkError::Ok) return self->registerMember();
       self->retryTimer_.expires_after(std::chrono::milliseconds(100));
@@ -137,7 +138,7 @@ void Elector::repairTree(uint64_t epoch) {
 // any other, or registers afresh when there is none.
 void Elector::adoptOrRegister() {
   const uint64_t epoch = epoch_;
-  zk_.childrenOn(
+  keeper_.childrenOn(
       strand_, members_, nullptr, nullptr,
       [self = shared_from_this(), epoch](ZkError err, std::vector<std::string> names) {
         if (epoch != self->epoch_ || err != ZkError::Ok) {
@@ -173,16 +174,17 @@ void Elector::adoptOrRegister() {
             self->requestEvaluate();
           }
         };
-        const int64_t session = self->zk_.sessionId();
+        const int64_t session = self->keeper_.sessionId();
         for (auto& name : names) {
-          self->zk_.existsOn(self->strand_, self->members_ + "/" + name, nullptr, nullptr,
-                             [gather, name, session](ZkError, std::optional<NodeStat> stat) {
-                               if (stat && stat->ephemeralOwner == session && seqOf(name) >= 0) {
-                                 gather->add(Owned{seqOf(name), name});
-                               } else {
-                                 gather->add(std::nullopt);
-                               }
-                             });
+          self->keeper_.existsOn(
+              self->strand_, self->members_ + "/" + name, nullptr, nullptr,
+              [gather, name, session](ZkError, std::optional<NodeStat> stat) {
+                if (stat && stat->ephemeralOwner == session && seqOf(name) >= 0) {
+                  gather->add(Owned{seqOf(name), name});
+                } else {
+                  gather->add(std::nullopt);
+                }
+              });
         }
         gather->add(std::nullopt);  // the +1 above: completes even when there are no children
       });
@@ -199,27 +201,28 @@ void Elector::verifyMember() {
     return;
   }
   const uint64_t epoch = epoch_;
-  zk_.existsOn(strand_, members_ + "/" + memberName_, nullptr, nullptr,
-               [self = shared_from_this(), epoch](ZkError err, std::optional<NodeStat> stat) {
-                 if (epoch != self->epoch_ || err != ZkError::Ok) return;
-                 if (stat && stat->ephemeralOwner == self->zk_.sessionId()) {
-                   self->requestEvaluate();
-                 } else {
-                   // An `active` this session still holds would block our new member forever.
-                   self->removeOwnActive();
-                   self->feed(Event::MemberMissing);
-                 }
-               });
+  keeper_.existsOn(strand_, members_ + "/" + memberName_, nullptr, nullptr,
+                   [self = shared_from_this(), epoch](ZkError err, std::optional<NodeStat> stat) {
+                     if (epoch != self->epoch_ || err != ZkError::Ok) return;
+                     if (stat && stat->ephemeralOwner == self->keeper_.sessionId()) {
+                       self->requestEvaluate();
+                     } else {
+                       // An `active` this session still holds would block our new member forever.
+                       self->removeOwnActive();
+                       self->feed(Event::MemberMissing);
+                     }
+                   });
 }
 
 // Deletes `active` if this session owns it (whatever its record says). Sent before anything the
 // caller sends next, so the server applies it first.
 void Elector::removeOwnActive() {
   activeVersion_ = -1;
-  zk_.existsOn(strand_, active_, nullptr, nullptr,
-               [self = shared_from_this()](ZkError err, std::optional<NodeStat> stat) {
-                 if (err == ZkError::Ok && stat && stat->ephemeralOwner == self->zk_.sessionId())
-                   self->removeUntilGone(self->active_, stat->version);
-               });
+  keeper_.existsOn(
+      strand_, active_, nullptr, nullptr,
+      [self = shared_from_this()](ZkError err, std::optional<NodeStat> stat) {
+        if (err == ZkError::Ok && stat && stat->ephemeralOwner == self->keeper_.sessionId())
+          self->removeUntilGone(self->active_, stat->version);
+      });
 }
 }  // namespace zkagent::election::detail

@@ -34,30 +34,31 @@ void Elector::releaseLeadership(LossReason reason, bool standAgain, std::functio
   memberName_.clear();
   seq_ = -1;
   activeVersion_ = -1;
-  zk_.multiOn(strand_, ops,
-              [self = shared_from_this(), ops, standAgain, done = std::move(done)](
-                  ZkError err, const std::vector<ZkSession::MultiResult>&) {
-                if (err != ZkError::Ok) {
-                  // Partly gone already, the record's node deleted, or the reply lost: delete
-                  // each until gone (CURATOR-202), never leave a node that blocks the queue.
-                  const auto& [record, member, active] = std::tie(ops[0], ops[1], ops[2]);
-                  self->zk_.set(record.path, record.data, -1, [](ZkError, NodeStat) {});
-                  self->removeUntilGone(member.path, member.version);
-                  self->removeUntilGone(active.path, active.version);
-                }
-                if (standAgain && self->standing_) self->registerMember();
-                done();
-              });
+  keeper_.multiOn(strand_, ops,
+                  [self = shared_from_this(), ops, standAgain, done = std::move(done)](
+                      ZkError err, const std::vector<MultiResult>&) {
+                    if (err != ZkError::Ok) {
+                      // Partly gone already, the record's node deleted, or the reply lost: delete
+                      // each until gone (CURATOR-202), never leave a node that blocks the queue.
+                      const auto& [record, member, active] = std::tie(ops[0], ops[1], ops[2]);
+                      self->keeper_.setOn(self->strand_, record.path, record.data, -1,
+                                          [](ZkError, NodeStat) {});
+                      self->removeUntilGone(member.path, member.version);
+                      self->removeUntilGone(active.path, active.version);
+                    }
+                    if (standAgain && self->standing_) self->registerMember();
+                    done();
+                  });
 }
 
 void Elector::removeUntilGone(std::string path, int32_t version) {
-  const int64_t session = zk_.sessionId();
-  zk_.removeOn(strand_, path, version,
-               [self = shared_from_this(), path, version, session](ZkError err) {
-                 if (err == ZkError::ConnectionLoss && session == self->zk_.sessionId()) {
-                   self->pendingRemovals_.push_back({path, version});
-                 }
-               });
+  const int64_t session = keeper_.sessionId();
+  keeper_.removeOn(strand_, path, version,
+                   [self = shared_from_this(), path, version, session](ZkError err) {
+                     if (err == ZkError::ConnectionLoss && session == self->keeper_.sessionId()) {
+                       self->pendingRemovals_.push_back({path, version});
+                     }
+                   });
 }
 
 void Elector::retryRemovals() {

@@ -21,7 +21,7 @@ void Elector::acquire(uint64_t epoch, std::optional<std::string> knownHandover,
   auto pending = std::make_shared<Pending>();
   pending->handover = std::move(knownHandover);
   const bool aboutToLead = role_ != Role::Leader;
-  const uint64_t linkAtCreate = zk_.linkEpoch();
+  const uint64_t linkAtCreate = keeper_.linkEpoch();
   auto settle = [self = shared_from_this(), epoch, pending, aboutToLead, linkAtCreate] {
     if (!pending->created || (aboutToLead && !pending->handover)) return;
     const ZkError err = *pending->created;
@@ -53,7 +53,7 @@ void Elector::acquire(uint64_t epoch, std::optional<std::string> knownHandover,
   // Nobody watches their own member node (a leader's watch on it would cost the server a
   // notification per account on every stop): `active` is only created while it still exists, in
   // the same multi, so a candidate whose member was deleted while it waited never leads on it.
-  zk_.createBatchedOn(
+  keeper_.createBatchedOn(
       strand_, active_, toJson(ownRecord()), NodeKind::Ephemeral,
       [self = shared_from_this(), epoch, pending, settle](ZkError err, std::string) {
         self->activePending_ = false;
@@ -61,18 +61,19 @@ void Elector::acquire(uint64_t epoch, std::optional<std::string> knownHandover,
         if (err == ZkError::Ok) {
           // The watch only guards against someone else touching our node: it waits until the
           // takeovers still queued have gone out.
-          self->zk_.whenCreatesIdle(self->strand_, [self, epoch] { self->armActiveWatch(epoch); });
+          self->keeper_.whenCreatesIdle(self->strand_,
+                                        [self, epoch] { self->armActiveWatch(epoch); });
         }
         settle();
       },
       members_ + "/" + memberName_);
   if (!aboutToLead || pending->handover) return;
   auto readRecord = [self = shared_from_this(), pending, settle] {
-    self->zk_.getOn(self->strand_, self->handover_, nullptr, nullptr,
-                    [pending, settle](ZkError err, std::string data, NodeStat) {
-                      pending->handover = err == ZkError::Ok ? std::move(data) : std::string();
-                      settle();
-                    });
+    self->keeper_.getOn(self->strand_, self->handover_, nullptr, nullptr,
+                        [pending, settle](ZkError err, std::string data, NodeStat) {
+                          pending->handover = err == ZkError::Ok ? std::move(data) : std::string();
+                          settle();
+                        });
   };
   if (departingSession == 0 || !lastLeaderSeen_) return readRecord();
   // What a stopping leader's record says; its session's mark says it stopped.
@@ -101,14 +102,14 @@ void Elector::acquire(uint64_t epoch, std::optional<std::string> knownHandover,
 // Watches the `active` node we just created; if anyone touched it before the watch was in place
 // (version moved, owner changed, node gone), evaluate again at once.
 void Elector::armActiveWatch(uint64_t epoch) {
-  zk_.existsOn(
+  keeper_.existsOn(
       strand_, active_, &active_,
       [weak = weak_from_this()] {
         if (auto s = weak.lock()) s->onActiveChanged();
       },
       [self = shared_from_this(), epoch](ZkError err, std::optional<NodeStat> stat) {
         if (epoch != self->epoch_ || err != ZkError::Ok) return;
-        if (!stat || stat->version != 0 || stat->ephemeralOwner != self->zk_.sessionId()) {
+        if (!stat || stat->version != 0 || stat->ephemeralOwner != self->keeper_.sessionId()) {
           self->requestEvaluate(Change::Active);
         }
       });
@@ -127,7 +128,7 @@ void Elector::confirm(uint64_t epoch) {
   auto reads = std::make_shared<Reads>();
   const bool aboutToLead = role_ != Role::Leader;
   reads->pending = aboutToLead ? 2 : 1;
-  const uint64_t linkAtRead = zk_.linkEpoch();
+  const uint64_t linkAtRead = keeper_.linkEpoch();
   activePending_ = true;
   auto settle = [self = shared_from_this(), epoch, reads, linkAtRead] {
     if (--reads->pending > 0) return;
@@ -139,7 +140,7 @@ void Elector::confirm(uint64_t epoch) {
     if (reads->activeErr != ZkError::Ok) return self->finishEvaluate();
     auto active = parseActive(reads->active);
     if (active && self->isOwnRecord(*active) &&
-        reads->activeStat.ephemeralOwner == self->zk_.sessionId()) {
+        reads->activeStat.ephemeralOwner == self->keeper_.sessionId()) {
       self->activeVersion_ = reads->activeStat.version;
       if (self->role_ != Role::Leader) {
         self->prepareAnnouncement(reads->handoverRead ? &reads->handover : nullptr, linkAtRead);
@@ -148,7 +149,7 @@ void Elector::confirm(uint64_t epoch) {
       return self->finishEvaluate();
     }
     if (active && active->instanceId == self->ctx_->options.instanceId &&
-        reads->activeStat.ephemeralOwner == self->zk_.sessionId()) {
+        reads->activeStat.ephemeralOwner == self->keeper_.sessionId()) {
       // This session holds `active` under an older member of ours (a withdraw or re-registration
       // crossed a create in flight). Nobody else may delete it, so it would block the account
       // until the session ends: delete it (version-checked); the watch just armed on `active`
@@ -161,7 +162,7 @@ void Elector::confirm(uint64_t epoch) {
     self->feed(self->role_ == Role::Leader ? Event::Drift : Event::MustWait, LossReason::Drift);
     self->finishEvaluate();
   };
-  zk_.getOn(
+  keeper_.getOn(
       strand_, active_, &active_,
       [weak = weak_from_this()] {
         if (auto s = weak.lock()) s->onActiveChanged();
@@ -174,12 +175,12 @@ void Elector::confirm(uint64_t epoch) {
         settle();
       });
   if (aboutToLead) {
-    zk_.getOn(strand_, handover_, nullptr, nullptr,
-              [reads, settle](ZkError err, std::string data, NodeStat) {
-                reads->handoverRead = err == ZkError::Ok;
-                reads->handover = std::move(data);
-                settle();
-              });
+    keeper_.getOn(strand_, handover_, nullptr, nullptr,
+                  [reads, settle](ZkError err, std::string data, NodeStat) {
+                    reads->handoverRead = err == ZkError::Ok;
+                    reads->handover = std::move(data);
+                    settle();
+                  });
   }
 }
 }  // namespace zkagent::election::detail

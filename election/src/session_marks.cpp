@@ -13,8 +13,12 @@ constexpr std::string_view kStopping = "stopping";
 constexpr size_t kMaxPeers = 256;
 }  // namespace
 
-SessionMarks::SessionMarks(std::shared_ptr<ZkSession> zk, const std::string& root)
-    : zk_(std::move(zk)), strand_(boost::asio::make_strand(zk_->io())), dir_(root + "/@sessions") {}
+SessionMarks::SessionMarks(boost::asio::io_context& io, std::shared_ptr<Keeper> keeper,
+                           const std::string& root)
+    : io_(io),
+      keeper_(std::move(keeper)),
+      strand_(boost::asio::make_strand(io)),
+      dir_(root + "/@sessions") {}
 
 std::string SessionMarks::pathOf(int64_t session) const {
   char hex[17];
@@ -24,25 +28,26 @@ std::string SessionMarks::pathOf(int64_t session) const {
 
 void SessionMarks::announce(int64_t session) {
   // The create goes out right behind the parent's: the server handles them in that order.
-  zk_->ensurePath(dir_, [](ZkError) {});
+  keeper_->ensurePathOn(io_.get_executor(), dir_, [](ZkError) {});
   // NodeExists: a reply lost across a reconnect (the path names this session, so it is ours).
-  zk_->create(pathOf(session), std::string(kRunning), NodeKind::Ephemeral,
-              [weak = weak_from_this(), session](ZkError err, std::string) {
-                auto self = weak.lock();
-                if (!self || (err != ZkError::Ok && err != ZkError::NodeExists)) return;
-                std::lock_guard lock(self->mu_);
-                self->announced_ = session;
-              });
+  keeper_->createOn(io_.get_executor(), pathOf(session), std::string(kRunning), NodeKind::Ephemeral,
+                    [weak = weak_from_this(), session](ZkError err, std::string) {
+                      auto self = weak.lock();
+                      if (!self || (err != ZkError::Ok && err != ZkError::NodeExists)) return;
+                      std::lock_guard lock(self->mu_);
+                      self->announced_ = session;
+                    });
 }
 
 bool SessionMarks::markStopping(int64_t session) {
-  zk_->set(pathOf(session), std::string(kStopping), -1, [](ZkError, NodeStat) {});
+  keeper_->setOn(io_.get_executor(), pathOf(session), std::string(kStopping), -1,
+                 [](ZkError, NodeStat) {});
   std::lock_guard lock(mu_);
   return announced_ == session && session != 0;
 }
 
 void SessionMarks::follow(int64_t session) {
-  const uint64_t link = zk_->linkEpoch();
+  const uint64_t link = keeper_->linkEpoch();
   {
     std::lock_guard lock(mu_);
     if (peers_.size() > kMaxPeers) {
@@ -57,7 +62,7 @@ void SessionMarks::follow(int64_t session) {
   auto self = shared_from_this();
   // The watch stays in the session's table until it fires: a strong reference there would keep
   // this, and so the session and its nodes, alive after the group is gone.
-  zk_->getWatchingOn(
+  keeper_->getWatchingOn(
       strand_, pathOf(session), this,
       [weak = weak_from_this(), session, link](WatchEvent event) {
         if (auto marks = weak.lock()) marks->onEvent(session, link, event);
@@ -69,7 +74,7 @@ void SessionMarks::follow(int64_t session) {
         if (err != ZkError::Ok) return;  // gone already, or never announced: not followed
         if (std::string_view(data) == kStopping) {
           if (!peer.fate) peer.fate = Departure::Stopped;
-        } else if (link == self->zk_->linkEpoch()) {
+        } else if (link == self->keeper_->linkEpoch()) {
           peer.armed = true;
           peer.link = link;
         }
@@ -82,7 +87,8 @@ void SessionMarks::onEvent(int64_t session, uint64_t link, WatchEvent event) {
   if (it == peers_.end() || it->second.fate) return;
   Peer& peer = it->second;
   peer.armed = false;
-  if (link != zk_->linkEpoch() || peer.link != link) return;  // heard across a link loss: unsure
+  if (link != keeper_->linkEpoch() || peer.link != link)
+    return;  // heard across a link loss: unsure
   // The first change after "running" can only be the session marking itself stopping.
   settle(session, event == WatchEvent::Changed ? Departure::Stopped : Departure::Ended,
          Departure::Unknown);
@@ -110,16 +116,17 @@ void SessionMarks::departure(int64_t session, const Executor& ex,
     if (peer.reading) return;
     peer.reading = true;
   }
-  zk_->getOn(strand_, pathOf(session), nullptr, nullptr,
-             [self = shared_from_this(), session](ZkError err, std::string data, NodeStat) {
-               std::lock_guard lock(self->mu_);
-               self->peers_[session].reading = false;
-               // A watch event that was due arrived before this answer; "stopping" read here is as
-               // good as heard. Anything else: the account's own record decides.
-               const bool stopping = err == ZkError::Ok && std::string_view(data) == kStopping;
-               self->settle(session, stopping ? std::optional(Departure::Stopped) : std::nullopt,
-                            Departure::Unknown);
-             });
+  keeper_->getOn(strand_, pathOf(session), nullptr, nullptr,
+                 [self = shared_from_this(), session](ZkError err, std::string data, NodeStat) {
+                   std::lock_guard lock(self->mu_);
+                   self->peers_[session].reading = false;
+                   // A watch event that was due arrived before this answer; "stopping" read here is
+                   // as good as heard. Anything else: the account's own record decides.
+                   const bool stopping = err == ZkError::Ok && std::string_view(data) == kStopping;
+                   self->settle(session,
+                                stopping ? std::optional(Departure::Stopped) : std::nullopt,
+                                Departure::Unknown);
+                 });
 }
 
 void SessionMarks::forget() {

@@ -10,6 +10,8 @@
 // allowed in account ids, so the node never collides with an account.)
 #pragma once
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/strand.hpp>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -20,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "zk_session.hpp"
+#include "keeper.hpp"
 
 namespace zkagent::election::detail {
 
@@ -32,7 +34,8 @@ class SessionMarks : public std::enable_shared_from_this<SessionMarks> {
     Unknown,  // not followed throughout, or still running (a resign): read the account's record
   };
 
-  SessionMarks(std::shared_ptr<ZkSession> zk, const std::string& root);
+  SessionMarks(boost::asio::io_context& io, std::shared_ptr<Keeper> keeper,
+               const std::string& root);
 
   // Creates this session's mark (on every new session).
   void announce(int64_t session);
@@ -65,7 +68,8 @@ class SessionMarks : public std::enable_shared_from_this<SessionMarks> {
   // Sets the fate (when known) and answers everyone waiting; under mu_, answers posted after.
   void settle(int64_t session, std::optional<Departure> fate, Departure otherwise);
 
-  std::shared_ptr<ZkSession> zk_;
+  boost::asio::io_context& io_;  // announce and markStopping answer here
+  std::shared_ptr<Keeper> keeper_;
   // Watch events and read answers run here in the order the server sent them.
   boost::asio::strand<boost::asio::io_context::executor_type> strand_;
   const std::string dir_;

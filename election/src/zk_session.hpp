@@ -5,7 +5,6 @@
 #pragma once
 
 #include <atomic>
-#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
@@ -15,32 +14,19 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "keeper.hpp"
 #include "zkagent/election.hpp"
 
 typedef struct _zhandle zhandle_t;
 
 namespace zkagent::election::detail {
 
-using Executor = boost::asio::any_io_executor;
 using Clock = std::chrono::steady_clock;
 
-// What a fired watch saw happen to its node.
-enum class WatchEvent { Created, Deleted, Changed, Children };
-using TypedWatch = std::function<void(WatchEvent)>;
-
-// One operation of an atomic multi (only the kinds the election needs). Check fails the multi when
-// the node is missing (or, with a version >= 0, at another version); it writes nothing.
-struct MultiOp {
-  enum class Kind { Create, Remove, Set, Check } kind;
-  std::string path;
-  std::string data;  // Create, Set
-  int32_t version = -1;
-  NodeKind nodeKind = NodeKind::Persistent;  // Create
-};
-
-class ZkSession : public Session, public std::enable_shared_from_this<ZkSession> {
+class ZkSession : public Session, public Keeper, public std::enable_shared_from_this<ZkSession> {
  public:
   using EventHandler = std::function<void(const SessionEvent&)>;
+  using Watch = Session::Watch;
 
   ZkSession(boost::asio::io_context& io, SessionOptions options);
   ~ZkSession() override;
@@ -60,10 +46,9 @@ class ZkSession : public Session, public std::enable_shared_from_this<ZkSession>
   int64_t sessionId() const override { return sessionId_.load(); }
   Millis negotiatedTimeout() const override { return Millis(negotiatedMs_.load()); }
   // False from the instant the C client reports a disconnect (set on its thread, before any post).
-  bool usable() const { return connected_.load(); }
-  // Counts link losses; bumped on ZooKeeper's thread at the instant of a disconnect, so a leader
-  // confirmed under an older count is not trusted by the gate until it confirms again.
-  uint64_t linkEpoch() const { return linkEpoch_.load(); }
+  bool usable() const override { return connected_.load(); }
+  // Bumped on ZooKeeper's thread at the instant of a disconnect.
+  uint64_t linkEpoch() const override { return linkEpoch_.load(); }
 
   void create(std::string path, std::string data, NodeKind kind,
               std::function<void(ZkError, std::string)> done) override;
@@ -78,44 +63,33 @@ class ZkSession : public Session, public std::enable_shared_from_this<ZkSession>
   void remove(std::string path, int32_t version, std::function<void(ZkError)> done) override;
   void ensurePath(std::string path, std::function<void(ZkError)> done) override;
 
-  // Same operations, answered on `ex` (an account's strand). A watch is keyed by `owner`: re-arming
-  // the same path for the same owner replaces the callback, so repeated evaluations never pile up.
+  // The Keeper operations (keeper.hpp), answered on `ex` (an account's strand). A watch is keyed
+  // by `owner`: re-arming the same path for the same owner replaces the callback, so repeated
+  // evaluations never pile up.
   void createOn(Executor ex, std::string path, std::string data, NodeKind kind,
-                std::function<void(ZkError, std::string)> done);
-  void getOn(Executor ex, std::string path, const void* owner, Watch watch,
-             std::function<void(ZkError, std::string, NodeStat)> done);
-  // getOn whose watch is told what happened (a change, or the node deleted).
+                std::function<void(ZkError, std::string)> done) override;
+  void setOn(Executor ex, std::string path, std::string data, int32_t version,
+             std::function<void(ZkError, NodeStat)> done) override;
   void getWatchingOn(Executor ex, std::string path, const void* owner, TypedWatch watch,
-                     std::function<void(ZkError, std::string, NodeStat)> done);
+                     std::function<void(ZkError, std::string, NodeStat)> done) override;
   void existsOn(Executor ex, std::string path, const void* owner, Watch watch,
-                std::function<void(ZkError, std::optional<NodeStat>)> done);
+                std::function<void(ZkError, std::optional<NodeStat>)> done) override;
   void childrenOn(Executor ex, std::string path, const void* owner, Watch watch,
-                  std::function<void(ZkError, std::vector<std::string>)> done);
-  // Like createOn, but creates issued while earlier batches are being answered go out together in
-  // multis: one request and one transaction for many accounts instead of one each. When the
-  // multi fails, the create that failed gets its error and the others are sent again one by one.
-  // A non-empty `guard` must exist for the create to happen (a Check in the same multi); when it
-  // is missing the create is not made and `done` gets NoNode.
+                  std::function<void(ZkError, std::vector<std::string>)> done) override;
+  // When the multi fails, the create that failed gets its error and the others are sent again one
+  // by one.
   void createBatchedOn(Executor ex, std::string path, std::string data, NodeKind kind,
-                       std::function<void(ZkError, std::string)> done, std::string guard = {});
-  // Runs `fn` on `ex` once no batched create is waiting or being answered: work that can wait
-  // (arming watches after a takeover) does not queue ahead of takeovers still to come.
-  void whenCreatesIdle(Executor ex, std::function<void()> fn);
-  void removeOn(Executor ex, std::string path, int32_t version, std::function<void(ZkError)> done);
-  void ensurePathOn(Executor ex, std::string path, std::function<void(ZkError)> done);
-  // Makes ensurePathOn create `path` and every level above it again: a create found it missing.
-  void forgetPath(const std::string& path);
-  // `done` gets one result per operation: its own error (on failure ZooKeeper reports the one
-  // that failed; the others say RuntimeInconsistency or Ok, rolled back either way) and the path
-  // a Create made.
-  struct MultiResult {
-    int rc = 0;  // the C client's code for this operation
-    std::string path;
-  };
-  using MultiDone = std::function<void(ZkError, std::vector<MultiResult>)>;
-  void multiOn(Executor ex, std::vector<MultiOp> ops, MultiDone done);
-  // Makes the next read on this session see everything the ensemble leader has committed.
-  void syncOn(Executor ex, std::string path, std::function<void(ZkError)> done);
+                       std::function<void(ZkError, std::string)> done, std::string guard) override;
+  // Work that can wait (arming watches after a takeover) does not queue ahead of takeovers still
+  // to come.
+  void whenCreatesIdle(Executor ex, std::function<void()> fn) override;
+  void removeOn(Executor ex, std::string path, int32_t version,
+                std::function<void(ZkError)> done) override;
+  void ensurePathOn(Executor ex, std::string path, std::function<void(ZkError)> done) override;
+  void forgetPath(const std::string& path) override;
+  void multiOn(Executor ex, std::vector<MultiOp> ops, MultiDone done) override;
+  void syncOn(Executor ex, std::string path, std::function<void(ZkError)> done) override;
+  using Keeper::getOn;
 
   // Called by the C trampolines (ZooKeeper's threads).
   void onWatcherEvent(uint64_t generation, int type, int state, const char* path);

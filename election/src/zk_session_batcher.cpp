@@ -1,7 +1,5 @@
 // ZkSession: the create batcher: creates issued while earlier ones are being answered go out
 // together in multis.
-#include <zookeeper/zookeeper.h>
-
 #include <boost/asio/post.hpp>
 
 #include "multi_batches.hpp"
@@ -99,18 +97,18 @@ void ZkSession::sendCreateBatch(std::vector<PendingCreate> creates) {
             for (size_t i = 0; i < creates.size(); ++i) {
               auto& one = creates[i];
               const size_t at = createAt[i];
-              // The create's own result, unless its guard is what failed.
-              int rc = perOperation ? results[at].rc : ZOK;
-              if (perOperation && !one.guard.empty() && results[at - 1].rc != ZOK &&
-                  results[at - 1].rc != ZRUNTIMEINCONSISTENCY) {
-                rc = results[at - 1].rc;
+              // The create's own failure, unless its guard is what failed.
+              std::optional<ZkError> failure;
+              if (perOperation) failure = results[at].failure;
+              if (perOperation && !one.guard.empty() && results[at - 1].failure) {
+                failure = results[at - 1].failure;
               }
-              const bool rolledBack = err != ZkError::Ok && !linkLost(err) && perOperation &&
-                                      (rc == ZOK || rc == ZRUNTIMEINCONSISTENCY);
+              const bool rolledBack =
+                  err != ZkError::Ok && !linkLost(err) && perOperation && !failure;
               if (!rolledBack) {
                 // Created, the link's fate, or this create is the one that failed.
                 const ZkError mine =
-                    err == ZkError::Ok || linkLost(err) || !perOperation ? err : fromRc(rc);
+                    err == ZkError::Ok || linkLost(err) || !perOperation ? err : *failure;
                 std::string path = perOperation ? std::move(results[at].path) : std::string();
                 asio::post(one.executor, [done = std::move(one.done), mine,
                                           path = std::move(path)] { done(mine, path); });
@@ -140,10 +138,8 @@ void ZkSession::sendCreateAlone(PendingCreate c, bool ofBatch) {
               return answer(err, results.size() == 2 ? std::move(results[1].path) : "");
             }
             // The guard's failure (NoNode) wins; else the create's own error.
-            const int rc = results[0].rc != ZOK && results[0].rc != ZRUNTIMEINCONSISTENCY
-                               ? results[0].rc
-                               : results[1].rc;
-            answer(linkLost(err) ? err : fromRc(rc), "");
+            const ZkError failure = results[0].failure.value_or(results[1].failure.value_or(err));
+            answer(linkLost(err) ? err : failure, "");
           });
 }
 

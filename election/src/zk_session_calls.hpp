@@ -45,12 +45,6 @@ struct Call {
   std::string path;
 };
 
-// The plain watches most callers want, as a typed one.
-inline TypedWatch typed(Session::Watch watch) {
-  if (!watch) return {};
-  return [watch = std::move(watch)](WatchEvent) { watch(); };
-}
-
 template <typename Done, typename... Args>
 void deliver(Call<Done>* call, ZkError err, Args&&... args) {
   if (!ZkSession::linkLost(err)) {

@@ -59,8 +59,12 @@ void ZkSession::create(std::string path, std::string data, NodeKind kind,
 }
 void ZkSession::set(std::string path, std::string data, int32_t version,
                     std::function<void(ZkError, NodeStat)> done) {
+  setOn(io_.get_executor(), std::move(path), std::move(data), version, std::move(done));
+}
+void ZkSession::setOn(Executor ex, std::string path, std::string data, int32_t version,
+                      std::function<void(ZkError, NodeStat)> done) {
   using Done = std::function<void(ZkError, NodeStat)>;
-  submit(io_.get_executor(), Done(std::move(done)), nullptr, nullptr, std::move(path),
+  submit(std::move(ex), Done(std::move(done)), nullptr, nullptr, std::move(path),
          [&](zhandle_t* zh, Call<Done>* call) {
            return zoo_aset(
                zh, call->path.c_str(), data.data(), static_cast<int>(data.size()), version,
@@ -107,11 +111,6 @@ void ZkSession::createOn(Executor ex, std::string path, std::string data, NodeKi
          });
 }
 // Watches are recorded on the completion thread, before any event for them can be processed.
-void ZkSession::getOn(Executor ex, std::string path, const void* owner, Watch watch,
-                      std::function<void(ZkError, std::string, NodeStat)> done) {
-  getWatchingOn(std::move(ex), std::move(path), owner, typed(std::move(watch)), std::move(done));
-}
-
 void ZkSession::getWatchingOn(Executor ex, std::string path, const void* owner, TypedWatch watch,
                               std::function<void(ZkError, std::string, NodeStat)> done) {
   using Done = std::function<void(ZkError, std::string, NodeStat)>;
@@ -239,7 +238,11 @@ void ZkSession::multiOn(Executor ex, std::vector<MultiOp> ops, MultiDone done) {
                   if (!linkLost(err)) c->session->noteContact();
                   std::vector<MultiResult> results(c->ops.size());
                   for (size_t i = 0; i < results.size(); ++i) {
-                    results[i].rc = linkLost(err) ? rc2 : c->results[i].err;
+                    // The others say RuntimeInconsistency or Ok, rolled back either way.
+                    const int own = c->results[i].err;
+                    if (!linkLost(err) && own != ZOK && own != ZRUNTIMEINCONSISTENCY) {
+                      results[i].failure = fromRc(own);
+                    }
                     if (err == ZkError::Ok && c->ops[i].kind == MultiOp::Kind::Create) {
                       results[i].path = c->created[i].c_str();
                     }
