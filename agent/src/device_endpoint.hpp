@@ -13,7 +13,7 @@
 // connection, the table, its clock and the lease writer's completions. So the model needs no
 // locks, a device's frames are handled in order, and no completion hops between threads (which
 // cost more than the heartbeats themselves on the agent's shared pool). The public calls are
-// thread-safe; Beast stays inside device_endpoint.cpp.
+// thread-safe; Beast stays inside the endpoint's sources (device_endpoint_core.hpp).
 #pragma once
 
 #include <boost/asio/io_context.hpp>

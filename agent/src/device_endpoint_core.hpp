@@ -1,0 +1,195 @@
+// The device endpoint's inside, shared by its sources (Beast is included here and in them only):
+//   device_endpoint.cpp    the public DeviceEndpoint, its thread and its metrics
+//   device_upgrade.cpp     the listener, the upgrade request and its refusals (404, 307, 503)
+//   device_session.cpp     one open connection: welcome, pings and pongs, bad frames, closes
+//   device_leadership.cpp  the per-account table: leadership released, 4001 closes, fencing, stop
+//
+// Memory per connection is kept small on purpose (tens of thousands of devices per agent): one
+// websocket stream over a plain socket (its own timer only bounds the accept and close
+// handshakes), one flat_buffer, a few words of state. Silent devices are found by the table's
+// periodic check, not by a timer per connection; unfinished upgrades by one reaper timer.
+#pragma once
+
+#include <atomic>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "device_endpoint.hpp"
+#include "lease_writer.hpp"
+#include "zkagent/presence/asio_clock.hpp"
+#include "zkagent/presence/connection_table.hpp"
+
+namespace zkagent::agent::detail {
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+namespace websocket = beast::websocket;
+using tcp = asio::ip::tcp;
+using SteadyClock = std::chrono::steady_clock;
+
+// Bounds of the endpoint (docs/agent.md "Limits worth knowing").
+inline constexpr size_t kMaxConnections = 200000;  // sockets at once; more are closed at accept
+// Unfinished upgrades. Over the soft bound the oldest is dropped if it has waited kStaleUpgrade (an
+// idle connect); a reconnect storm (every device of a deposed leader within a few hundred ms) is
+// younger than that and is let through up to the hard bound, where the oldest is dropped anyway.
+// Dropping young upgrades sends their devices into longer backoff and slows the storm down.
+inline constexpr size_t kMaxUpgrading = 4096;
+inline constexpr size_t kMaxUpgradingBurst = 16384;
+inline constexpr auto kStaleUpgrade = std::chrono::seconds(1);
+inline constexpr size_t kHeaderLimit = 8 * 1024;  // upgrade request header bytes
+inline constexpr size_t kMaxFrameBytes = 4096;    // one device frame; over it the stream sends 1009
+inline constexpr size_t kMaxQueuedPongs = 64;     // a device that pings without reading is cut off
+inline constexpr auto kUpgradeTimeout = std::chrono::seconds(5);     // request read + refusal write
+inline constexpr auto kHandshakeTimeout = std::chrono::seconds(5);   // websocket accept and close
+inline constexpr auto kStopGrace = std::chrono::milliseconds(1000);  // close handshakes at shutdown
+inline constexpr auto kLeaderLookup =
+    std::chrono::milliseconds(50);  // new leader's endpoint, polled
+inline constexpr int kLeaderLookups = 10;
+
+enum CloseCode : uint16_t {
+  kNormal = 1000,
+  kGoingAway = 1001,
+  kBadFrame = 1003,
+  kPolicy = 1008,
+  kTooBig = 1009,
+  kLeaderMoved = 4001,
+  kPingTimeout = 4002,
+};
+
+// An upgrade answered with an HTTP error or redirect instead of the handshake.
+struct Refusal {
+  bhttp::status status;
+  std::string reason;  // metric label
+  std::string error;   // the body's "error"
+  std::string location;
+};
+
+struct DeviceEndpoint::Counts {
+  explicit Counts(const Config& config) {
+    for (const auto& account : config.accounts) deviceCounts.try_emplace(account, 0);
+  }
+  metrics::Registry registry;  // owned here: sessions may outlive the agent's own registry
+  PresenceMetrics m{registry};
+  // Fixed key set (the configured accounts): written on the endpoint's thread, read by
+  // /v1/status.
+  std::map<std::string, std::atomic<int64_t>, std::less<>> deviceCounts;
+};
+
+class Session;
+
+struct DeviceEndpoint::Core : std::enable_shared_from_this<Core> {
+  Core(asio::io_context& agentIo, asio::io_context& own, const Config& config,
+       std::shared_ptr<Counts> counts);
+
+  void accept();
+  void reap();
+  void leadershipLost(const std::string& account);
+  void closeMoved(std::string account, std::vector<std::weak_ptr<Session>> sessions, int attempt);
+  void onTimeout(presence::Epoch epoch);
+  void onFenced(const std::string& account, uint64_t token);
+  void stop(std::function<void()> done);
+  void stopped();
+  std::optional<std::string> leaderElsewhere(const election::GateDecision& decision) const;
+  void countDevices(const std::string& account, int64_t delta);
+  void countState(std::string_view state, double delta) {
+    if (!state.empty()) m.connections.with({state}).inc(delta);
+  }
+
+  asio::io_context& io;       // the agent's: stop()'s `done` runs there
+  PresenceExecutor executor;  // the endpoint's own io_context, one thread
+  const std::string instanceId;
+  const Config::Presence settings;
+  std::shared_ptr<Counts> counts;
+  PresenceMetrics& m;
+  tcp::acceptor acceptor;
+  std::string advertised;
+  uint16_t port = 0;
+  presence::AsioClock clock;
+  GateCheck gate;
+  std::function<int64_t()> sessionId;
+  std::shared_ptr<GatewayLeaseWriter> writer;
+  std::unique_ptr<presence::ConnectionTable> table;
+  asio::steady_timer reaper, acceptRetry, stopTimer;
+  bool stopping = false;
+  std::function<void()> stopDone;
+
+  std::unordered_set<Session*> sessions;           // every live session
+  std::unordered_map<uint64_t, Session*> inTable;  // by Epoch::connection
+  std::map<uint64_t, std::pair<SteadyClock::time_point, std::weak_ptr<Session>>> upgrading;
+  uint64_t nextUpgrade = 0;
+  std::unordered_map<std::string, uint64_t> fenced;  // account -> token the gateway refused
+};
+
+// One device connection. Lives while an operation of it is pending; every handler runs on the
+// endpoint's thread. The upgrade half is in device_upgrade.cpp, the open connection in
+// device_session.cpp.
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  enum class State : uint8_t { Upgrading, Open, Moving, Closing, Done };
+
+  Session(std::shared_ptr<DeviceEndpoint::Core> core, tcp::socket socket);
+  // Only reached without a final handler when the io_context is torn down: nothing more is
+  // written then, the bookkeeping is only kept consistent.
+  ~Session();
+
+  void start(uint64_t upgradeId);
+  // Closes the socket under any pending operation (an upgrade that took too long, shutdown).
+  void abort();
+  // Sends a close frame with `code` (once; later calls are ignored) after any write in progress.
+  void closeWith(uint16_t code, std::string reason);
+  // The table forgot this connection (leadership lost): still answer pings until it is closed.
+  void released();
+  // The table timed this connection out (its lease removal is already sent).
+  void timedOut();
+  State state() const { return state_; }
+  const presence::DeviceKey& key() const { return key_; }
+  uint64_t token() const { return epoch_.leaderToken; }
+
+ private:
+  static std::string_view stateName(State state);
+  void setState(State next);
+
+  void finishUpgrade();
+  // Removes the lease at once (the device is gone or misbehaved) when it is still in the table.
+  void leaveTable();
+
+  void onRequest(beast::error_code ec);
+  bool fencedUnder(int64_t token) const;
+  void refuse(Refusal refusal);
+  void upgrade(uint64_t token);
+  void onAccepted(beast::error_code ec, uint64_t token);
+
+  void readLoop();
+  void onRead(beast::error_code ec);
+  void badFrame(const std::string& why);
+  // The one writer: the welcome, then pongs in order, or the close frame; never two at once.
+  void pump();
+
+  std::shared_ptr<DeviceEndpoint::Core> core_;
+  websocket::stream<tcp::socket> ws_;
+  beast::flat_buffer buffer_{kHeaderLimit + 1024};
+  std::optional<bhttp::request_parser<bhttp::empty_body>> parser_;  // while upgrading
+  std::optional<bhttp::response<bhttp::string_body>> refusal_;      // while refusing
+  std::string out_;                                                 // the frame being written
+  std::vector<uint64_t> pongs_;
+  std::string closeReason_;
+  presence::DeviceKey key_;
+  presence::Epoch epoch_;
+  uint64_t upgradeId_ = 0;
+  uint16_t closeCode_ = kNormal;
+  State state_ = State::Upgrading;
+  bool inTable_ = false, writing_ = false, welcomePending_ = false, closeSent_ = false;
+};
+
+}  // namespace zkagent::agent::detail

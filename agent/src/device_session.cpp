@@ -1,0 +1,208 @@
+// One open device connection: the welcome frame, pings answered with pongs in order, bad frames
+// (1003), pongs piling up (1008), the table's ping timeout (4002) and the close handshake. Its
+// lease leaves the table as soon as the device is gone or misbehaves.
+#include <charconv>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "device_endpoint_core.hpp"
+#include "device_frames.hpp"
+
+namespace zkagent::agent::detail {
+using nlohmann::json;
+
+Session::Session(std::shared_ptr<DeviceEndpoint::Core> core, tcp::socket socket)
+    : core_(std::move(core)), ws_(std::move(socket)) {
+  core_->sessions.insert(this);
+  core_->countState(stateName(state_), 1);
+}
+
+Session::~Session() {
+  if (inTable_) {
+    core_->inTable.erase(epoch_.connection);
+    core_->countDevices(key_.user, -1);
+  }
+  setState(State::Done);
+  core_->sessions.erase(this);
+  if (core_->stopping && core_->sessions.empty()) core_->stopped();
+}
+
+std::string_view Session::stateName(State state) {
+  switch (state) {
+    case State::Upgrading:
+      return "upgrading";
+    case State::Open:
+      return "open";
+    case State::Moving:
+      return "moving";
+    case State::Closing:
+      return "closing";
+    case State::Done:
+      return "";
+  }
+  return "";
+}
+
+void Session::setState(State next) {
+  if (next == state_) return;
+  core_->countState(stateName(state_), -1);
+  core_->countState(stateName(next), 1);
+  state_ = next;
+}
+
+void Session::abort() {
+  beast::error_code ignored;
+  ws_.next_layer().shutdown(tcp::socket::shutdown_both, ignored);
+  ws_.next_layer().close(ignored);
+}
+
+void Session::closeWith(uint16_t code, std::string reason) {
+  if (state_ == State::Upgrading) return abort();
+  if (state_ == State::Closing || state_ == State::Done) return;
+  leaveTable();
+  setState(State::Closing);
+  pongs_.clear();
+  welcomePending_ = false;
+  closeCode_ = code;
+  closeReason_ = std::move(reason);
+  core_->m.closes.with({std::to_string(code)}).inc();
+  pump();
+}
+
+void Session::released() {
+  core_->inTable.erase(epoch_.connection);
+  if (inTable_) core_->countDevices(key_.user, -1);
+  inTable_ = false;
+  if (state_ == State::Open) setState(State::Moving);
+}
+
+void Session::timedOut() {
+  released();
+  core_->m.pingTimeouts.inc();
+  closeWith(kPingTimeout, "ping timeout");
+}
+
+void Session::leaveTable() {
+  if (!inTable_) return;
+  core_->inTable.erase(epoch_.connection);
+  core_->countDevices(key_.user, -1);
+  inTable_ = false;
+  if (core_->table) core_->table->close(epoch_);
+}
+
+void Session::onAccepted(beast::error_code ec, uint64_t token) {
+  finishUpgrade();
+  buffer_.clear();
+  buffer_.shrink_to_fit();
+  if (ec) return;
+  beast::error_code ignored;
+  ws_.next_layer().set_option(tcp::no_delay(true), ignored);
+  // Leadership may have moved while the handshake ran: accept only under the same token.
+  const auto decision = core_->gate(key_.user);
+  setState(State::Open);
+  if (core_->stopping || !decision.allowed() || static_cast<uint64_t>(decision.token) != token ||
+      fencedUnder(decision.token) || !core_->table) {
+    readLoop();
+    return closeWith(core_->stopping ? kGoingAway : kLeaderMoved, "");
+  }
+  epoch_ = core_->table->connect(key_, token);
+  inTable_ = true;
+  core_->inTable[epoch_.connection] = this;
+  core_->countDevices(key_.user, 1);
+  welcomePending_ = true;
+  pump();
+  readLoop();
+}
+
+void Session::readLoop() {
+  ws_.async_read(buffer_,
+                 [self = shared_from_this()](beast::error_code ec, size_t) { self->onRead(ec); });
+}
+
+void Session::onRead(beast::error_code ec) {
+  if (ec) {
+    // The device closed, the socket failed, or the stream failed it (1009 for a big frame):
+    // its lease goes at once.
+    if (ec == websocket::error::message_too_big) core_->m.closes.with({"1009"}).inc();
+    leaveTable();
+    setState(State::Done);
+    return;
+  }
+  if (state_ == State::Closing) {
+    buffer_.consume(buffer_.size());
+    return readLoop();  // until the device answers our close
+  }
+  if (!ws_.got_text()) {
+    buffer_.consume(buffer_.size());
+    return badFrame("binary frame");
+  }
+  const auto data = buffer_.cdata();
+  auto ping = parsePing(std::string_view(static_cast<const char*>(data.data()), data.size()));
+  buffer_.consume(buffer_.size());
+  if (auto* why = std::get_if<std::string>(&ping)) return badFrame(*why);
+  core_->m.heartbeats.inc();
+  if (inTable_) core_->table->ping(epoch_);
+  if (pongs_.size() >= kMaxQueuedPongs) {
+    readLoop();
+    return closeWith(kPolicy, "pings faster than pongs can be written");
+  }
+  pongs_.push_back(std::get<uint64_t>(ping));
+  pump();
+  readLoop();
+}
+
+void Session::badFrame(const std::string& why) {
+  readLoop();
+  closeWith(kBadFrame, ("bad frame: " + why).substr(0, 120));
+}
+
+void Session::pump() {
+  if (writing_) return;
+  if (state_ == State::Closing) {
+    if (closeSent_) return;
+    closeSent_ = true;
+    writing_ = true;
+    websocket::close_reason reason;
+    reason.code = closeCode_;
+    const auto text = std::string_view(closeReason_).substr(0, reason.reason.max_size());
+    reason.reason.assign(text.data(), text.size());
+    ws_.async_close(reason, [self = shared_from_this()](beast::error_code) {
+      self->writing_ = false;
+      self->abort();  // the device answered (or not): we are done
+    });
+    return;
+  }
+  if (welcomePending_) {
+    welcomePending_ = false;
+    out_ = json{{"type", "welcome"},
+                {"account", key_.user},
+                {"device", key_.device},
+                {"agent", core_->instanceId},
+                {"token", epoch_.leaderToken},
+                {"counter", epoch_.connection},
+                {"heartbeat_ms", core_->settings.heartbeat.count()},
+                {"timeout_ms", core_->settings.pingTimeout.count()}}
+               .dump();
+  } else if (!pongs_.empty()) {
+    // Into the same buffer every time: no allocation per pong once it has grown.
+    constexpr std::string_view head = R"({"type":"pong","seq":)";
+    char digits[24];
+    const auto end = std::to_chars(digits, digits + sizeof digits, pongs_.front()).ptr;
+    out_.assign(head);
+    out_.append(digits, end);
+    out_.push_back('}');
+    pongs_.erase(pongs_.begin());
+  } else {
+    return;
+  }
+  writing_ = true;
+  ws_.text(true);
+  ws_.async_write(asio::buffer(out_), [self = shared_from_this()](beast::error_code ec, size_t) {
+    self->writing_ = false;
+    if (!ec) self->pump();
+  });
+}
+
+}  // namespace zkagent::agent::detail
