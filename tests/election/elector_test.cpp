@@ -1,0 +1,270 @@
+// The real Elector on the in-memory ZooKeeper (fake_keeper.hpp): elections, successions and the
+// failure modes of a session, deterministically and in milliseconds. The same cases against a real
+// server are in election_integration_test and election_hardening_test.
+#include "elector.hpp"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/io_context.hpp>
+#include <chrono>
+
+#include "fake_keeper.hpp"
+
+namespace zkagent::election::fake {
+namespace {
+
+using detail::Elector;
+using detail::ElectorContext;
+using detail::SessionMarks;
+using Kind = LeadershipEvent::Kind;
+
+constexpr const char* kRoot = "/wx-accounts";
+constexpr const char* kAccount = "acct";
+const std::string kMembers = std::string(kRoot) + "/" + kAccount + "/members";
+const std::string kActive = std::string(kRoot) + "/" + kAccount + "/active";
+const std::string kHandover = std::string(kRoot) + "/" + kAccount + "/handover";
+
+// One elector on its own session, wired as ElectionGroup wires it.
+struct Member {
+  Member(FakeZooKeeper& zk, boost::asio::io_context& io, const std::string& instance)
+      : keeper(std::make_shared<FakeKeeper>(zk, io)) {
+    ElectionOptions options;
+    options.root = kRoot;
+    options.instanceId = instance;
+    auto ctx = std::make_shared<ElectorContext>(
+        ElectorContext{keeper, options, [this](const LeadershipEvent& e) { events.push_back(e); },
+                       std::make_shared<SessionMarks>(io, keeper, kRoot)});
+    marks = ctx->marks;
+    elector = std::make_shared<Elector>(io, ctx, kAccount);
+    keeper->onEvent = [this](const SessionEvent& e) {
+      if (e.state == SessionState::Connected && e.newSession) marks->announce(e.sessionId);
+      elector->sessionChanged(e);
+    };
+  }
+  Role role() const { return elector->status().role; }
+  int64_t seq() const { return elector->status().seq; }
+
+  std::shared_ptr<FakeKeeper> keeper;
+  std::shared_ptr<SessionMarks> marks;
+  std::shared_ptr<Elector> elector;
+  std::vector<LeadershipEvent> events;
+};
+
+class ElectorTest : public ::testing::Test {
+ protected:
+  // Runs the io_context until nothing is ready to run (timers not yet due stay pending).
+  void drain() {
+    for (int round = 0; round < 1000; ++round) {
+      io.restart();
+      if (io.poll() == 0) return;
+    }
+    FAIL() << "the election never settled";
+  }
+  // For what waits on a timer (a retry, a refresh).
+  template <typename Pred>
+  bool runUntil(Pred done, std::chrono::milliseconds limit = std::chrono::seconds(2)) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!done()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      io.restart();
+      io.run_one_for(std::chrono::milliseconds(10));
+    }
+    return true;
+  }
+  std::unique_ptr<Member> standing(const std::string& instance) {
+    auto m = std::make_unique<Member>(zk, io, instance);
+    m->elector->join();
+    m->keeper->connect();
+    drain();
+    return m;
+  }
+  std::optional<ActiveInfo> active() const {
+    const auto* node = zk.find(kActive);
+    return node ? parseActive(node->data) : std::nullopt;
+  }
+  std::vector<std::string> members() const { return zk.children(kMembers); }
+  // The tree a first candidate makes, so that registering is one create.
+  void makeTree() {
+    for (const std::string& path :
+         {std::string(kRoot), std::string(kRoot) + "/" + kAccount, kMembers, kHandover}) {
+      ASSERT_EQ(zk.create(path), ZkError::Ok) << path;
+    }
+  }
+
+  FakeZooKeeper zk;  // before io: handlers still queued hold keepers, which leave the tree last
+  boost::asio::io_context io;
+};
+
+TEST_F(ElectorTest, TheFirstMemberCreatesTheTreeAndLeads) {
+  auto a = standing("a");
+  ASSERT_EQ(a->role(), Role::Leader);
+  ASSERT_EQ(a->events.size(), 1u);
+  EXPECT_EQ(a->events[0].kind, Kind::Acquired);
+  EXPECT_EQ(a->events[0].token, 0);
+  EXPECT_FALSE(a->events[0].previous);
+  auto record = active();
+  ASSERT_TRUE(record);
+  EXPECT_EQ(record->instanceId, "a");
+  EXPECT_EQ(record->seq, 0);
+  EXPECT_EQ(zk.find(kActive)->ephemeralOwner, a->keeper->sessionId());
+  EXPECT_EQ(members(), (std::vector<std::string>{"m-0000000000"}));
+  const GateDecision gate = a->elector->check();
+  EXPECT_TRUE(gate.allowed());
+  EXPECT_EQ(gate.token, 0);
+}
+
+TEST_F(ElectorTest, TheNextMemberWaitsBehindItsPredecessorAndSucceedsWhenItsSessionEnds) {
+  auto a = standing("a");
+  auto b = standing("b");
+  ASSERT_EQ(b->role(), Role::Waiting);
+  EXPECT_FALSE(b->elector->check().allowed());
+  ASSERT_TRUE(b->elector->status().leader);
+  EXPECT_EQ(b->elector->status().leader->instanceId, "a") << "a refusal names the leader";
+
+  a->keeper->expire();
+  drain();
+  ASSERT_EQ(b->role(), Role::Leader);
+  ASSERT_FALSE(b->events.empty());
+  const LeadershipEvent& acquired = b->events.back();
+  EXPECT_EQ(acquired.kind, Kind::Acquired);
+  EXPECT_EQ(acquired.token, b->seq());
+  ASSERT_TRUE(acquired.previous);
+  EXPECT_EQ(acquired.previous->instanceId, "a");
+  EXPECT_TRUE(acquired.previousExpired) << "a left without a word: the agent keeps its lock-delay";
+  EXPECT_EQ(active()->instanceId, "b");
+}
+
+TEST_F(ElectorTest, ACreateWhoseReplyWasLostIsAdoptedByItsOwnerNotMadeTwice) {
+  makeTree();
+  auto a = std::make_unique<Member>(zk, io, "a");
+  a->keeper->connect();
+  drain();
+  a->keeper->dropNextReply(FakeKeeper::Op::Create, kMembers + "/");
+  a->elector->join();
+  drain();
+  ASSERT_EQ(members().size(), 1u) << "the server made the member; only the reply went";
+  EXPECT_NE(a->role(), Role::Leader);
+
+  a->keeper->loseLink();
+  a->keeper->reconnect();
+  drain();
+  EXPECT_EQ(a->role(), Role::Leader);
+  EXPECT_EQ(members(), (std::vector<std::string>{"m-0000000000"})) << "adopted, not made again";
+  EXPECT_EQ(a->seq(), 0);
+}
+
+TEST_F(ElectorTest, ALeaderWhoseActiveIsDeletedBySomeoneElseStepsDownAndTakesItAgain) {
+  auto a = standing("a");
+  ASSERT_EQ(zk.remove(kActive), ZkError::Ok);
+  drain();
+  ASSERT_EQ(a->events.size(), 3u);
+  EXPECT_EQ(a->events[1].kind, Kind::Lost);
+  EXPECT_EQ(a->events[1].reason, LossReason::Drift);
+  EXPECT_EQ(a->events[2].kind, Kind::Acquired);
+  EXPECT_EQ(a->role(), Role::Leader);
+  EXPECT_EQ(active()->instanceId, "a");
+}
+
+TEST_F(ElectorTest, ALeaderWhoseActiveIsOverwrittenByAnotherIdentityStepsDownAndStaysDown) {
+  auto a = standing("a");
+  ASSERT_EQ(zk.set(kActive, toJson(ActiveInfo{7, "intruder", 99, 0, "", ""})), ZkError::Ok);
+  drain();
+  ASSERT_EQ(a->events.size(), 2u);
+  EXPECT_EQ(a->events[1].kind, Kind::Lost);
+  EXPECT_EQ(a->events[1].reason, LossReason::Drift);
+  EXPECT_NE(a->role(), Role::Leader);
+  EXPECT_EQ(a->elector->check().verdict, GateDecision::Verdict::Drifted);
+  EXPECT_EQ(active()->instanceId, "intruder") << "someone else's record is not ours to undo";
+}
+
+TEST_F(ElectorTest, SessionExpiryWhileLeadingReportsItAndTheNextSessionStandsAgain) {
+  auto a = standing("a");
+  a->keeper->expire();
+  drain();
+  ASSERT_EQ(a->events.size(), 2u);
+  EXPECT_EQ(a->events[1].kind, Kind::Lost);
+  EXPECT_EQ(a->events[1].reason, LossReason::SessionExpired);
+  EXPECT_EQ(a->events[1].token, 0);
+  EXPECT_FALSE(a->elector->check().allowed());
+
+  a->keeper->connect();
+  drain();
+  ASSERT_EQ(a->role(), Role::Leader);
+  EXPECT_GT(a->events.back().token, 0) << "a new member, a larger token";
+  EXPECT_EQ(members().size(), 1u);
+}
+
+TEST_F(ElectorTest, ASameSessionReconnectKeepsTheMemberAndLeadsOnItAgain) {
+  auto a = standing("a");
+  a->keeper->loseLink();
+  drain();
+  EXPECT_EQ(a->events.back().reason, LossReason::Suspended);
+  EXPECT_EQ(a->elector->check().verdict, GateDecision::Verdict::Suspended);
+
+  a->keeper->reconnect();
+  drain();
+  ASSERT_EQ(a->role(), Role::Leader);
+  EXPECT_EQ(a->events.back().kind, Kind::Acquired);
+  EXPECT_EQ(a->events.back().token, 0) << "the same member, the same token";
+  EXPECT_EQ(members(), (std::vector<std::string>{"m-0000000000"}));
+  EXPECT_TRUE(a->elector->check().allowed());
+}
+
+TEST_F(ElectorTest, ASameSessionReconnectFindsTheMemberGoneAndStandsOnANewOne) {
+  auto a = standing("a");
+  a->keeper->loseLink();
+  drain();
+  ASSERT_EQ(zk.remove(kMembers + "/m-0000000000"), ZkError::Ok);  // by hand, while away
+  a->keeper->reconnect();
+  drain();
+  ASSERT_EQ(a->role(), Role::Leader);
+  ASSERT_EQ(members().size(), 1u);
+  EXPECT_NE(members()[0], "m-0000000000");
+  EXPECT_EQ(a->events.back().token, a->seq());
+  EXPECT_GT(a->seq(), 0);
+  EXPECT_EQ(active()->seq, a->seq()) << "`active` names the member that exists";
+}
+
+TEST_F(ElectorTest, ResignHandsOverWithARecordAndStandsAgainAtTheBack) {
+  auto a = standing("a");
+  auto b = standing("b");
+  a->elector->resign(LossReason::Resigned);
+  drain();
+  ASSERT_EQ(b->role(), Role::Leader);
+  const LeadershipEvent& acquired = b->events.back();
+  ASSERT_TRUE(acquired.previous);
+  EXPECT_EQ(acquired.previous->instanceId, "a");
+  EXPECT_FALSE(acquired.previousExpired) << "a clean hand-over: no lock-delay";
+  EXPECT_EQ(a->events.back().kind, Kind::Lost);
+  EXPECT_EQ(a->events.back().reason, LossReason::Resigned);
+  EXPECT_EQ(a->role(), Role::Waiting);
+  EXPECT_GT(a->seq(), b->seq());
+  EXPECT_NE(zk.find(kHandover)->data.find("resigned"), std::string::npos);
+}
+
+TEST_F(ElectorTest, StopHandsBackTheReleaseOperationsOnlyWhenLeading) {
+  auto a = standing("a");
+  auto b = standing("b");
+  std::optional<std::vector<MultiOp>> fromLeader, fromWaiter;
+  a->elector->stop(true, [&](std::vector<MultiOp> ops) { fromLeader = std::move(ops); });
+  b->elector->stop(true, [&](std::vector<MultiOp> ops) { fromWaiter = std::move(ops); });
+  drain();
+  ASSERT_TRUE(fromLeader && fromWaiter);
+  EXPECT_TRUE(fromWaiter->empty());
+  ASSERT_EQ(fromLeader->size(), 3u);  // the record, then the member, then `active`
+  EXPECT_EQ((*fromLeader)[0].path, kHandover);
+  EXPECT_EQ((*fromLeader)[1].path, kMembers + "/m-0000000000");
+  EXPECT_EQ((*fromLeader)[2].path, kActive);
+  EXPECT_EQ(a->events.back().reason, LossReason::Stopped);
+
+  // Sent as the group sends them, they free the account in one transaction.
+  ZkError err = ZkError::Other;
+  a->keeper->multiOn(io.get_executor(), *fromLeader,
+                     [&](ZkError e, std::vector<MultiResult>) { err = e; });
+  drain();
+  EXPECT_EQ(err, ZkError::Ok);
+  EXPECT_FALSE(active());
+}
+
+}  // namespace
+}  // namespace zkagent::election::fake
