@@ -10,6 +10,7 @@
 
 #include "presence_config.hpp"
 #include "zkagent/election.hpp"
+#include "zkagent/naming.hpp"
 
 namespace zkagent::agent {
 namespace {
@@ -85,37 +86,19 @@ class FieldReader {
 };
 
 HostPort parseHostPort(const FieldReader& reader, std::string_view field, std::string_view text,
-                       bool allowPortZero) {
-  const auto colon = text.rfind(':');
-  if (colon == std::string_view::npos || colon == 0) {
-    reader.fail(field, "'" + std::string(text) + "' is not host:port");
-  }
-  const std::string portText(text.substr(colon + 1));
-  int port = -1;
-  if (!portText.empty() && portText.size() <= 5 &&
-      portText.find_first_not_of("0123456789") == std::string::npos) {
-    port = std::stoi(portText);
-  }
-  if (port < (allowPortZero ? 0 : 1) || port > 65535) {
-    reader.fail(field, "'" + std::string(text) + "' has no valid port");
-  }
-  return HostPort{std::string(text.substr(0, colon)), static_cast<uint16_t>(port)};
+                       naming::PortZero zero) {
+  naming::HostPort address;
+  if (auto error = naming::hostPortError(text, address, zero)) reader.fail(field, *error);
+  return HostPort{address.host, address.port};
 }
 
 void requirePath(const FieldReader& reader, std::string_view field, const std::string& path) {
-  if (path.size() < 2 || path.front() != '/' || path.back() == '/' ||
-      path.find("//") != std::string::npos) {
-    reader.fail(field, "'" + path + "' must be an absolute znode path like /a/b (no trailing '/')");
-  }
-}
-
-bool isLoopback(const std::string& host) {
-  return host == "localhost" || host == "::1" || host == "[::1]" || host.starts_with("127.");
+  if (auto error = naming::rootPathError(path)) reader.fail(field, *error);
 }
 
 void addAccount(Config& config, std::set<std::string, std::less<>>& seen, const FieldReader& reader,
                 const std::string& field, std::string account) {
-  if (auto error = election::accountIdError(account)) reader.fail(field, *error);
+  if (auto error = naming::accountIdError(account)) reader.fail(field, *error);
   if (!seen.insert(account).second) reader.fail(field, "account '" + account + "' is listed twice");
   config.accounts.push_back(std::move(account));
 }
@@ -206,12 +189,12 @@ void readPresence(Config& config, FieldReader& top) {
   auto presence = top.object("presence");
   auto& p = config.presence;
   const std::string listen = presence.string("listen", "127.0.0.1:8471");
-  p.listen = parseHostPort(presence, "listen", listen, true);
+  p.listen = parseHostPort(presence, "listen", listen, naming::PortZero::Allowed);
   p.advertise = presence.string("advertise", "");
   if (!p.advertise.empty() && !p.advertise.starts_with("ws://"))
     presence.fail("advertise", "'" + p.advertise + "' must start with ws://");
   p.insecure = presence.boolean("insecure", false);
-  if (!p.insecure && !isLoopback(p.listen.host)) {
+  if (!p.insecure && !naming::isLoopbackHost(p.listen.host)) {
     presence.fail("listen", "'" + listen +
                                 "': the device endpoint has no TLS and is served on loopback only, "
                                 "unless presence.insecure is true");
@@ -305,15 +288,14 @@ Config parseConfig(std::string_view text, const std::filesystem::path& baseDir,
   FieldReader top(root, "");
 
   config.instanceId = top.string("instance_id", "", true);
-  if (auto error = election::accountIdError(config.instanceId)) {
-    top.fail("instance_id", "must match [A-Za-z0-9_.-]{1,128} (" + *error + ")");
-  }
+  if (auto error = naming::instanceIdError(config.instanceId)) top.fail("instance_id", *error);
 
   {
     auto zk = top.object("zookeeper");
     config.zookeeper.hosts = zk.string("hosts", "", true);
     std::stringstream hosts(config.zookeeper.hosts);
-    for (std::string host; std::getline(hosts, host, ',');) parseHostPort(zk, "hosts", host, false);
+    for (std::string host; std::getline(hosts, host, ',');)
+      parseHostPort(zk, "hosts", host, naming::PortZero::Refused);
     if (config.zookeeper.hosts.empty()) zk.fail("hosts", "is empty");
     config.zookeeper.sessionTimeout =
         zk.millis("session_timeout_ms", config.zookeeper.sessionTimeout);
@@ -349,7 +331,7 @@ Config parseConfig(std::string_view text, const std::filesystem::path& baseDir,
     if (rest.ends_with("/")) rest.remove_suffix(1);
     if (rest.find('/') != std::string_view::npos)
       gw.fail("url", "'" + url + "' must not have a path");
-    config.gateway.address = parseHostPort(gw, "url", rest, false);
+    config.gateway.address = parseHostPort(gw, "url", rest, naming::PortZero::Refused);
     config.gateway.token = secret(gw, baseDir);
     readGatewayTls(config.gateway, gw, https, baseDir);
     config.gateway.heartbeatInterval =
@@ -371,7 +353,7 @@ Config parseConfig(std::string_view text, const std::filesystem::path& baseDir,
   {
     auto admin = top.object("admin");
     const std::string listen = admin.string("listen", "127.0.0.1:8470");
-    config.admin.listen = parseHostPort(admin, "listen", listen, true);
+    config.admin.listen = parseHostPort(admin, "listen", listen, naming::PortZero::Allowed);
     config.admin.token = secret(admin, baseDir);
     if (environmentAdminToken && !environmentAdminToken->empty()) {
       if (!config.admin.token.empty()) {
@@ -380,7 +362,7 @@ Config parseConfig(std::string_view text, const std::filesystem::path& baseDir,
       }
       config.admin.token = *environmentAdminToken;
     }
-    if (!isLoopback(config.admin.listen.host) && config.admin.token.empty()) {
+    if (!naming::isLoopbackHost(config.admin.listen.host) && config.admin.token.empty()) {
       admin.fail("token", "is required when admin.listen is not a loopback address");
     }
     config.admin.openOperatorActions = admin.boolean("open_operator_actions", false);
@@ -442,7 +424,7 @@ Config loadConfig(const std::filesystem::path& path,
 }
 
 std::string describe(const Config& c) {
-  auto hostPort = [](const HostPort& a) { return a.host + ":" + std::to_string(a.port); };
+  auto hostPort = [](const HostPort& a) { return naming::toString({a.host, a.port}); };
   json out{
       {"instance_id", c.instanceId},
       {"zookeeper",

@@ -30,12 +30,12 @@ Implementation zkagentImplementation(const std::filesystem::path& zkElect) {
   return {"zkagent",
           zkElect.empty() ? zktest::binaryPath("zk-elect").string() : zkElect.string(),
           {},
-          "/members"};
+          true};
 }
 
 Implementation kazooImplementation(const std::filesystem::path& peersDir) {
   // The Debian python3-kazoo lives in the system interpreter, not in whatever python3 PATH names.
-  return {"kazoo", "/usr/bin/python3", {(peersDir / "kazoo_peer.py").string()}, ""};
+  return {"kazoo", "/usr/bin/python3", {(peersDir / "kazoo_peer.py").string()}, false};
 }
 
 Implementation curatorImplementation(const std::filesystem::path& peersDir,
@@ -50,7 +50,7 @@ Implementation curatorImplementation(const std::filesystem::path& peersDir,
     throw std::runtime_error("javac CuratorPeer.java failed (" + status.describe() + ")\n" +
                              javac.transcript());
   }
-  return {"curator", "java", {"-cp", classesDir.string() + ":" + jars, "CuratorPeer"}, ""};
+  return {"curator", "java", {"-cp", classesDir.string() + ":" + jars, "CuratorPeer"}, false};
 }
 
 Contender::Contender(const Implementation& impl, const ContenderOptions& options,

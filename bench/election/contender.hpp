@@ -11,6 +11,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "zkagent/naming.hpp"
 #include "zktest/child_process.hpp"
 
 namespace zkbench {
@@ -22,10 +23,11 @@ struct Implementation {
   std::string name;  // "zkagent", "kazoo", "curator"
   std::string program;
   std::vector<std::string> leadingArgs;  // before the common --zk ... arguments
-  std::string queueSuffix;               // the candidates' parent: {root}/{account}{queueSuffix}
+  bool queueInMembers;  // the candidates' parent: {root}/{account}/members, else {root}/{account}
 
   std::string queuePath(const std::string& root, const std::string& account) const {
-    return root + "/" + account + queueSuffix;
+    return queueInMembers ? zkagent::naming::membersPath(root, account)
+                          : zkagent::naming::accountPath(root, account);
   }
 };
 

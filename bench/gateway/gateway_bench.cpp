@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "zkagent/http.hpp"
+#include "zkagent/naming.hpp"
 #include "zktest/child_process.hpp"
 
 namespace {
@@ -43,7 +44,7 @@ Result measure(const std::filesystem::path& dataRoot, const std::string& commitM
                                {"--listen", "127.0.0.1:0", "--data-dir", dataDir.string(),
                                 "--commit-mode", commitMode, "--log-level", "warn"});
   auto line = gateway.waitForLine("LISTENING 127.0.0.1:", 20s);
-  auto port = static_cast<uint16_t>(std::stoi(line.substr(line.rfind(':') + 1)));
+  const uint16_t port = zkagent::naming::trailingPort(line).value();
 
   std::vector<std::vector<double>> latencies(clients);
   std::vector<size_t> failures(clients, 0);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "zkagent/http.hpp"
+#include "zkagent/naming.hpp"
 #include "zktest/child_process.hpp"
 
 namespace {
@@ -78,7 +79,7 @@ Result measure(const Settings& settings, int perRequest, int clients) {
       zktest::binaryPath("fencing-gateway").string(),
       {"--listen", "127.0.0.1:0", "--data-dir", dataDir.string(), "--log-level", "warn"});
   auto line = gateway.waitForLine("LISTENING 127.0.0.1:", 20s);
-  auto port = static_cast<uint16_t>(std::stoi(line.substr(line.rfind(':') + 1)));
+  const uint16_t port = zkagent::naming::trailingPort(line).value();
   const auto all = bodies(settings, perRequest);
 
   // Clients take the next body of the round in turn; a round ends when every body was sent.

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "zkagent/http.hpp"
+#include "zkagent/naming.hpp"
 #include "zktest/child_process.hpp"
 #include "zktest/deadline.hpp"
 #include "zktest/zookeeper_server.hpp"
@@ -61,9 +62,7 @@ struct Options {
 // ephemeral port range (about 28 000) connections to one agent port.
 constexpr size_t kDevicesPerSimulator = 12500;
 
-uint16_t portOf(const std::string& line) {
-  return static_cast<uint16_t>(std::stoi(line.substr(line.rfind(':') + 1)));
-}
+uint16_t portOf(const std::string& line) { return zkagent::naming::trailingPort(line).value(); }
 
 uint16_t freeLoopbackPort() {
   // Bind to port 0 and read the port back; released at once.

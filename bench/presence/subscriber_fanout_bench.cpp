@@ -9,12 +9,12 @@
 //
 // Reports events per second, p50/p99 delivery latency from the removal batch, messages per
 // subscriber (coalescing) and the gateway's resident memory per subscription.
+#include <algorithm>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/websocket.hpp>
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "../../tests/presence_runtime/presence_cluster.hpp"
+#include "zkagent/naming.hpp"
 
 namespace {
 
@@ -184,7 +185,8 @@ int run(const Options& o) {
   auto leaseBatch = [&](const char* kind) {
     json entries = json::array();
     for (int a = 0; a < o.accounts; ++a) {
-      json entry{{"account", accountName(a)}, {"device", "phone"}, {"token", 1}, {"counter", a + 1}};
+      json entry{
+          {"account", accountName(a)}, {"device", "phone"}, {"token", 1}, {"counter", a + 1}};
       if (std::string(kind) == "remove") entry["reason"] = "close";
       entries.push_back(entry);
     }
@@ -198,27 +200,29 @@ int run(const Options& o) {
   asio::io_context io;
   Shared shared;
   std::vector<std::shared_ptr<Subscriber>> subscribers;
-  const uint16_t port = static_cast<uint16_t>(std::stoi(cluster.subscribeUrl().substr(
-      cluster.subscribeUrl().rfind(':') + 1)));
+  const uint16_t port = zkagent::naming::trailingPort(cluster.subscribeUrl()).value();
   const auto connectStart = Clock::now();
   for (int v = 0; v < o.subscribers; ++v) {
     std::string targets;
-    for (int k = 0; k < o.targets; ++k)
-      targets += (k ? "," : "") + accountName(targetOf(v, k, o));
+    for (int k = 0; k < o.targets; ++k) targets += (k ? "," : "") + accountName(targetOf(v, k, o));
     subscribers.push_back(std::make_shared<Subscriber>(
-        io, shared, port, "/v1/presence/subscribe?viewer=" + viewerName(v) + "&targets=" + targets));
+        io, shared, port,
+        "/v1/presence/subscribe?viewer=" + viewerName(v) + "&targets=" + targets));
     subscribers.back()->start();
     // A few hundred handshakes in flight at most, not the whole backlog at once.
     if (v % 200 == 199)
-      runUntil(io, [&] { return shared.snapshots + shared.failures > v - 100; }, 30s);
+      runUntil(
+          io, [&] { return shared.snapshots + shared.failures > v - 100; }, 30s);
   }
-  if (!runUntil(io, [&] { return shared.snapshots + shared.failures >= o.subscribers; }, 60s) ||
+  if (!runUntil(
+          io, [&] { return shared.snapshots + shared.failures >= o.subscribers; }, 60s) ||
       shared.failures > 0)
     throw std::runtime_error("subscribed " + std::to_string(shared.snapshots) + ", failed " +
                              std::to_string(shared.failures));
   const double subscribeSeconds =
       std::chrono::duration<double>(Clock::now() - connectStart).count();
-  runUntil(io, [] { return false; }, 500ms);  // settle
+  runUntil(
+      io, [] { return false; }, 500ms);  // settle
   const long rssAfter = rssKb(gatewayPid);
   const json before = metricsOf(cluster);
 
@@ -232,16 +236,17 @@ int run(const Options& o) {
     answeredMs = std::chrono::duration<double, std::milli>(Clock::now() - shared.burstAt).count();
     if (removed.status != 200) std::cerr << "remove refused: " << removed.body << "\n";
   });
-  const bool complete = runUntil(io, [&] { return shared.latenciesMs.size() >= expected; },
-                                 std::chrono::milliseconds(30000 + o.debounceMs));
+  const bool complete = runUntil(
+      io, [&] { return shared.latenciesMs.size() >= expected; },
+      std::chrono::milliseconds(30000 + o.debounceMs));
   burst.join();
-  runUntil(io, [] { return false; }, std::chrono::milliseconds(2 * o.coalesceMs + 200));
+  runUntil(
+      io, [] { return false; }, std::chrono::milliseconds(2 * o.coalesceMs + 200));
   const json after = metricsOf(cluster);
 
   std::vector<double> messages;
   for (const auto& s : subscribers) messages.push_back(s->messagesAfterBurst());
-  const double spanS =
-      std::chrono::duration<double>(shared.lastEvent - shared.burstAt).count();
+  const double spanS = std::chrono::duration<double>(shared.lastEvent - shared.burstAt).count();
   const double deliverySpanS = spanS - o.debounceMs / 1000.0;
   json report{
       {"subscribers", o.subscribers},
@@ -255,9 +260,8 @@ int run(const Options& o) {
       {"complete", complete},
       {"removal_batch_answered_ms", answeredMs},
       {"delivery_span_ms", deliverySpanS * 1000},
-      {"events_per_second", deliverySpanS > 0 ? static_cast<double>(shared.latenciesMs.size()) /
-                                                    deliverySpanS
-                                              : 0},
+      {"events_per_second",
+       deliverySpanS > 0 ? static_cast<double>(shared.latenciesMs.size()) / deliverySpanS : 0},
       {"latency_ms",
        {{"p50", percentile(shared.latenciesMs, 0.5)},
         {"p99", percentile(shared.latenciesMs, 0.99)},
@@ -289,9 +293,10 @@ int run(const Options& o) {
               report["messages_per_subscriber"]["min"].get<double>(),
               report["messages_per_subscriber"]["median"].get<double>(),
               report["messages_per_subscriber"]["max"].get<double>(), o.coalesceMs);
-  std::printf("gateway RSS         %ld -> %ld kB: %.0f B per subscriber, %.0f B per target watched\n",
-              rssBefore, rssAfter, report["rss_bytes_per_subscriber"].get<double>(),
-              report["rss_bytes_per_watched_target"].get<double>());
+  std::printf(
+      "gateway RSS         %ld -> %ld kB: %.0f B per subscriber, %.0f B per target watched\n",
+      rssBefore, rssAfter, report["rss_bytes_per_subscriber"].get<double>(),
+      report["rss_bytes_per_watched_target"].get<double>());
   std::printf("report: %s\n", (o.out / "fanout.json").c_str());
   return complete ? 0 : 1;
 }

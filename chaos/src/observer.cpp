@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "zkagent/election.hpp"
+#include "zkagent/naming.hpp"
 
 namespace zkagent::chaos {
 namespace {
@@ -90,7 +91,7 @@ struct ActiveObserver::Impl {
 
   // Reads the account's active node and arms a watch on it (on its creation when absent).
   void read(Server& server, const std::string& account) {
-    const std::string path = root + "/" + account + "/active";
+    const std::string path = naming::activePath(root, account);
     for (int attempt = 0; attempt < 3; ++attempt) {
       char buffer[2048];
       int size = sizeof buffer;
@@ -112,7 +113,7 @@ struct ActiveObserver::Impl {
       if (rc == ZOK) continue;  // created in between: read it
       if (rc != ZNONODE) return;
       Stat parent{};
-      const std::string accountPath = root + "/" + account;
+      const std::string accountPath = naming::accountPath(root, account);
       if (zoo_exists(server.zh, accountPath.c_str(), 0, &parent) != ZOK) parent.pzxid = 0;
       record(server, ActiveSample{asked, server.index, account, false, -1, {}, 0, parent.pzxid});
       return;
@@ -146,13 +147,7 @@ struct ActiveObserver::Impl {
           connect(server);
           break;
         case Work::What::path: {
-          const std::string prefix = root + "/";
-          const std::string suffix = "/active";
-          if (work.path.starts_with(prefix) && work.path.ends_with(suffix) &&
-              work.path.size() > prefix.size() + suffix.size()) {
-            read(server,
-                 work.path.substr(prefix.size(), work.path.size() - prefix.size() - suffix.size()));
-          }
+          if (auto account = naming::accountOfActivePath(root, work.path)) read(server, *account);
           break;
         }
       }

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "run.hpp"
+#include "zkagent/naming.hpp"
 
 namespace zkagent::chaos {
 using namespace std::chrono_literals;
@@ -18,9 +19,7 @@ std::optional<std::uint16_t> awaitPort(const fs::path& log, std::string_view mar
     std::ifstream in(log);
     for (std::string line; std::getline(in, line);) {
       if (!line.starts_with(marker)) continue;
-      const auto colon = line.rfind(':');
-      if (colon != std::string::npos)
-        return static_cast<std::uint16_t>(std::stoi(line.substr(colon + 1)));
+      if (auto port = zkagent::naming::trailingPort(line)) return port;
     }
     if (!alive()) return std::nullopt;
     std::this_thread::sleep_for(20ms);

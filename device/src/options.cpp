@@ -6,6 +6,7 @@
 
 #include "detail.hpp"
 #include "zkagent/device.hpp"
+#include "zkagent/naming.hpp"
 #include "zkagent/presence/stable_random.hpp"
 
 namespace zkagent::device {
@@ -42,10 +43,7 @@ double unitRandom(std::uint64_t& state) {
 
 std::string WsUrl::endpoint() const { return "ws://" + hostHeader(); }
 
-std::string WsUrl::hostHeader() const {
-  const bool v6 = host.find(':') != std::string::npos;
-  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
-}
+std::string WsUrl::hostHeader() const { return naming::toString({host, port}); }
 
 std::optional<WsUrl> parseWsUrl(std::string_view url, bool allowTarget) {
   constexpr std::string_view scheme = "ws://";
@@ -58,36 +56,12 @@ std::optional<WsUrl> parseWsUrl(std::string_view url, bool allowTarget) {
   if (!allowTarget && !target.empty() && target != "/") return std::nullopt;
   if (!allowTarget) target = {};
 
-  WsUrl parsed;
-  std::string_view host;
-  std::string_view port;
-  if (!authority.empty() && authority.front() == '[') {
-    const std::size_t close = authority.find(']');
-    if (close == std::string_view::npos || authority.substr(close + 1, 1) != ":")
-      return std::nullopt;
-    host = authority.substr(1, close - 1);
-    port = authority.substr(close + 2);
-  } else {
-    const std::size_t colon = authority.rfind(':');
-    if (colon == std::string_view::npos) return std::nullopt;
-    host = authority.substr(0, colon);
-    port = authority.substr(colon + 1);
-    if (host.find(':') != std::string_view::npos) return std::nullopt;  // IPv6 needs brackets
-  }
-  if (host.empty()) return std::nullopt;
-  for (char c : host) {
+  naming::HostPort address;
+  if (naming::hostPortError(authority, address, naming::PortZero::Refused)) return std::nullopt;
+  for (char c : address.host) {
     if (!hostCharacter(c)) return std::nullopt;
   }
-  unsigned value = 0;
-  const auto [end, error] = std::from_chars(port.data(), port.data() + port.size(), value);
-  if (port.empty() || error != std::errc{} || end != port.data() + port.size() || value == 0 ||
-      value > 65535) {
-    return std::nullopt;
-  }
-  parsed.host = std::string(host);
-  parsed.port = static_cast<std::uint16_t>(value);
-  parsed.target = std::string(target);
-  return parsed;
+  return WsUrl{std::move(address.host), address.port, std::string(target)};
 }
 
 std::string validate(const DeviceOptions& options) {

@@ -1,4 +1,4 @@
-// Account ids, znode records (their JSON) and the names of enums.
+// The digest file, znode records (their JSON) and the names of enums.
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -6,20 +6,6 @@
 #include "zkagent/election.hpp"
 
 namespace zkagent::election {
-
-std::optional<std::string> accountIdError(std::string_view id) {
-  if (id.empty()) return "account id is empty";
-  if (id.size() > 128) return "account id is longer than 128 characters";
-  if (id == "." || id == "..") return "account id may not be '.' or '..'";
-  for (char c : id) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '_' || c == '.' || c == '-';
-    if (!ok) {
-      return "account id '" + std::string(id) + "' has a character outside [A-Za-z0-9_.-]";
-    }
-  }
-  return std::nullopt;
-}
 
 std::string readDigestFile(const std::string& path) {
   std::ifstream in(path);

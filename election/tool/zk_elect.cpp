@@ -23,9 +23,11 @@
 #include <set>
 
 #include "zkagent/election.hpp"
+#include "zkagent/naming.hpp"
 
 namespace asio = boost::asio;
 using namespace zkagent::election;
+namespace naming = zkagent::naming;
 
 namespace {
 
@@ -68,7 +70,7 @@ struct Args {
 };
 
 void addAccount(Args& args, std::set<std::string>& seen, std::string id) {
-  if (auto error = accountIdError(id)) usageError(*error);
+  if (auto error = naming::accountIdError(id)) usageError("account id '" + id + "': " + *error);
   if (seen.insert(id).second) args.accounts.push_back(std::move(id));
 }
 
@@ -140,10 +142,7 @@ Args parseArgs(int argc, char** argv) {
   if (args.election.instanceId.empty()) usageError("--instance-id is required");
   if (!haveAccounts || args.accounts.empty())
     usageError("--accounts or --accounts-file is required");
-  if (args.election.root.empty() || args.election.root.front() != '/' ||
-      args.election.root.back() == '/') {
-    usageError("--root must start with '/' and not end with '/'");
-  }
+  if (auto error = naming::rootPathError(args.election.root)) usageError("--root: " + *error);
   return args;
 }
 
@@ -223,8 +222,8 @@ int main(int argc, char** argv) {
       line >> verb >> account;
       line.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
       const bool known = verb == "resign" || verb == "check" || verb == "strict";
-      if (known && accountIdError(account)) {
-        std::fprintf(stderr, "zk-elect: %s\n", accountIdError(account)->c_str());
+      if (const auto error = naming::accountIdError(account); known && error) {
+        std::fprintf(stderr, "zk-elect: account id '%s': %s\n", account.c_str(), error->c_str());
       } else if (verb == "resign") {
         group.resign(account);
       } else if (verb == "check") {

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "gateway.hpp"
+#include "zkagent/naming.hpp"
 
 namespace zkagent::gateway {
 namespace {
@@ -91,10 +92,6 @@ std::string readTokenFile(std::string_view field, const std::string& path) {
   return token;
 }
 
-bool isLoopback(std::string_view host) {
-  return host == "localhost" || host == "::1" || host.starts_with("127.");
-}
-
 // TLS all or nothing, its files readable; plain HTTP only on loopback unless insecure is set.
 void validateTransport(const Config& config) {
   const bool any = !config.tlsCert.empty() || !config.tlsKey.empty() || !config.tlsClientCa.empty();
@@ -107,13 +104,13 @@ void validateTransport(const Config& config) {
     if (path->empty()) fail(field, "required with the other TLS settings");
     if (!std::ifstream(*path)) fail(field, "cannot read " + *path);
   }
-  if (!any && !config.insecure && !isLoopback(config.listenAddress)) {
+  if (!any && !config.insecure && !naming::isLoopbackHost(config.listenAddress)) {
     fail("tls.cert (--tls-cert)",
          "required to listen on " + config.listenAddress +
              ": plain HTTP is served on loopback only, unless insecure is set");
   }
   // The subscriber listener has no TLS yet: plain WebSocket, so loopback unless insecure.
-  if (!config.insecure && !isLoopback(config.subscribeAddress)) {
+  if (!config.insecure && !naming::isLoopbackHost(config.subscribeAddress)) {
     fail("presence.subscribe_listen (--subscribe-listen)",
          "is " + config.subscribeAddress +
              ": the subscriber WebSocket has no TLS and is served on loopback only, unless "
@@ -137,34 +134,19 @@ void validateConfig(const Config& config) {
   }
 }
 
-void splitHostPort(std::string_view field, std::string_view value, std::string& address,
-                   uint16_t& port);
-
 void setListen(Config& config, std::string_view field, std::string_view value) {
-  splitHostPort(field, value, config.listenAddress, config.listenPort);
+  naming::HostPort address;
+  if (auto error = naming::hostPortError(value, address)) fail(field, *error);
+  config.listenAddress = address.host;
+  config.listenPort = address.port;
 }
 
 void setSubscribeListen(Config& config, std::string_view field, std::string_view value) {
-  splitHostPort(field, value, config.subscribeAddress, config.subscribePort);
+  naming::HostPort address;
+  if (auto error = naming::hostPortError(value, address)) fail(field, *error);
+  config.subscribeAddress = address.host;
+  config.subscribePort = address.port;
   config.subscribeListenSet = true;
-}
-
-void splitHostPort(std::string_view field, std::string_view value, std::string& address,
-                   uint16_t& boundPort) {
-  auto colon = value.rfind(':');
-  if (colon == std::string_view::npos || colon == 0) fail(field, "expected HOST:PORT");
-  auto host = value.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  auto portText = value.substr(colon + 1);
-  unsigned port = 0;
-  auto [end, error] = std::from_chars(portText.data(), portText.data() + portText.size(), port);
-  if (error != std::errc() || end != portText.data() + portText.size() || port > 65535) {
-    fail(field, "port must be a number from 0 to 65535, got '" + std::string(portText) + "'");
-  }
-  address = std::string(host);
-  boundPort = static_cast<uint16_t>(port);
 }
 
 void setUntrusted(Config& config, std::string_view field, std::string_view value) {
@@ -188,9 +170,7 @@ void setCommitMode(Config& config, std::string_view field, std::string_view valu
 }
 
 void setRoot(Config& config, std::string_view field, std::string_view value) {
-  if (value.size() < 2 || value.front() != '/' || value.back() == '/') {
-    fail(field, "expected an absolute znode path such as /wx-accounts");
-  }
+  if (auto error = naming::rootPathError(value)) fail(field, *error);
   config.zkRoot = std::string(value);
 }
 
@@ -300,8 +280,8 @@ Config parseConfigJson(std::string_view text, Config config) {
     config.accounts.clear();
     for (size_t i = 0; i < accounts.size(); ++i) {
       std::string field = "accounts[" + std::to_string(i) + "]";
-      if (!accounts[i].is_string() || !fencing::isValidAccountId(accounts[i].get<std::string>())) {
-        fail(field, "must be an account id ([A-Za-z0-9_.-]{1,128}, not . or ..)");
+      if (!accounts[i].is_string() || naming::accountIdError(accounts[i].get<std::string>())) {
+        fail(field, naming::kIdRule);
       }
       config.accounts.push_back(accounts[i].get<std::string>());
     }

@@ -10,6 +10,7 @@
 
 #include "identity.hpp"
 #include "presence_store.hpp"
+#include "zkagent/naming.hpp"
 
 namespace zkagent::gateway {
 namespace {
@@ -246,8 +247,8 @@ http::Response Gateway::submitOperation(const http::Request& request) {
 
 http::Response Gateway::accountStatus(const http::Request& request) {
   const auto& account = request.params.at("id");
-  if (!fencing::isValidAccountId(account)) {
-    return http::Response::error(400, "bad account id: expected [A-Za-z0-9_.-]{1,128}");
+  if (auto error = naming::accountIdError(account)) {
+    return http::Response::error(400, "account: " + *error);
   }
   auto status = validator_.status(account);
   if (!status) return http::Response::error(404, "no operation seen for account " + account);
@@ -274,8 +275,8 @@ http::Response Gateway::accountStatus(const http::Request& request) {
 
 http::Response Gateway::resetHighWaterMark(const http::Request& request) {
   const auto& account = request.params.at("id");
-  if (!fencing::isValidAccountId(account)) {
-    return http::Response::error(400, "bad account id: expected [A-Za-z0-9_.-]{1,128}");
+  if (auto error = naming::accountIdError(account)) {
+    return http::Response::error(400, "account: " + *error);
   }
   json body = json::parse(request.body, nullptr, false);
   if (body.is_discarded() || !body.is_object()) {
@@ -391,8 +392,8 @@ http::Response Gateway::presenceLeases(const http::Request& request) {
 }
 
 std::optional<http::Response> Gateway::refusedAccount(const std::string& account) const {
-  if (!fencing::isValidAccountId(account)) {
-    return http::Response::error(400, "account: must match [A-Za-z0-9_.-]{1,128}, not . or ..");
+  if (auto error = naming::accountIdError(account)) {
+    return http::Response::error(400, "account: " + *error);
   }
   if (!config_.accounts.empty() && std::find(config_.accounts.begin(), config_.accounts.end(),
                                              account) == config_.accounts.end()) {

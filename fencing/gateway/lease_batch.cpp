@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "presence_store.hpp"
+#include "zkagent/naming.hpp"
 
 namespace zkagent::gateway {
 namespace {
@@ -26,8 +27,8 @@ const json& member(const json& object, const std::string& where, const char* key
 std::string idField(const json& object, const std::string& where, const char* key,
                     const std::vector<std::string>* accounts) {
   const json& value = member(object, where, key);
-  if (!value.is_string() || !fencing::isValidAccountId(value.get<std::string>())) {
-    fail(where + key, "must match [A-Za-z0-9_.-]{1,128}, not . or ..");
+  if (!value.is_string() || naming::accountIdError(value.get<std::string>())) {
+    fail(where + key, naming::kIdRule);
   }
   auto id = value.get<std::string>();
   if (accounts && !accounts->empty() &&

@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "zkagent/fencing.hpp"
+#include "zkagent/naming.hpp"
 
 namespace zkagent::gateway {
 namespace {
@@ -37,9 +38,8 @@ std::vector<std::string> idList(const json& body, const char* key) {
   }
   for (std::size_t i = 0; i < it->size(); ++i) {
     const json& id = (*it)[i];
-    if (!id.is_string() || !fencing::isValidAccountId(id.get<std::string>())) {
-      fail(std::string(key) + "[" + std::to_string(i) + "]",
-           "must match [A-Za-z0-9_.-]{1,128}, not . or ..");
+    if (!id.is_string() || naming::accountIdError(id.get<std::string>())) {
+      fail(std::string(key) + "[" + std::to_string(i) + "]", naming::kIdRule);
     }
     ids.push_back(id.get<std::string>());
   }
@@ -132,7 +132,8 @@ std::string privacyJson(const presence::TargetPrivacy& rules, std::string_view a
 PresenceDisk::PresenceDisk(fs::path dataDir) : dir_(std::move(dataDir) / "presence") {
   std::error_code error;
   fs::create_directories(dir_ / "privacy", error);
-  if (error) throw std::runtime_error("create " + (dir_ / "privacy").string() + ": " + error.message());
+  if (error)
+    throw std::runtime_error("create " + (dir_ / "privacy").string() + ": " + error.message());
 }
 
 std::uint64_t PresenceDisk::nextGeneration() {
@@ -145,7 +146,8 @@ std::uint64_t PresenceDisk::nextGeneration() {
       generation = std::stoull(text, &used);
       if (used == 0) throw std::invalid_argument("empty");
     } catch (const std::exception&) {
-      throw std::runtime_error(path.string() + ": not a restart counter; versions sent to "
+      throw std::runtime_error(path.string() +
+                               ": not a restart counter; versions sent to "
                                "subscribers would go backwards");
     }
   }
@@ -160,7 +162,7 @@ std::map<std::string, presence::TargetPrivacy> PresenceDisk::loadPrivacy() const
     const fs::path& path = entry.path();
     if (path.extension() != ".json") continue;  // a .tmp left by a crash: the old file holds
     const std::string account = path.stem().string();
-    if (!fencing::isValidAccountId(account)) continue;
+    if (naming::accountIdError(account)) continue;
     try {
       all.emplace(account, parsePrivacyBody(readFile(path)));
     } catch (const fencing::BadRequest& error) {

@@ -21,6 +21,7 @@
 #include "gateway.hpp"
 #include "presence_store.hpp"
 #include "zkagent/fencing.hpp"
+#include "zkagent/naming.hpp"
 
 namespace zkagent::gateway {
 namespace asio = boost::asio;
@@ -36,7 +37,6 @@ namespace {
 constexpr std::size_t kHeaderLimit = 16 * 1024;
 constexpr auto kUpgradeTimeout = std::chrono::seconds(5);  // reading the upgrade request
 constexpr auto kCloseGrace = std::chrono::seconds(2);      // a close frame, then the socket goes
-constexpr std::string_view kIdRule = "must match [A-Za-z0-9_.-]{1,128}, not . or ..";
 
 [[noreturn]] void fail(const std::string& field, std::string_view problem) {
   throw fencing::BadRequest(field + ": " + std::string(problem));
@@ -65,15 +65,14 @@ void checkTargetCount(const std::string& field, std::size_t count) {
 }
 
 std::string checkedId(const std::string& field, std::string id) {
-  if (!fencing::isValidAccountId(id)) fail(field, kIdRule);
+  if (auto error = naming::accountIdError(id)) fail(field, *error);
   return id;
 }
 
 ordered statusJson(const std::string& target, const presence::VisibleStatus& status,
                    std::uint64_t version) {
-  ordered out{{"target", target},
-              {"status", presence::toString(status.status)},
-              {"version", version}};
+  ordered out{
+      {"target", target}, {"status", presence::toString(status.status)}, {"version", version}};
   if (status.lastSeenMinute) out["last_seen_minute"] = *status.lastSeenMinute;
   return out;
 }
@@ -108,7 +107,7 @@ SubscribeRequest parseSubscribeQuery(std::string_view query) {
     checkTargetCount("targets", request.targets.size());
     list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
     if (comma != std::string_view::npos && list.empty()) {
-      fail("targets[" + std::to_string(i + 1) + "]", kIdRule);
+      fail("targets[" + std::to_string(i + 1) + "]", naming::kIdRule);
     }
   }
   return request;
@@ -138,7 +137,7 @@ SubscriberCommand parseSubscriberCommand(std::string_view text) {
   for (std::size_t i = 0; i < targets->size(); ++i) {
     const auto& id = (*targets)[i];
     const std::string field = "targets[" + std::to_string(i) + "]";
-    if (!id.is_string()) fail(field, kIdRule);
+    if (!id.is_string()) fail(field, naming::kIdRule);
     command.targets.push_back(checkedId(field, id.get<std::string>()));
   }
   return command;
@@ -237,10 +236,9 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->header_limit(kHeaderLimit);
     parser_->body_limit(0);
     beast::get_lowest_layer(ws_).expires_after(kUpgradeTimeout);
-    bhttp::async_read(ws_.next_layer(), buffer_, *parser_,
-                      [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                        self->onRequest(ec);
-                      });
+    bhttp::async_read(
+        ws_.next_layer(), buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->onRequest(ec); });
   }
 
   // Closes the socket under every pending operation.
@@ -305,9 +303,8 @@ class Session : public std::enable_shared_from_this<Session> {
     beast::get_lowest_layer(ws_).expires_never();
     ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
     ws_.read_message_max(kMaxSubscriberFrameBytes);
-    ws_.async_accept(raw, [self = shared_from_this()](beast::error_code error) {
-      self->onAccepted(error);
-    });
+    ws_.async_accept(
+        raw, [self = shared_from_this()](beast::error_code error) { self->onAccepted(error); });
   }
 
   void refuse(http::Response answer) {
@@ -451,8 +448,8 @@ class Session : public std::enable_shared_from_this<Session> {
     queue_.emplace_back(std::move(message), events);
     if (queue_.size() > core_->queueLimit) {
       core_->dropped.inc();
-      spdlog::info("presence subscriber {} closed: more than {} messages unsent (4008)",
-                   viewer_, core_->queueLimit);
+      spdlog::info("presence subscriber {} closed: more than {} messages unsent (4008)", viewer_,
+                   core_->queueLimit);
       return closeWith(kResubscribeCode, "resubscribe: too slow");
     }
     pump();
@@ -461,10 +458,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void pump() {
     if (writing_ || queue_.empty()) return;
     writing_ = true;
-    ws_.async_write(asio::buffer(queue_.front().first),
-                    [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                      self->onWritten(ec);
-                    });
+    ws_.async_write(
+        asio::buffer(queue_.front().first),
+        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->onWritten(ec); });
   }
 
   void onWritten(beast::error_code ec) {
@@ -517,24 +513,24 @@ class Session : public std::enable_shared_from_this<Session> {
   bool subscribed_ = false, open_ = false, closing_ = false, closeSent_ = false, done_ = false;
   bool writing_ = false, flushArmed_ = false;
   SteadyClock::time_point lastFlush_{};
-  std::map<std::string, presence::ChangeEvent> pending_;  // merged by target until the flush
+  std::map<std::string, presence::ChangeEvent> pending_;   // merged by target until the flush
   std::deque<std::pair<std::string, std::size_t>> queue_;  // message, events in it
   websocket::close_reason close_;
 };
 
 void SubscriberEndpoint::Core::accept() {
-  acceptor.async_accept(strand, [self = shared_from_this()](beast::error_code ec,
-                                                            tcp::socket socket) {
-    if (ec) {
-      if (ec == asio::error::operation_aborted || !self->acceptor.is_open()) return;
-      return self->accept();  // e.g. too many open files: keep serving the others
-    }
-    if (self->stopping) return;
-    auto session = std::make_shared<Session>(self, std::move(socket));
-    self->sessions.insert(session);
-    session->start();
-    self->accept();
-  });
+  acceptor.async_accept(
+      strand, [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
+        if (ec) {
+          if (ec == asio::error::operation_aborted || !self->acceptor.is_open()) return;
+          return self->accept();  // e.g. too many open files: keep serving the others
+        }
+        if (self->stopping) return;
+        auto session = std::make_shared<Session>(self, std::move(socket));
+        self->sessions.insert(session);
+        session->start();
+        self->accept();
+      });
 }
 
 SubscriberEndpoint::SubscriberEndpoint(asio::io_context& io, const Config& config,

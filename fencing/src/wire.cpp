@@ -1,9 +1,11 @@
-// JSON wire form of tokens, operations and decisions. Self-contained (only nlohmann_json) so the
-// libFuzzer target in tests/fencing/fuzz can compile it on its own with clang.
+// JSON wire form of tokens, operations and decisions. Self-contained (nlohmann_json and the
+// header-only naming rules) so the libFuzzer target in tests/fencing/fuzz can compile it on its own
+// with clang.
 #include <algorithm>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <zkagent/fencing.hpp>
+#include <zkagent/naming.hpp>
 
 namespace zkagent::fencing {
 namespace {
@@ -90,23 +92,8 @@ FencingToken tokenFrom(const json& object) {
 
 }  // namespace
 
-bool isValidAccountId(std::string_view account) {
-  if (account.empty() || account.size() > 128 || account == "." || account == "..") return false;
-  for (const char c : account) {
-    const bool allowed = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-                         (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
-    if (!allowed) return false;
-  }
-  return true;
-}
-
 void requireValidAccountId(std::string_view account) {
-  if (!isValidAccountId(account)) {
-    // No echo of the id: cut arbitrary bytes would not even be valid UTF-8 in a JSON answer.
-    throw BadRequest(
-        "field 'account': invalid account id (want [A-Za-z0-9_.-]{1,128}, "
-        "not '.' or '..')");
-  }
+  if (auto error = naming::accountIdError(account)) throw BadRequest("field 'account': " + *error);
 }
 
 FencingToken parseFencingToken(std::string_view text) { return tokenFrom(parseObject(text)); }

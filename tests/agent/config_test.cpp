@@ -189,7 +189,7 @@ TEST(AgentPresenceConfig, TimingRulesOfTheModelAreReportedWithTheConfigFieldName
       {{{"renew_jitter", -0.1}}, "presence.renew_jitter", "[0, 1)"},
       {{{"renew_jitter", "0.1"}}, "presence.renew_jitter", "[0, 1)"},
       {{{"max_batch_entries", 0}}, "presence.max_batch_entries", "between 1 and"},
-      {{{"listen", "nowhere"}}, "presence.listen", "host:port"},
+      {{{"listen", "nowhere"}}, "presence.listen", "expected HOST:PORT"},
       {{{"advertise", "http://x:1"}}, "presence.advertise", "ws://"},
       {{{"heartbeat", 1}}, "presence.heartbeat", "unknown field"},
   };

@@ -21,6 +21,8 @@
 #include <string_view>
 #include <vector>
 
+#include "zkagent/naming.hpp"
+
 namespace boost::asio {
 class io_context;
 }
@@ -29,8 +31,8 @@ namespace zkagent::election {
 
 using Millis = std::chrono::milliseconds;
 
-// Returns why `id` is not a valid account id ([A-Za-z0-9_.-]{1,128}, not "." or ".."), or nullopt.
-std::optional<std::string> accountIdError(std::string_view id);
+// Why `id` is not a valid account id, or nullopt: the one rule, zkagent/naming.hpp.
+using naming::accountIdError;
 
 // The ZooKeeper digest identity in `path`: its first line, user:password (a trailing CR dropped).
 // Throws std::invalid_argument naming the file, never the secret, when the file cannot be read

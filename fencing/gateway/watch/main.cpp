@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "zkagent/naming.hpp"
+
 namespace {
 
 namespace asio = boost::asio;
@@ -61,16 +63,6 @@ struct Options {
   std::exit(2);
 }
 
-bool validId(const std::string& id) {
-  if (id.empty() || id.size() > 128 || id == "." || id == "..") return false;
-  for (char c : id) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '-') {
-      return false;
-    }
-  }
-  return true;
-}
-
 Options parseArgs(int argc, char** argv) {
   Options options;
   bool haveTargets = false;
@@ -86,22 +78,22 @@ Options parseArgs(int argc, char** argv) {
       std::string rest = value;
       if (rest.starts_with("ws://")) rest = rest.substr(5);
       if (rest.ends_with("/")) rest.pop_back();
-      const auto colon = rest.rfind(':');
-      if (colon == std::string::npos || colon == 0 || colon + 1 == rest.size() ||
-          rest.find('/') != std::string::npos) {
+      zkagent::naming::HostPort address;
+      if (rest.find('/') != std::string::npos ||
+          zkagent::naming::hostPortError(rest, address, zkagent::naming::PortZero::Refused)) {
         usageError("--gateway: expected ws://HOST:PORT, got '" + value + "'");
       }
-      options.host = rest.substr(0, colon);
-      options.port = rest.substr(colon + 1);
+      options.host = address.host;
+      options.port = std::to_string(address.port);
     } else if (flag == "--viewer") {
-      if (!validId(value)) usageError("--viewer: must match [A-Za-z0-9_.-]{1,128}");
+      if (auto error = zkagent::naming::accountIdError(value)) usageError("--viewer: " + *error);
       options.viewer = value;
     } else if (flag == "--targets") {
       std::string_view list(value);
       while (!list.empty()) {
         const auto comma = list.find(',');
-        if (!validId(std::string(list.substr(0, comma)))) {
-          usageError("--targets: each must match [A-Za-z0-9_.-]{1,128}, got '" + value + "'");
+        if (auto error = zkagent::naming::accountIdError(list.substr(0, comma))) {
+          usageError("--targets: each " + *error + ", got '" + value + "'");
         }
         list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
       }
@@ -159,7 +151,8 @@ class Watch {
     });
     resolver_.async_resolve(options_.host, options_.port,
                             [this](beast::error_code ec, tcp::resolver::results_type results) {
-                              if (ec) return failed("resolve " + options_.host + ": " + ec.message());
+                              if (ec)
+                                return failed("resolve " + options_.host + ": " + ec.message());
                               connect(results);
                             });
     io_.run();
@@ -177,14 +170,15 @@ class Watch {
     beast::get_lowest_layer(ws_).expires_after(std::chrono::seconds(10));
     beast::get_lowest_layer(ws_).async_connect(
         results, [this](beast::error_code ec, const tcp::endpoint&) {
-          if (ec) return failed("connect " + options_.host + ":" + options_.port + ": " + ec.message());
+          if (ec)
+            return failed("connect " + options_.host + ":" + options_.port + ": " + ec.message());
           ws_.set_option(websocket::stream_base::decorator([this](websocket::request_type& req) {
             if (!options_.token.empty()) {
               req.set(beast::http::field::authorization, "Bearer " + options_.token);
             }
           }));
-          const std::string target = "/v1/presence/subscribe?viewer=" + options_.viewer +
-                                     "&targets=" + options_.targets;
+          const std::string target =
+              "/v1/presence/subscribe?viewer=" + options_.viewer + "&targets=" + options_.targets;
           ws_.async_handshake(response_, options_.host + ":" + options_.port, target,
                               [this](beast::error_code error) { onHandshake(error); });
         });
@@ -251,7 +245,8 @@ class Watch {
     const auto reason = ws_.reason();
     emit("CLOSED " + std::to_string(reason.code) + " " + std::to_string(unixNanos()) + " " +
          std::string(reason.reason.c_str()));
-    exitCode_ = ec == websocket::error::closed && reason.code == websocket::close_code::normal ? 0 : 3;
+    exitCode_ =
+        ec == websocket::error::closed && reason.code == websocket::close_code::normal ? 0 : 3;
     io_.stop();
   }
 

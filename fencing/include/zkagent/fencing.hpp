@@ -68,9 +68,8 @@ class BadRequest : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-// Account ids: [A-Za-z0-9_.-]{1,128}, not "." or ".." (they become znode path segments).
-bool isValidAccountId(std::string_view account);
-void requireValidAccountId(std::string_view account);  // throws BadRequest naming the rule
+// Throws BadRequest naming field 'account' and the account-id rule (zkagent/naming.hpp).
+void requireValidAccountId(std::string_view account);
 
 // Parsing checks everything validateOperation checks; unknown fields are ignored.
 Operation parseOperation(std::string_view json);        // throws BadRequest

@@ -1,0 +1,115 @@
+#include "zkagent/naming.hpp"
+
+#include <gtest/gtest.h>
+
+namespace zkagent::naming {
+namespace {
+
+constexpr std::string_view kRule = "must match [A-Za-z0-9_.-]{1,128}, not . or ..";
+
+TEST(AccountId, AcceptsOnePathSegmentOfTheAllowedAlphabet) {
+  for (const std::string& good : {std::string("a"), std::string("wxid_abc-123.X"),
+                                  std::string("..."), std::string(128, 'x')}) {
+    EXPECT_EQ(accountIdError(good), std::nullopt) << good;
+  }
+}
+
+TEST(AccountId, RefusesWhatCouldEscapeOrBreakAZnodePathWithOneText) {
+  for (const std::string& bad :
+       {std::string(), std::string("."), std::string(".."), std::string("a/b"), std::string("/a"),
+        std::string("a b"), std::string("a\nb"), std::string("caf\xc3\xa9"), std::string("a:b"),
+        std::string("a@b"), std::string(129, 'x'), std::string("a\0b", 3)}) {
+    EXPECT_EQ(accountIdError(bad), std::string(kRule)) << bad;
+  }
+}
+
+TEST(InstanceId, NamesAHealthNodeSoFollowsTheSameRule) {
+  EXPECT_EQ(instanceIdError("host-a.1"), std::nullopt);
+  EXPECT_EQ(instanceIdError("host a"), std::string(kRule));
+  EXPECT_EQ(instanceIdError("a/b"), std::string(kRule));
+  EXPECT_EQ(instanceIdError(""), std::string(kRule));
+}
+
+TEST(RootPath, IsAnAbsolutePathWithoutEmptySegments) {
+  for (std::string_view good : {"/wx-accounts", "/a/b", "/zkagent/agents"}) {
+    EXPECT_EQ(rootPathError(good), std::nullopt) << good;
+  }
+  for (std::string_view bad : {"", "/", "relative", "/a/", "/a//b", "//a"}) {
+    auto error = rootPathError(bad);
+    ASSERT_TRUE(error) << bad;
+    EXPECT_NE(error->find("absolute znode path"), std::string::npos) << *error;
+  }
+}
+
+TEST(Paths, TheLayoutUnderTheRoot) {
+  EXPECT_EQ(accountPath("/wx", "acct-1"), "/wx/acct-1");
+  EXPECT_EQ(membersPath("/wx", "acct-1"), "/wx/acct-1/members");
+  EXPECT_EQ(memberPath("/wx", "acct-1", "m-0000000007"), "/wx/acct-1/members/m-0000000007");
+  EXPECT_EQ(activePath("/wx", "acct-1"), "/wx/acct-1/active");
+  EXPECT_EQ(handoverPath("/wx", "acct-1"), "/wx/acct-1/handover");
+  EXPECT_EQ(sessionMarksPath("/wx"), "/wx/@sessions");
+  EXPECT_EQ(healthPath("/zkagent/agents", "host-a"), "/zkagent/agents/host-a");
+}
+
+TEST(Paths, TheAccountOfAnActiveNode) {
+  EXPECT_EQ(accountOfActivePath("/wx", activePath("/wx", "acct-1")), "acct-1");
+  EXPECT_EQ(accountOfActivePath("/wx", "/wx/active"), std::nullopt);
+  EXPECT_EQ(accountOfActivePath("/wx", "/wxy/acct-1/active"), std::nullopt);
+  EXPECT_EQ(accountOfActivePath("/wx", "/wx/acct-1/members"), std::nullopt);
+  EXPECT_EQ(accountOfActivePath("/wx", "/wx/a/b/active"), std::nullopt) << "two segments";
+}
+
+HostPort parsed(std::string_view text, PortZero zero = PortZero::Allowed) {
+  HostPort address;
+  const auto error = hostPortError(text, address, zero);
+  EXPECT_EQ(error, std::nullopt) << text;
+  return address;
+}
+
+std::string refusal(std::string_view text, PortZero zero = PortZero::Allowed) {
+  HostPort address;
+  return hostPortError(text, address, zero).value_or("");
+}
+
+TEST(HostPort, NamesAddressesAndBracketedIpv6) {
+  EXPECT_EQ(parsed("127.0.0.1:8470"), (HostPort{"127.0.0.1", 8470}));
+  EXPECT_EQ(parsed("zk1.example:2181"), (HostPort{"zk1.example", 2181}));
+  EXPECT_EQ(parsed("[::1]:8470"), (HostPort{"::1", 8470}));
+  EXPECT_EQ(parsed("[fe80::1]:0"), (HostPort{"fe80::1", 0}));
+}
+
+TEST(HostPort, RefusesWhatIsNotHostColonPort) {
+  for (std::string_view bad : {"localhost", ":8470", "::1:8470", "[::1]8470", "[::1", "[]:80"}) {
+    EXPECT_NE(refusal(bad).find("expected HOST:PORT"), std::string::npos) << bad;
+  }
+  EXPECT_EQ(refusal("h:70000"), "port must be a number from 0 to 65535, got '70000'");
+  EXPECT_EQ(refusal("h:"), "port must be a number from 0 to 65535, got ''");
+  EXPECT_EQ(refusal("h:12x"), "port must be a number from 0 to 65535, got '12x'");
+  EXPECT_EQ(refusal("h:-1"), "port must be a number from 0 to 65535, got '-1'");
+  EXPECT_EQ(refusal("h:0", PortZero::Refused), "port must be a number from 1 to 65535, got '0'");
+}
+
+TEST(HostPort, PrintsIpv6InBracketsAgain) {
+  EXPECT_EQ(toString(HostPort{"::1", 8470}), "[::1]:8470");
+  EXPECT_EQ(toString(HostPort{"127.0.0.1", 80}), "127.0.0.1:80");
+  EXPECT_EQ(parsed(toString(HostPort{"fe80::1", 9})), (HostPort{"fe80::1", 9}));
+}
+
+TEST(HostPort, LoopbackHosts) {
+  for (std::string_view host : {"localhost", "::1", "127.0.0.1", "127.1.2.3"}) {
+    EXPECT_TRUE(isLoopbackHost(host)) << host;
+  }
+  for (std::string_view host : {"0.0.0.0", "::", "10.0.0.1", "[::1]", "localhost.evil"}) {
+    EXPECT_FALSE(isLoopbackHost(host)) << host;
+  }
+}
+
+TEST(HostPort, ThePortAProcessPrints) {
+  EXPECT_EQ(trailingPort("LISTENING 127.0.0.1:8470"), 8470);
+  EXPECT_EQ(trailingPort("DEVICES ws://127.0.0.1:9000"), 9000);
+  EXPECT_EQ(trailingPort("LISTENING"), std::nullopt);
+  EXPECT_EQ(trailingPort("LISTENING h:x"), std::nullopt);
+}
+
+}  // namespace
+}  // namespace zkagent::naming
