@@ -13,8 +13,9 @@
 #include <thread>
 #include <vector>
 
-#include "logging.hpp"
 #include "zkagent/agent.hpp"
+#include "zkagent/logging.hpp"
+#include "zkagent/naming.hpp"
 
 namespace {
 
@@ -38,11 +39,17 @@ refuse new operations, resign every account, close the session, exit 0.
 
 int run(const zkagent::agent::Config& config) {
   using namespace zkagent::agent;
-  setUpLogging(config.log);
+  namespace logging = zkagent::logging;
+  logging::setUp(
+      {"zk-agent",
+       config.log.format == LogFormat::Json ? logging::Format::Json : logging::Format::Text,
+       config.log.level});
   boost::asio::io_context io;
   Agent agent(io, config);
   agent.start();
-  std::printf("LISTENING %s:%u\n", config.admin.listen.host.c_str(), agent.adminPort());
+  const std::string admin =
+      zkagent::naming::toString({config.admin.listen.host, agent.adminPort()});
+  std::printf("LISTENING %s\n", admin.c_str());
   std::printf("DEVICES %s\n", agent.deviceEndpoint().c_str());
   std::fflush(stdout);
   spdlog::info("zk-agent {} started instance={} accounts={} admin={}:{}", ZKAGENT_VERSION,
@@ -84,7 +91,7 @@ int run(const zkagent::agent::Config& config) {
   io.run();
   for (auto& t : threads) t.join();
   spdlog::info("exiting");
-  flushLogs();
+  zkagent::logging::flush();
   return 0;
 }
 

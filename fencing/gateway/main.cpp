@@ -1,7 +1,5 @@
 // fencing-gateway: wires the durable TokenValidator, the optional ZooKeeper cache and the HTTP
 // API together, prints "LISTENING HOST:PORT" once it serves, and stops on SIGINT/SIGTERM.
-#include <spdlog/pattern_formatter.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/io_context.hpp>
@@ -14,46 +12,11 @@
 #include "gateway.hpp"
 #include "presence_store.hpp"
 #include "presence_subscribers.hpp"
+#include "zkagent/logging.hpp"
 
 namespace {
 
 using namespace zkagent;
-
-// The log message as a JSON string body (spdlog's pattern does not escape it).
-class JsonEscapedMessage final : public spdlog::custom_flag_formatter {
- public:
-  void format(const spdlog::details::log_msg& message, const std::tm&,
-              spdlog::memory_buf_t& out) override {
-    for (char c : std::string_view(message.payload.data(), message.payload.size())) {
-      if (c == '"' || c == '\\') {
-        out.push_back('\\');
-        out.push_back(c);
-      } else if (static_cast<unsigned char>(c) < 0x20) {
-        fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<unsigned>(c));
-      } else {
-        out.push_back(c);
-      }
-    }
-  }
-  std::unique_ptr<custom_flag_formatter> clone() const override {
-    return std::make_unique<JsonEscapedMessage>();
-  }
-};
-
-void setUpLogging(const gateway::Config& config) {
-  auto logger = spdlog::stderr_color_mt("fencing-gateway");
-  if (config.jsonLogs) {
-    auto formatter = std::make_unique<spdlog::pattern_formatter>();
-    formatter->add_flag<JsonEscapedMessage>('*').set_pattern(
-        R"({"time":"%Y-%m-%dT%H:%M:%S.%e%z","level":"%l","logger":"%n","msg":"%*"})");
-    logger->set_formatter(std::move(formatter));
-  } else {
-    logger->set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
-  }
-  logger->set_level(spdlog::level::from_str(config.logLevel));
-  logger->flush_on(spdlog::level::info);
-  spdlog::set_default_logger(logger);
-}
 
 std::optional<http::ServerTls> listenerTls(const gateway::Config& config) {
   if (config.tlsCert.empty()) return std::nullopt;
@@ -182,9 +145,13 @@ int main(int argc, char** argv) {
     (commandLine.exitCode == 0 ? std::cout : std::cerr) << commandLine.message;
     return commandLine.exitCode;
   }
-  setUpLogging(*commandLine.config);
+  const auto& config = *commandLine.config;
+  namespace logging = zkagent::logging;
+  logging::setUp({"fencing-gateway",
+                  config.jsonLogs ? logging::Format::Json : logging::Format::Text,
+                  config.logLevel});
   try {
-    return run(*commandLine.config);
+    return run(config);
   } catch (const std::exception& error) {
     spdlog::critical("cannot run: {}", error.what());
     return 1;
