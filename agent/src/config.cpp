@@ -1,5 +1,6 @@
-// The one config validator: every field is read through FieldReader, which knows the field's
-// full name for the error message and rejects fields it was never asked about.
+// The one config validator: every field is read through the shared config::FieldReader
+// (zkagent/config_reader.hpp), which knows the field's full name for the error message and
+// rejects fields it was never asked about.
 #include "zkagent/agent/config.hpp"
 
 #include <fstream>
@@ -9,6 +10,7 @@
 #include <utility>
 
 #include "presence_config.hpp"
+#include "zkagent/config_reader.hpp"
 #include "zkagent/election.hpp"
 #include "zkagent/naming.hpp"
 
@@ -19,71 +21,12 @@ using nlohmann::json;
 
 constexpr int64_t kMaxMillis = 24LL * 3600 * 1000;
 
-// Reads the fields of one JSON object; `prefix` names the object ("health.").
-class FieldReader {
- public:
-  FieldReader(const json& object, std::string prefix)
-      : object_(object), prefix_(std::move(prefix)) {}
+using config::FieldReader;
 
-  std::string name(std::string_view field) const { return prefix_ + std::string(field); }
-  [[noreturn]] void fail(std::string_view field, const std::string& problem) const {
-    throw ConfigError(name(field), problem);
-  }
-
-  const json* find(std::string_view field) {
-    known_.insert(std::string(field));
-    auto it = object_.find(field);
-    return it == object_.end() ? nullptr : &*it;
-  }
-
-  std::string string(std::string_view field, std::string fallback, bool required = false) {
-    const json* value = find(field);
-    if (!value) {
-      if (required) fail(field, "is required");
-      return fallback;
-    }
-    if (!value->is_string()) fail(field, "must be a string");
-    return value->get<std::string>();
-  }
-
-  bool boolean(std::string_view field, bool fallback) {
-    const json* value = find(field);
-    if (!value) return fallback;
-    if (!value->is_boolean()) fail(field, "must be true or false");
-    return value->get<bool>();
-  }
-
-  // Milliseconds as a non-negative integer no larger than a day.
-  Millis millis(std::string_view field, Millis fallback) {
-    const json* value = find(field);
-    if (!value) return fallback;
-    if (!value->is_number_integer()) fail(field, "must be an integer number of milliseconds");
-    const auto ms = value->get<int64_t>();
-    if (ms < 0 || ms > kMaxMillis)
-      fail(field, "must be between 0 and " + std::to_string(kMaxMillis));
-    return Millis(ms);
-  }
-
-  FieldReader object(std::string_view field) {
-    const json* value = find(field);
-    static const json empty = json::object();
-    if (!value) return FieldReader(empty, name(field) + ".");
-    if (!value->is_object()) fail(field, "must be an object");
-    return FieldReader(*value, name(field) + ".");
-  }
-
-  // Call once every field was read: anything else is a typo or a field of another version.
-  void rejectUnknown() const {
-    for (const auto& [key, _] : object_.items()) {
-      if (!known_.contains(key)) fail(key, "unknown field");
-    }
-  }
-
- private:
-  const json& object_;
-  std::string prefix_;
-  std::set<std::string, std::less<>> known_;
-};
+// Milliseconds as a non-negative integer no larger than a day.
+Millis millis(FieldReader& reader, std::string_view field, Millis fallback) {
+  return Millis(reader.integer(field, 0, kMaxMillis).value_or(fallback.count()));
+}
 
 HostPort parseHostPort(const FieldReader& reader, std::string_view field, std::string_view text,
                        naming::PortZero zero) {
@@ -199,21 +142,14 @@ void readPresence(Config& config, FieldReader& top) {
                                 "': the device endpoint has no TLS and is served on loopback only, "
                                 "unless presence.insecure is true");
   }
-  p.heartbeat = presence.millis("heartbeat_ms", p.heartbeat);
-  p.pingTimeout = presence.millis("ping_timeout_ms", p.pingTimeout);
-  p.checkInterval = presence.millis("check_interval_ms", p.checkInterval);
-  p.renewInterval = presence.millis("renew_interval_ms", p.renewInterval);
-  p.leaseTtl = presence.millis("lease_ttl_ms", p.leaseTtl);
-  if (const json* jitter = presence.find("renew_jitter")) {
-    if (!jitter->is_number() || jitter->get<double>() < 0 || jitter->get<double>() >= 1)
-      presence.fail("renew_jitter", "must be a number in [0, 1)");
-    p.renewJitter = jitter->get<double>();
-  }
-  if (const json* entries = presence.find("max_batch_entries")) {
-    if (!entries->is_number_integer() || entries->get<int64_t>() < 1 ||
-        entries->get<int64_t>() > 100000)
-      presence.fail("max_batch_entries", "must be an integer between 1 and 100000");
-    p.maxBatchEntries = entries->get<size_t>();
+  p.heartbeat = millis(presence, "heartbeat_ms", p.heartbeat);
+  p.pingTimeout = millis(presence, "ping_timeout_ms", p.pingTimeout);
+  p.checkInterval = millis(presence, "check_interval_ms", p.checkInterval);
+  p.renewInterval = millis(presence, "renew_interval_ms", p.renewInterval);
+  p.leaseTtl = millis(presence, "lease_ttl_ms", p.leaseTtl);
+  p.renewJitter = presence.number("renew_jitter", 0, 1).value_or(p.renewJitter);
+  if (auto entries = presence.integer("max_batch_entries", 1, 100000)) {
+    p.maxBatchEntries = static_cast<size_t>(*entries);
   }
   presence.rejectUnknown();
   // The first problem the model finds, told with the config's field names.
@@ -235,21 +171,12 @@ void readPresence(Config& config, FieldReader& top) {
 void readBalance(Config& config, FieldReader& top) {
   auto balance = top.object("balance");
   auto& b = config.balance;
-  if (const json* enabled = balance.find("enabled")) {
-    if (!enabled->is_boolean()) balance.fail("enabled", "must be true or false");
-    b.enabled = enabled->get<bool>();
+  b.enabled = balance.boolean("enabled", b.enabled);
+  b.settle = millis(balance, "settle_ms", b.settle);
+  if (auto moves = balance.integer("max_moves_in_flight", 1, 1000)) {
+    b.maxMovesInFlight = static_cast<size_t>(*moves);
   }
-  b.settle = balance.millis("settle_ms", b.settle);
-  if (const json* moves = balance.find("max_moves_in_flight")) {
-    if (!moves->is_number_integer() || moves->get<int64_t>() < 1 || moves->get<int64_t>() > 1000)
-      balance.fail("max_moves_in_flight", "must be an integer between 1 and 1000");
-    b.maxMovesInFlight = moves->get<size_t>();
-  }
-  if (const json* tolerance = balance.find("tolerance")) {
-    if (!tolerance->is_number() || tolerance->get<double>() < 0 || tolerance->get<double>() >= 1)
-      balance.fail("tolerance", "must be a number in [0, 1)");
-    b.tolerance = tolerance->get<double>();
-  }
+  b.tolerance = balance.number("tolerance", 0, 1).value_or(b.tolerance);
   if (const json* preferred = balance.find("preferred")) {
     if (!preferred->is_object())
       balance.fail("preferred", "must be an object of account id -> instance id");
@@ -279,26 +206,26 @@ presence::Params presenceParams(const Config::Presence& config) {
   return params;
 }
 
-Config parseConfig(std::string_view text, const std::filesystem::path& baseDir,
-                   std::optional<std::string> environmentAdminToken) {
-  const json root = json::parse(text, nullptr, false);
-  if (root.is_discarded()) throw ConfigError("config", "not valid JSON");
-  if (!root.is_object()) throw ConfigError("config", "must be a JSON object");
+namespace {
+
+Config readConfig(std::string_view text, const std::filesystem::path& baseDir,
+                  std::optional<std::string> environmentAdminToken) {
+  const json root = config::parseObject(text);
   Config config;
   FieldReader top(root, "");
 
-  config.instanceId = top.string("instance_id", "", true);
+  config.instanceId = top.requiredString("instance_id");
   if (auto error = naming::instanceIdError(config.instanceId)) top.fail("instance_id", *error);
 
   {
     auto zk = top.object("zookeeper");
-    config.zookeeper.hosts = zk.string("hosts", "", true);
+    config.zookeeper.hosts = zk.requiredString("hosts");
     std::stringstream hosts(config.zookeeper.hosts);
     for (std::string host; std::getline(hosts, host, ',');)
       parseHostPort(zk, "hosts", host, naming::PortZero::Refused);
     if (config.zookeeper.hosts.empty()) zk.fail("hosts", "is empty");
     config.zookeeper.sessionTimeout =
-        zk.millis("session_timeout_ms", config.zookeeper.sessionTimeout);
+        millis(zk, "session_timeout_ms", config.zookeeper.sessionTimeout);
     if (config.zookeeper.sessionTimeout < Millis(400))
       zk.fail("session_timeout_ms", "must be at least 400");
     config.zookeeper.root = zk.string("root", config.zookeeper.root);
@@ -323,7 +250,7 @@ Config parseConfig(std::string_view text, const std::filesystem::path& baseDir,
 
   {
     auto gw = top.object("gateway");
-    const std::string url = gw.string("url", "", true);
+    const std::string url = gw.requiredString("url");
     const bool https = url.starts_with("https://");
     if (!https && !url.starts_with("http://"))
       gw.fail("url", "'" + url + "' must start with http:// or https://");
@@ -335,16 +262,16 @@ Config parseConfig(std::string_view text, const std::filesystem::path& baseDir,
     config.gateway.token = secret(gw, baseDir);
     readGatewayTls(config.gateway, gw, https, baseDir);
     config.gateway.heartbeatInterval =
-        gw.millis("heartbeat_interval_ms", config.gateway.heartbeatInterval);
+        millis(gw, "heartbeat_interval_ms", config.gateway.heartbeatInterval);
     config.gateway.heartbeatTimeout =
-        gw.millis("heartbeat_timeout_ms", config.gateway.heartbeatTimeout);
+        millis(gw, "heartbeat_timeout_ms", config.gateway.heartbeatTimeout);
     if (config.gateway.heartbeatInterval > Millis(0) &&
         config.gateway.heartbeatTimeout <= 2 * config.gateway.heartbeatInterval) {
       gw.fail("heartbeat_timeout_ms", "must be more than twice heartbeat_interval_ms (" +
                                           std::to_string(config.gateway.heartbeatInterval.count()) +
                                           ")");
     }
-    config.gateway.requestTimeout = gw.millis("request_timeout_ms", config.gateway.requestTimeout);
+    config.gateway.requestTimeout = millis(gw, "request_timeout_ms", config.gateway.requestTimeout);
     if (config.gateway.requestTimeout == Millis(0))
       gw.fail("request_timeout_ms", "must be positive");
     gw.rejectUnknown();
@@ -378,8 +305,8 @@ Config parseConfig(std::string_view text, const std::filesystem::path& baseDir,
 
   {
     auto health = top.object("health");
-    config.health.interval = health.millis("interval_ms", config.health.interval);
-    config.health.ttl = health.millis("ttl_ms", config.health.ttl);
+    config.health.interval = millis(health, "interval_ms", config.health.interval);
+    config.health.ttl = millis(health, "ttl_ms", config.health.ttl);
     if (config.health.interval == Millis(0)) health.fail("interval_ms", "must be positive");
     if (config.health.ttl < config.health.interval) {
       health.fail("ttl_ms", "must be at least interval_ms (" +
@@ -389,29 +316,35 @@ Config parseConfig(std::string_view text, const std::filesystem::path& baseDir,
   }
 
   readBalance(config, top);
-  config.lockDelay = top.millis("lock_delay_ms", config.lockDelay);
-  const std::string gate = top.string("gate", "fast");
-  if (gate != "fast" && gate != "strict") top.fail("gate", "must be \"fast\" or \"strict\"");
-  config.gate = gate == "strict" ? GateMode::Strict : GateMode::Fast;
-  config.shutdownTimeout = top.millis("shutdown_timeout_ms", config.shutdownTimeout);
+  config.lockDelay = millis(top, "lock_delay_ms", config.lockDelay);
+  config.gate = top.choice("gate", {"fast", "strict"}).value_or("fast") == "strict"
+                    ? GateMode::Strict
+                    : GateMode::Fast;
+  config.shutdownTimeout = millis(top, "shutdown_timeout_ms", config.shutdownTimeout);
   if (config.shutdownTimeout == Millis(0)) top.fail("shutdown_timeout_ms", "must be positive");
 
   {
     auto log = top.object("log");
-    const std::string format = log.string("format", "text");
-    if (format != "text" && format != "json") log.fail("format", "must be \"text\" or \"json\"");
-    config.log.format = format == "json" ? LogFormat::Json : LogFormat::Text;
-    config.log.level = log.string("level", "info");
-    static const std::set<std::string, std::less<>> levels{"trace", "debug",    "info", "warn",
-                                                           "error", "critical", "off"};
-    if (!levels.contains(config.log.level)) {
-      log.fail("level", "must be one of trace, debug, info, warn, error, critical, off");
-    }
+    config.log.format = log.choice("format", {"text", "json"}).value_or("text") == "json"
+                            ? LogFormat::Json
+                            : LogFormat::Text;
+    config.log.level = log.logLevel("level").value_or(config.log.level);
     log.rejectUnknown();
   }
 
   top.rejectUnknown();
   return config;
+}
+
+}  // namespace
+
+Config parseConfig(std::string_view text, const std::filesystem::path& baseDir,
+                   std::optional<std::string> environmentAdminToken) {
+  try {
+    return readConfig(text, baseDir, std::move(environmentAdminToken));
+  } catch (const config::FieldError& error) {
+    throw ConfigError(error.field(), error.problem());
+  }
 }
 
 Config loadConfig(const std::filesystem::path& path,

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "gateway.hpp"
+#include "zkagent/config_reader.hpp"
 #include "zkagent/naming.hpp"
 
 namespace zkagent::gateway {
@@ -47,7 +48,7 @@ Options:
   --operator-token-file FILE  the operator token (HWM reset, privacy rules), read from FILE
   --max-requests-per-second N  per connection on the HTTP listener, beyond it 429 (default
                             1000; 0: no limit)
-  --log-level LEVEL         trace, debug, info (default), warn, error
+  --log-level LEVEL         trace, debug, info (default), warn, error, critical, off
   --log-format FORMAT       text (default) or json
   --help, --version
 
@@ -59,8 +60,11 @@ Environment:
                             actions are refused
 )";
 
-[[noreturn]] void fail(std::string_view field, std::string_view problem) {
-  throw std::invalid_argument(std::string(field) + ": " + std::string(problem));
+using config::FieldReader;
+using config::parseInteger;
+
+[[noreturn]] void fail(std::string_view field, const std::string& problem) {
+  config::fail(std::string(field), problem);
 }
 
 constexpr int64_t kMaxLeaseMs = 86400000;  // a day; longer means a lease outlives any incident
@@ -69,16 +73,6 @@ constexpr int64_t kMinLeaseTtlMs = 3;
 constexpr int64_t kMaxCoalesceMs = 60000;
 constexpr int64_t kMaxSubscriberQueue = 65536;
 constexpr int64_t kMaxRequestsPerSecond = 1000000;
-
-int64_t parseInteger(std::string_view field, std::string_view text, int64_t low, int64_t high) {
-  int64_t value = 0;
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || end != text.data() + text.size() || value < low || value > high) {
-    fail(field, "must be an integer from " + std::to_string(low) + " to " + std::to_string(high) +
-                    ", got '" + std::string(text) + "'");
-  }
-  return value;
-}
 
 // A token file holds the token alone; one trailing newline (as editors write it) is not part of it.
 std::string readTokenFile(std::string_view field, const std::string& path) {
@@ -150,23 +144,15 @@ void setSubscribeListen(Config& config, std::string_view field, std::string_view
 }
 
 void setUntrusted(Config& config, std::string_view field, std::string_view value) {
-  if (value == "hwm_only") {
-    config.untrusted = UntrustedPolicy::HwmOnly;
-  } else if (value == "refuse") {
-    config.untrusted = UntrustedPolicy::Refuse;
-  } else {
-    fail(field, "expected hwm_only or refuse, got '" + std::string(value) + "'");
-  }
+  config.untrusted = config::choose(field, value, {"hwm_only", "refuse"}) == "refuse"
+                         ? UntrustedPolicy::Refuse
+                         : UntrustedPolicy::HwmOnly;
 }
 
 void setCommitMode(Config& config, std::string_view field, std::string_view value) {
-  if (value == "group") {
-    config.commitMode = fencing::CommitMode::group;
-  } else if (value == "per_operation") {
-    config.commitMode = fencing::CommitMode::per_operation;
-  } else {
-    fail(field, "expected group or per_operation, got '" + std::string(value) + "'");
-  }
+  config.commitMode = config::choose(field, value, {"group", "per_operation"}) == "per_operation"
+                          ? fencing::CommitMode::per_operation
+                          : fencing::CommitMode::group;
 }
 
 void setRoot(Config& config, std::string_view field, std::string_view value) {
@@ -174,172 +160,91 @@ void setRoot(Config& config, std::string_view field, std::string_view value) {
   config.zkRoot = std::string(value);
 }
 
-void setLogLevel(Config& config, std::string_view field, std::string_view value) {
-  for (auto level : {"trace", "debug", "info", "warn", "error"}) {
-    if (value == level) {
-      config.logLevel = std::string(value);
-      return;
-    }
-  }
-  fail(field, "expected trace, debug, info, warn or error");
-}
-
 void setLogFormat(Config& config, std::string_view field, std::string_view value) {
-  if (value != "text" && value != "json") fail(field, "expected text or json");
-  config.jsonLogs = value == "json";
-}
-
-std::string stringField(const nlohmann::json& object, const char* key, std::string_view field) {
-  const auto& value = object.at(key);
-  if (!value.is_string()) fail(field, "must be a string");
-  return value.get<std::string>();
-}
-
-int64_t integerField(const nlohmann::json& object, const char* key, std::string_view field,
-                     int64_t low, int64_t high) {
-  const auto& value = object.at(key);
-  if (!value.is_number_integer() || value.get<int64_t>() < low || value.get<int64_t>() > high) {
-    fail(field, "must be an integer from " + std::to_string(low) + " to " + std::to_string(high));
-  }
-  return value.get<int64_t>();
-}
-
-void requireKnownKeys(const nlohmann::json& object, std::string_view where,
-                      std::initializer_list<std::string_view> known) {
-  if (!object.is_object()) fail(where.empty() ? "config" : where, "must be a JSON object");
-  for (const auto& [key, value] : object.items()) {
-    if (std::find(known.begin(), known.end(), key) == known.end()) {
-      fail(std::string(where) + (where.empty() ? "" : ".") + key, "unknown field");
-    }
-  }
+  config.jsonLogs = config::choose(field, value, {"text", "json"}) == "json";
 }
 
 }  // namespace
 
 Config parseConfigJson(std::string_view text, Config config) {
-  nlohmann::json root;
-  try {
-    root = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& error) {
-    // Not only parse_error: a number beyond a double (1e999) is out_of_range.
-    fail("config", std::string("not valid JSON: ") + error.what());
-  }
-  requireKnownKeys(
-      root, "",
-      {"listen", "dataDir", "zookeeper", "token", "tokenFile", "operatorToken", "operatorTokenFile",
-       "tls", "insecure", "accounts", "commitMode", "handlerThreads", "ioThreads", "agentTimeoutMs",
-       "maxRequestsPerSecond", "presence", "log"});
-  if (root.contains("listen")) setListen(config, "listen", stringField(root, "listen", "listen"));
-  if (root.contains("dataDir")) config.dataDir = stringField(root, "dataDir", "dataDir");
-  if (root.contains("token")) config.bearerToken = stringField(root, "token", "token");
-  if (root.contains("tokenFile")) {
-    config.bearerToken = readTokenFile("tokenFile", stringField(root, "tokenFile", "tokenFile"));
-  }
-  if (root.contains("operatorToken")) {
-    config.operatorToken = stringField(root, "operatorToken", "operatorToken");
-  }
-  if (root.contains("operatorTokenFile")) {
-    if (root.contains("operatorToken")) {
+  const nlohmann::json root = config::parseObject(text);
+  FieldReader top(root);
+  if (auto listen = top.string("listen")) setListen(config, "listen", *listen);
+  if (auto dataDir = top.string("dataDir")) config.dataDir = *dataDir;
+  if (auto token = top.string("token")) config.bearerToken = *token;
+  if (auto file = top.string("tokenFile")) config.bearerToken = readTokenFile("tokenFile", *file);
+  const auto operatorToken = top.string("operatorToken");
+  if (operatorToken) config.operatorToken = *operatorToken;
+  if (auto file = top.string("operatorTokenFile")) {
+    if (operatorToken)
       fail("operatorTokenFile", "set operatorToken or operatorTokenFile, not both");
-    }
-    config.operatorToken = readTokenFile(
-        "operatorTokenFile", stringField(root, "operatorTokenFile", "operatorTokenFile"));
+    config.operatorToken = readTokenFile("operatorTokenFile", *file);
   }
-  if (root.contains("maxRequestsPerSecond")) {
-    config.maxRequestsPerSecond = static_cast<unsigned>(integerField(
-        root, "maxRequestsPerSecond", "maxRequestsPerSecond", 0, kMaxRequestsPerSecond));
+  if (auto rate = top.integer("maxRequestsPerSecond", 0, kMaxRequestsPerSecond)) {
+    config.maxRequestsPerSecond = static_cast<unsigned>(*rate);
   }
-  if (root.contains("insecure")) {
-    if (!root["insecure"].is_boolean()) fail("insecure", "must be true or false");
-    config.insecure = root["insecure"].get<bool>();
+  config.insecure = top.boolean("insecure", config.insecure);
+  if (top.find("tls")) {
+    auto tls = top.object("tls");
+    config.tlsCert = tls.string("cert", config.tlsCert);
+    config.tlsKey = tls.string("key", config.tlsKey);
+    config.tlsClientCa = tls.string("clientCa", config.tlsClientCa);
+    tls.rejectUnknown();
   }
-  if (root.contains("tls")) {
-    const auto& tls = root["tls"];
-    requireKnownKeys(tls, "tls", {"cert", "key", "clientCa"});
-    if (tls.contains("cert")) config.tlsCert = stringField(tls, "cert", "tls.cert");
-    if (tls.contains("key")) config.tlsKey = stringField(tls, "key", "tls.key");
-    if (tls.contains("clientCa")) config.tlsClientCa = stringField(tls, "clientCa", "tls.clientCa");
+  if (auto mode = top.string("commitMode")) setCommitMode(config, "commitMode", *mode);
+  if (auto timeout = top.integer("agentTimeoutMs", 100, 3600000)) {
+    config.agentTimeoutMs = static_cast<int>(*timeout);
   }
-  if (root.contains("commitMode")) {
-    setCommitMode(config, "commitMode", stringField(root, "commitMode", "commitMode"));
+  if (auto threads = top.integer("handlerThreads", 1, 1024)) {
+    config.handlerThreads = static_cast<size_t>(*threads);
   }
-  if (root.contains("agentTimeoutMs")) {
-    config.agentTimeoutMs =
-        static_cast<int>(integerField(root, "agentTimeoutMs", "agentTimeoutMs", 100, 3600000));
-  }
-  if (root.contains("handlerThreads")) {
-    config.handlerThreads =
-        static_cast<size_t>(integerField(root, "handlerThreads", "handlerThreads", 1, 1024));
-  }
-  if (root.contains("ioThreads")) {
-    config.ioThreads = static_cast<size_t>(integerField(root, "ioThreads", "ioThreads", 1, 64));
-  }
-  if (root.contains("accounts")) {
-    const auto& accounts = root["accounts"];
-    if (!accounts.is_array()) fail("accounts", "must be an array of account ids");
+  if (auto threads = top.integer("ioThreads", 1, 64))
+    config.ioThreads = static_cast<size_t>(*threads);
+  if (const auto* accounts = top.find("accounts")) {
+    if (!accounts->is_array()) fail("accounts", "must be an array of account ids");
     config.accounts.clear();
-    for (size_t i = 0; i < accounts.size(); ++i) {
-      std::string field = "accounts[" + std::to_string(i) + "]";
-      if (!accounts[i].is_string() || naming::accountIdError(accounts[i].get<std::string>())) {
-        fail(field, naming::kIdRule);
+    for (size_t i = 0; i < accounts->size(); ++i) {
+      const auto& account = (*accounts)[i];
+      if (!account.is_string() || naming::accountIdError(account.get<std::string>())) {
+        fail("accounts[" + std::to_string(i) + "]", std::string(naming::kIdRule));
       }
-      config.accounts.push_back(accounts[i].get<std::string>());
+      config.accounts.push_back(account.get<std::string>());
     }
   }
-  if (root.contains("zookeeper")) {
-    const auto& zk = root["zookeeper"];
-    requireKnownKeys(zk, "zookeeper", {"hosts", "root", "sessionTimeoutMs", "untrusted"});
-    if (zk.contains("hosts")) config.zkHosts = stringField(zk, "hosts", "zookeeper.hosts");
-    if (zk.contains("root"))
-      setRoot(config, "zookeeper.root", stringField(zk, "root", "zookeeper.root"));
-    if (zk.contains("sessionTimeoutMs")) {
-      config.zkSessionTimeoutMs = static_cast<int>(
-          integerField(zk, "sessionTimeoutMs", "zookeeper.sessionTimeoutMs", 400, 600000));
+  if (top.find("zookeeper")) {
+    auto zk = top.object("zookeeper");
+    config.zkHosts = zk.string("hosts", config.zkHosts);
+    if (auto path = zk.string("root")) setRoot(config, "zookeeper.root", *path);
+    if (auto timeout = zk.integer("sessionTimeoutMs", 400, 600000)) {
+      config.zkSessionTimeoutMs = static_cast<int>(*timeout);
     }
-    if (zk.contains("untrusted")) {
-      setUntrusted(config, "zookeeper.untrusted",
-                   stringField(zk, "untrusted", "zookeeper.untrusted"));
+    if (auto untrusted = zk.string("untrusted")) {
+      setUntrusted(config, "zookeeper.untrusted", *untrusted);
     }
+    zk.rejectUnknown();
   }
-  if (root.contains("presence")) {
-    const auto& presence = root["presence"];
-    requireKnownKeys(presence, "presence",
-                     {"lease_ttl_ms", "sweep_ms", "debounce_ms", "subscribe_listen", "coalesce_ms",
-                      "subscriber_queue"});
-    if (presence.contains("debounce_ms")) {
-      config.debounceMs = static_cast<int>(
-          integerField(presence, "debounce_ms", "presence.debounce_ms", 0, kMaxLeaseMs));
+  if (top.find("presence")) {
+    auto presence = top.object("presence");
+    auto integer = [&presence](std::string_view field, int64_t low, int64_t high, int& value) {
+      if (auto read = presence.integer(field, low, high)) value = static_cast<int>(*read);
+    };
+    integer("debounce_ms", 0, kMaxLeaseMs, config.debounceMs);
+    if (auto listen = presence.string("subscribe_listen")) {
+      setSubscribeListen(config, "presence.subscribe_listen", *listen);
     }
-    if (presence.contains("subscribe_listen")) {
-      setSubscribeListen(config, "presence.subscribe_listen",
-                         stringField(presence, "subscribe_listen", "presence.subscribe_listen"));
-    }
-    if (presence.contains("coalesce_ms")) {
-      config.coalesceMs = static_cast<int>(
-          integerField(presence, "coalesce_ms", "presence.coalesce_ms", 0, kMaxCoalesceMs));
-    }
-    if (presence.contains("subscriber_queue")) {
-      config.subscriberQueue = static_cast<int>(integerField(
-          presence, "subscriber_queue", "presence.subscriber_queue", 1, kMaxSubscriberQueue));
-    }
-    if (presence.contains("lease_ttl_ms")) {
-      config.leaseTtlMs = static_cast<int>(integerField(
-          presence, "lease_ttl_ms", "presence.lease_ttl_ms", kMinLeaseTtlMs, kMaxLeaseMs));
-    }
-    if (presence.contains("sweep_ms")) {
-      config.leaseSweepMs =
-          static_cast<int>(integerField(presence, "sweep_ms", "presence.sweep_ms", 1, kMaxLeaseMs));
-    }
+    integer("coalesce_ms", 0, kMaxCoalesceMs, config.coalesceMs);
+    integer("subscriber_queue", 1, kMaxSubscriberQueue, config.subscriberQueue);
+    integer("lease_ttl_ms", kMinLeaseTtlMs, kMaxLeaseMs, config.leaseTtlMs);
+    integer("sweep_ms", 1, kMaxLeaseMs, config.leaseSweepMs);
+    presence.rejectUnknown();
   }
-  if (root.contains("log")) {
-    const auto& log = root["log"];
-    requireKnownKeys(log, "log", {"level", "format"});
-    if (log.contains("level"))
-      setLogLevel(config, "log.level", stringField(log, "level", "log.level"));
-    if (log.contains("format")) {
-      setLogFormat(config, "log.format", stringField(log, "format", "log.format"));
-    }
+  if (top.find("log")) {
+    auto log = top.object("log");
+    config.logLevel = log.logLevel("level").value_or(config.logLevel);
+    if (auto format = log.string("format")) setLogFormat(config, "log.format", *format);
+    log.rejectUnknown();
   }
+  top.rejectUnknown();
   return config;
 }
 
@@ -403,7 +308,7 @@ CommandLine parseCommandLine(const std::vector<std::string>& args,
         config.subscriberQueue =
             static_cast<int>(parseInteger(flag, value, 1, kMaxSubscriberQueue));
       } else if (flag == "--log-level") {
-        setLogLevel(config, flag, value);
+        config.logLevel = config::logLevel(flag, value);
       } else if (flag == "--tls-cert") {
         config.tlsCert = value;
       } else if (flag == "--tls-key") {

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 namespace {
@@ -119,6 +120,45 @@ TEST(AgentConfig, EachBadFieldIsRejectedByName) {
   }
 }
 
+// The agent and the gateway read their fields with one reader (zkagent/config_reader.hpp) and one
+// set of naming rules: the same problem gets the same words in both (tests/gateway/config_test).
+TEST(AgentConfig, FieldsAreReadWithTheConventionsTheGatewayShares) {
+  auto refusal = [](const std::function<void(json&)>& change) -> std::string {
+    auto config = validConfig();
+    change(config);
+    try {
+      parseConfig(config.dump());
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  EXPECT_EQ(refusal([](json& c) {
+              c["log"] = {{"level", "loud"}};
+            }),
+            "log.level: must be trace, debug, info, warn, error, critical or off, got 'loud'");
+  EXPECT_EQ(refusal([](json& c) { c["log"] = {{"level", "critical"}}; }), "accepted");
+  EXPECT_EQ(refusal([](json& c) { c["Accounts"] = json::array(); }), "Accounts: unknown field");
+  EXPECT_EQ(refusal([](json& c) {
+              c["presence"] = {{"insecure", "yes"}};
+            }),
+            "presence.insecure: must be true or false");
+  EXPECT_EQ(refusal([](json& c) {
+              c["accounts"] = {"ok", "b/d"};
+            }),
+            "accounts[1]: must match [A-Za-z0-9_.-]{1,128}, not . or ..");
+  EXPECT_EQ(refusal([](json& c) { c["zookeeper"]["root"] = "/a/"; }),
+            "zookeeper.root: must be an absolute znode path like /wx-accounts (no trailing or "
+            "double '/')");
+  EXPECT_EQ(refusal([](json& c) {
+              c["admin"] = {{"listen", "h:70000"}};
+            }),
+            "admin.listen: port must be a number from 0 to 65535, got '70000'");
+  auto config = validConfig();
+  config["admin"] = {{"listen", "[::1]:8470"}};
+  EXPECT_EQ(parseConfig(config.dump()).admin.listen.host, "::1");
+}
+
 TEST(AgentConfig, NotJsonIsRejectedAsTheConfigItself) {
   EXPECT_THROW(
       {
@@ -177,18 +217,21 @@ TEST(AgentPresenceConfig, TimingRulesOfTheModelAreReportedWithTheConfigFieldName
     std::string field, mentions;
   };
   const std::vector<Case> cases = {
-      {{{"heartbeat_ms", 1000}, {"ping_timeout_ms", 2000}}, "presence.ping_timeout_ms",
+      {{{"heartbeat_ms", 1000}, {"ping_timeout_ms", 2000}},
+       "presence.ping_timeout_ms",
        "2 x heartbeat_ms"},
-      {{{"heartbeat_ms", 0}, {"ping_timeout_ms", 5000}}, "presence.ping_timeout_ms",
+      {{{"heartbeat_ms", 0}, {"ping_timeout_ms", 5000}},
+       "presence.ping_timeout_ms",
        "heartbeat_ms is 0"},
-      {{{"renew_interval_ms", 60000}, {"lease_ttl_ms", 120000}}, "presence.lease_ttl_ms",
+      {{{"renew_interval_ms", 60000}, {"lease_ttl_ms", 120000}},
+       "presence.lease_ttl_ms",
        "2 x renew_interval_ms"},
       {{{"renew_interval_ms", 0}}, "presence.renew_interval_ms", "renew_interval_ms must be > 0"},
       {{{"check_interval_ms", 0}}, "presence.check_interval_ms", "check_interval_ms"},
       {{{"renew_jitter", 1}}, "presence.renew_jitter", "[0, 1)"},
       {{{"renew_jitter", -0.1}}, "presence.renew_jitter", "[0, 1)"},
       {{{"renew_jitter", "0.1"}}, "presence.renew_jitter", "[0, 1)"},
-      {{{"max_batch_entries", 0}}, "presence.max_batch_entries", "between 1 and"},
+      {{{"max_batch_entries", 0}}, "presence.max_batch_entries", "an integer from 1 to"},
       {{{"listen", "nowhere"}}, "presence.listen", "expected HOST:PORT"},
       {{{"advertise", "http://x:1"}}, "presence.advertise", "ws://"},
       {{{"heartbeat", 1}}, "presence.heartbeat", "unknown field"},

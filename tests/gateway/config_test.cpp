@@ -95,6 +95,27 @@ TEST(GatewayConfig, FileErrorsNameTheJsonField) {
   EXPECT_NE(error(R"({"handlerThreads":"many"})").find("handlerThreads"), std::string::npos);
 }
 
+// The gateway and the agent read their fields with one reader (zkagent/config_reader.hpp) and one
+// set of naming rules: the same problem gets the same words in both (tests/agent/config_test).
+TEST(GatewayConfig, FieldsAreReadWithTheConventionsTheAgentShares) {
+  EXPECT_EQ(error(R"({"log":{"level":"loud"}})"),
+            "log.level: must be trace, debug, info, warn, error, critical or off, got 'loud'");
+  EXPECT_EQ(error(R"({"log":{"level":"critical"}})"), "accepted");
+  EXPECT_EQ(error(R"({"Listen":"127.0.0.1:1"})"), "Listen: unknown field");
+  EXPECT_EQ(error(R"({"insecure":"yes"})"), "insecure: must be true or false");
+  EXPECT_EQ(error(R"({"accounts":["ok","b/d"]})"),
+            "accounts[1]: must match [A-Za-z0-9_.-]{1,128}, not . or ..");
+  EXPECT_EQ(error(R"({"zookeeper":{"root":"/a/"}})"),
+            "zookeeper.root: must be an absolute znode path like /wx-accounts (no trailing or "
+            "double '/')");
+  EXPECT_EQ(error(R"({"listen":"h:70000"})"),
+            "listen: port must be a number from 0 to 65535, got '70000'");
+  EXPECT_EQ(parseConfigJson(R"({"listen":"[::1]:8480"})").listenAddress, "::1");
+  EXPECT_EQ(errorOf({"--data-dir", "d", "--log-level", "loud"}),
+            "fencing-gateway: --log-level: must be trace, debug, info, warn, error, critical or "
+            "off, got 'loud'\n");
+}
+
 TEST(GatewayConfig, HelpAndVersionPrintAndExitZero) {
   auto help = parse({"--help"});
   EXPECT_FALSE(help.config);
