@@ -1,5 +1,7 @@
 // zk-agent as operators run it: real ZooKeeper, a real fencing-gateway process, real zk-agent
 // processes, real faults (kill -9, SIGSTOP/SIGCONT, a blackholing proxy to the gateway).
+#include "zktest/agent_process.hpp"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -31,45 +33,13 @@ using namespace std::chrono_literals;
 using nlohmann::json;
 using std::chrono::milliseconds;
 using zkagent_test::accountNames;
-using zkagent_test::portOf;
 using zktest::ChildProcess;
 using zktest::eventually;
 
 constexpr int kSessionTimeoutMs = 1500;
 constexpr std::string_view kAdminToken = "process-test-admin-token";
 
-struct AgentProcess {
-  std::string id;
-  std::unique_ptr<ChildProcess> process;
-  uint16_t port = 0;
-  std::unique_ptr<zkagent::http::Client> client;
-
-  json status() const {
-    auto r = client->get("/v1/status");
-    if (!r.delivered() || r.status != 200) return json();
-    return json::parse(r.body, nullptr, false);
-  }
-  // Accounts this agent leads right now, by its own status.
-  std::set<std::string> leading() const {
-    std::set<std::string> out;
-    const auto s = status();
-    if (!s.is_object()) return out;
-    for (const auto& a : s["accounts"]) {
-      if (a["role"] == "LEADER") out.insert(a["account"].get<std::string>());
-    }
-    return out;
-  }
-  json account(const std::string& name) const {
-    for (const auto& a : status().value("accounts", json::array())) {
-      if (a["account"] == name) return a;
-    }
-    return json();
-  }
-  zkagent::http::ClientResponse op(const std::string& account, const std::string& opId) const {
-    return client->post("/v1/accounts/" + account + "/ops",
-                        json{{"opId", opId}, {"payload", {{"text", "hello"}}}}.dump());
-  }
-};
+using zktest::AgentProcess;
 
 class AgentProcessTest : public ::testing::Test {
  protected:
@@ -78,16 +48,8 @@ class AgentProcessTest : public ::testing::Test {
     root_ = zktest::uniqueTestRoot();
     dir_ = std::filesystem::temp_directory_path() /
            ("zk-agent-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
-    std::filesystem::create_directories(dir_ / "gateway");
-    gateway_ = std::make_unique<ChildProcess>(
-        zktest::binaryPath("fencing-gateway").string(),
-        std::vector<std::string>{"--listen", "127.0.0.1:0", "--data-dir",
-                                 (dir_ / "gateway").string(), "--zk", zk_->connectString(),
-                                 "--root", root_ + "/accounts"},
-        dir_ / "gateway.log");
-    const auto port = zkagent_test::awaitListeningPort(dir_ / "gateway.log", 30s);
-    ASSERT_TRUE(port) << gateway_->transcript();
-    gatewayPort_ = *port;
+    gateway_ = std::make_unique<zktest::GatewayProcess>(dir_, zk_->connectString(), root_);
+    gatewayPort_ = gateway_->port();
   }
 
   void TearDown() override {
@@ -98,28 +60,13 @@ class AgentProcessTest : public ::testing::Test {
 
   json agentConfig(const std::string& id, const std::vector<std::string>& accounts,
                    uint16_t gatewayPort) {
-    return {{"instance_id", id},
-            {"zookeeper",
-             {{"hosts", zk_->connectString()},
-              {"session_timeout_ms", kSessionTimeoutMs},
-              {"root", root_ + "/accounts"},
-              {"agents_path", root_ + "/agents"}}},
-            {"accounts", accounts},
-            {"gateway",
-             {{"url", "http://127.0.0.1:" + std::to_string(gatewayPort)},
-              {"heartbeat_interval_ms", 200},
-              {"heartbeat_timeout_ms", 700},
-              {"request_timeout_ms", 1000}}},
-            {"admin", {{"listen", "127.0.0.1:0"}}},
-            {"presence", {{"listen", "127.0.0.1:0"}}},  // several agents on one host
-            {"health", {{"interval_ms", 200}, {"ttl_ms", 1000}}},
-            {"shutdown_timeout_ms", 3000}};
+    return zktest::agentConfig(
+        {zk_->connectString(), root_, "http://127.0.0.1:" + std::to_string(gatewayPort)}, id,
+        accounts, {{"zookeeper", {{"session_timeout_ms", kSessionTimeoutMs}}}});
   }
 
   std::filesystem::path writeConfig(const std::string& name, const json& config) {
-    const auto path = dir_ / (name + ".json");
-    std::ofstream(path) << config.dump(2);
-    return path;
+    return zktest::writeAgentConfig(dir_, name, config);
   }
 
   // The agent takes its admin token from ZKAGENT_ADMIN_TOKEN, as zk-agentctl does ("": unset).
@@ -127,18 +74,8 @@ class AgentProcessTest : public ::testing::Test {
     return startAgentWithAdminToken(config, std::string(kAdminToken));
   }
   AgentProcess& startAgentWithAdminToken(const json& config, const std::string& adminToken) {
-    const std::string id = config["instance_id"];
-    auto process = std::make_unique<ChildProcess>(
-        "env", std::vector<std::string>{"ZKAGENT_ADMIN_TOKEN=" + adminToken,
-                                        zktest::binaryPath("zk-agent").string(), "--config",
-                                        writeConfig(id, config).string()});
-    const auto port = portOf(process->waitForLine("LISTENING ", 20s));
-    zkagent::http::ClientOptions options;
-    options.port = port;
-    options.requestTimeout = 3000ms;
-    options.bearerToken = adminToken;
-    agents_.push_back(std::make_unique<AgentProcess>(AgentProcess{
-        id, std::move(process), port, std::make_unique<zkagent::http::Client>(options)}));
+    agents_.push_back(AgentProcess::start(
+        dir_, config, {.environmentToken = adminToken, .bearerToken = adminToken}));
     return *agents_.back();
   }
 
@@ -169,7 +106,7 @@ class AgentProcessTest : public ::testing::Test {
   zktest::ZooKeeperServer* zk_ = nullptr;
   std::string root_;
   std::filesystem::path dir_;
-  std::unique_ptr<ChildProcess> gateway_;
+  std::unique_ptr<zktest::GatewayProcess> gateway_;
   uint16_t gatewayPort_ = 0;
   std::vector<std::unique_ptr<AgentProcess>> agents_;
   static inline int counter_ = 0;
@@ -248,7 +185,7 @@ TEST_F(AgentProcessTest, PausedLeaderResumedAfterExpiryHasNoOperationAccepted) {
   // The successor took over from an expired session: lock-delay applied, then its ops pass.
   EXPECT_NE(b.process->stderrText().find("lock delay account="), std::string::npos);
   // Each takeover from the lost session is one failover observation.
-  EXPECT_NE(b.client->get("/metrics").body.find("zkagent_failover_duration_seconds_count 3\n"),
+  EXPECT_NE(b.admin->get("/metrics").body.find("zkagent_failover_duration_seconds_count 3\n"),
             std::string::npos);
 }
 
@@ -281,7 +218,7 @@ TEST_F(AgentProcessTest, DrainWithoutSuccessorBlocksWithReasonsThenHandsOverWhen
 
   ChildProcess ctl("env", {"ZKAGENT_ADMIN_TOKEN=" + std::string(kAdminToken),
                            zktest::binaryPath("zk-agentctl").string(), "--admin",
-                           "127.0.0.1:" + std::to_string(a.port), "drain"});
+                           "127.0.0.1:" + std::to_string(a.adminPort), "drain"});
   ASSERT_TRUE(ctl.wait(10s).exitedWith(0)) << ctl.transcript();
 
   // Fail closed: nobody to hand over to, so it keeps leading and says why.
@@ -309,12 +246,12 @@ TEST_F(AgentProcessTest, DrainWithoutSuccessorBlocksWithReasonsThenHandsOverWhen
 TEST_F(AgentProcessTest, WithoutAnAdminTokenDrainAndResignAreRefusedUnlessOpened) {
   auto& a = startAgentWithAdminToken(agentConfig("host-a", {"acct-0"}, gatewayPort_), "");
   ASSERT_TRUE(eventually([&] { return a.leading().size() == 1; }, 15s));
-  auto drain = a.client->post("/v1/drain", "");
+  auto drain = a.admin->post("/v1/drain", "");
   EXPECT_EQ(drain.status, 403) << drain.body;
   EXPECT_NE(drain.body.find("set admin.token, admin.token_file or ZKAGENT_ADMIN_TOKEN"),
             std::string::npos)
       << drain.body;
-  EXPECT_EQ(a.client->post("/v1/accounts/acct-0/resign", "").status, 403);
+  EXPECT_EQ(a.admin->post("/v1/accounts/acct-0/resign", "").status, 403);
   EXPECT_EQ(a.status()["lifecycle"], "active");
   EXPECT_EQ(a.leading().size(), 1u);
   EXPECT_NE(a.process->stderrText().find("no admin token: drain and resign are refused"),
@@ -324,7 +261,7 @@ TEST_F(AgentProcessTest, WithoutAnAdminTokenDrainAndResignAreRefusedUnlessOpened
   opened["admin"]["open_operator_actions"] = true;
   auto& b = startAgentWithAdminToken(opened, "");
   ASSERT_TRUE(eventually([&] { return b.leading().size() == 1; }, 15s));
-  EXPECT_EQ(b.client->post("/v1/accounts/acct-1/resign", "").status, 202);
+  EXPECT_EQ(b.admin->post("/v1/accounts/acct-1/resign", "").status, 202);
 }
 
 TEST_F(AgentProcessTest, AnAdminTokenInTheEnvironmentAndTheConfigIsAStartError) {
@@ -376,7 +313,7 @@ TEST_F(AgentProcessTest, DrainFailsClosedWhileTheSuccessorsHealthIsStale) {
 
   b.process->signal(SIGSTOP);  // its report stops changing: stale on A's clock after the TTL
   ASSERT_TRUE(eventually([&] { return !schedulableAsSeenBy(a, "host-b"); }, 5s));
-  EXPECT_EQ(a.client->post("/v1/drain", "").status, 202);
+  EXPECT_EQ(a.admin->post("/v1/drain", "").status, 202);
   ASSERT_TRUE(eventually(
       [&] {
         const auto acct = a.account("acct-0");
@@ -402,7 +339,7 @@ TEST_F(AgentProcessTest, DrainHandsEveryAccountToTheSchedulableSuccessor) {
   auto& b = startAgent("host-b", accounts);
   ASSERT_TRUE(eventually([&] { return schedulableAsSeenBy(a, "host-b"); }, 10s));
 
-  EXPECT_EQ(a.client->post("/v1/drain", "").status, 202);
+  EXPECT_EQ(a.admin->post("/v1/drain", "").status, 202);
   ASSERT_TRUE(eventually([&] { return a.status()["lifecycle"] == "drained"; }, 10s))
       << a.status().dump();
   EXPECT_TRUE(a.leading().empty());
@@ -410,7 +347,7 @@ TEST_F(AgentProcessTest, DrainHandsEveryAccountToTheSchedulableSuccessor) {
   const auto refused = a.op("acct-0", "drained-op");
   EXPECT_EQ(refused.status, 409);
   EXPECT_EQ(json::parse(refused.body)["leader"]["instance"], "host-b") << refused.body;
-  EXPECT_EQ(a.client->get("/readyz").status, 503);
+  EXPECT_EQ(a.admin->get("/readyz").status, 503);
 }
 
 TEST_F(AgentProcessTest, LeaderThatLosesTheGatewayHandsOverOnlyToAReadyAgent) {
@@ -421,7 +358,7 @@ TEST_F(AgentProcessTest, LeaderThatLosesTheGatewayHandsOverOnlyToAReadyAgent) {
 
   // No ready successor: a leader that lost its gateway keeps leading and says why.
   proxy.setMode(zktest::TcpProxy::Mode::blackhole);
-  ASSERT_TRUE(eventually([&] { return a.client->get("/readyz").status == 503; }, 5s));
+  ASSERT_TRUE(eventually([&] { return a.admin->get("/readyz").status == 503; }, 5s));
   ASSERT_TRUE(eventually(
       [&] { return a.account("acct-0")["blocked_reasons"] == json::array({"no_successor"}); }, 5s))
       << a.status().dump();
@@ -452,7 +389,7 @@ TEST_F(AgentProcessTest, StatusReportsEveryDocumentedFieldAndMetricsPassPromtool
   ASSERT_EQ(a.op("acct-0", "one").status, 200);
   EXPECT_EQ(a.op("acct-0", "one").status, 200) << "a retried opId gets the first answer";
   EXPECT_EQ(a.op("nope", "x").status, 404);
-  EXPECT_EQ(a.client->post("/v1/accounts/acct-0/ops", "[1,2]").status, 400);
+  EXPECT_EQ(a.admin->post("/v1/accounts/acct-0/ops", "[1,2]").status, 400);
 
   const auto s = a.status();
   for (const char* key :
@@ -471,11 +408,11 @@ TEST_F(AgentProcessTest, StatusReportsEveryDocumentedFieldAndMetricsPassPromtool
   }
   EXPECT_EQ(acct["token"], acct["seq"]);
   EXPECT_EQ(acct["leader"]["instance"], "host-a");
-  EXPECT_EQ(a.client->get("/readyz").status, 200);
-  EXPECT_EQ(a.client->get("/healthz").status, 200);
+  EXPECT_EQ(a.admin->get("/readyz").status, 200);
+  EXPECT_EQ(a.admin->get("/healthz").status, 200);
 
   ChildProcess ctl(zktest::binaryPath("zk-agentctl").string(),
-                   {"--admin", "127.0.0.1:" + std::to_string(a.port), "--token",
+                   {"--admin", "127.0.0.1:" + std::to_string(a.adminPort), "--token",
                     std::string(kAdminToken), "leaders"});
   EXPECT_TRUE(ctl.wait(10s).exitedWith(0)) << ctl.transcript();
   const auto lines = ctl.stdoutLines();
@@ -484,7 +421,7 @@ TEST_F(AgentProcessTest, StatusReportsEveryDocumentedFieldAndMetricsPassPromtool
            l.find("host-a") != std::string::npos;
   })) << ctl.transcript();
 
-  const auto metrics = a.client->get("/metrics");
+  const auto metrics = a.admin->get("/metrics");
   ASSERT_EQ(metrics.status, 200);
   for (const char* family :
        {"zkagent_accounts{role=\"LEADER\"} 2", "zkagent_leadership_transitions_total",

@@ -23,24 +23,18 @@
 
 #include "agent_fixtures.hpp"
 #include "zkagent/http.hpp"
-#include "zktest/child_process.hpp"
+#include "zktest/agent_process.hpp"
 
 namespace zkagent_test {
 
-struct BalanceAgent {
-  std::string id;
-  std::unique_ptr<zktest::ChildProcess> process;
-  std::unique_ptr<zkagent::http::Client> client;
+struct BalanceAgent : zktest::AgentProcess {
+  using AgentProcess::AgentProcess;
+
   std::atomic<bool> alive{true};  // false from the kill on (the sampler stops reading it)
 
-  nlohmann::json status() const {
-    auto r = client->get("/v1/status");
-    if (!r.delivered() || r.status != 200) return nlohmann::json();
-    return nlohmann::json::parse(r.body, nullptr, false);
-  }
   // account -> token of every account this agent leads, by its own status (empty when it does
   // not answer).
-  std::map<std::string, int64_t> leading() const {
+  std::map<std::string, int64_t> leaderTokens() const {
     std::map<std::string, int64_t> out;
     const auto s = status();
     if (!s.is_object()) return out;
@@ -51,10 +45,8 @@ struct BalanceAgent {
   }
   // The sum of a counter's samples whose label text contains `labels`.
   double metric(const std::string& family, const std::string& labels = "") const {
-    auto r = client->get("/metrics");
     double sum = 0;
-    if (!r.delivered()) return sum;
-    std::istringstream in(r.body);
+    std::istringstream in(metrics());
     for (std::string line; std::getline(in, line);) {
       if (!line.starts_with(family) || line.find(labels) == std::string::npos) continue;
       if (line.size() > family.size() && line[family.size()] != '{' && line[family.size()] != ' ')
@@ -71,16 +63,7 @@ class BalanceCluster {
 
   BalanceCluster(std::string zkHosts, std::string root, std::filesystem::path dir)
       : zkHosts_(std::move(zkHosts)), root_(std::move(root)), dir_(std::move(dir)) {
-    std::filesystem::create_directories(dir_ / "gateway");
-    gateway_ = std::make_unique<zktest::ChildProcess>(
-        zktest::binaryPath("fencing-gateway").string(),
-        std::vector<std::string>{"--listen", "127.0.0.1:0", "--data-dir",
-                                 (dir_ / "gateway").string(), "--zk", zkHosts_, "--root",
-                                 root_ + "/accounts"},
-        dir_ / "gateway.log");
-    const auto port = awaitListeningPort(dir_ / "gateway.log", std::chrono::seconds(30));
-    if (!port) throw std::runtime_error("fencing-gateway did not start: " + gateway_->transcript());
-    gatewayPort_ = *port;
+    gateway_ = std::make_unique<zktest::GatewayProcess>(dir_, zkHosts_, root_);
   }
   ~BalanceCluster() {
     agents_.clear();
@@ -91,45 +74,24 @@ class BalanceCluster {
   // Short timings, so the tests see settle windows, expiries and health in seconds.
   nlohmann::json config(const std::string& id, const std::vector<std::string>& accounts,
                         int settleMs) const {
-    return {{"instance_id", id},
-            {"zookeeper",
-             {{"hosts", zkHosts_},
-              {"session_timeout_ms", 2000},
-              {"root", root_ + "/accounts"},
-              {"agents_path", root_ + "/agents"}}},
-            {"accounts", accounts},
-            {"gateway",
-             {{"url", "http://127.0.0.1:" + std::to_string(gatewayPort_)},
-              {"heartbeat_interval_ms", 200},
-              {"heartbeat_timeout_ms", 700},
-              {"request_timeout_ms", 2000}}},
-            {"admin", {{"listen", "127.0.0.1:0"}, {"token", kAdminToken}}},
-            {"presence", {{"listen", "127.0.0.1:0"}}},
-            {"health", {{"interval_ms", 200}, {"ttl_ms", 1000}}},
-            {"balance", {{"settle_ms", settleMs}, {"max_moves_in_flight", 16}}},
-            {"shutdown_timeout_ms", 5000}};
+    return zktest::agentConfig({zkHosts_, root_, gateway_->url()}, id, accounts,
+                               {{"zookeeper", {{"session_timeout_ms", 2000}}},
+                                {"gateway", {{"request_timeout_ms", 2000}}},
+                                {"admin", {{"token", kAdminToken}}},
+                                {"balance", {{"settle_ms", settleMs}, {"max_moves_in_flight", 16}}},
+                                {"shutdown_timeout_ms", 5000}});
   }
 
   // Starts the agent (again, when one with that id ran before) and returns once it listens.
   BalanceAgent& start(const nlohmann::json& config) {
-    const std::string id = config["instance_id"];
-    const auto path = dir_ / (id + ".json");
-    std::ofstream(path) << config.dump(2);
-    auto process =
-        std::make_unique<zktest::ChildProcess>(zktest::binaryPath("zk-agent").string(),
-                                               std::vector<std::string>{"--config", path.string()});
-    const auto port = portOf(process->waitForLine("LISTENING ", std::chrono::seconds(20)));
-    zkagent::http::ClientOptions options;
-    options.port = port;
-    options.requestTimeout = std::chrono::milliseconds(5000);
-    options.bearerToken = kAdminToken;
-    auto agent = std::make_shared<BalanceAgent>();
-    agent->id = id;
-    agent->process = std::move(process);
-    agent->client = std::make_unique<zkagent::http::Client>(options);
+    auto agent = std::make_shared<BalanceAgent>(
+        dir_, config,
+        zktest::AgentStartOptions{.bearerToken = kAdminToken,
+                                  .requestTimeout = std::chrono::milliseconds(5000)});
+    agent->awaitListening();
     std::lock_guard lock(mu_);
     for (auto& a : agents_) {
-      if (a->id == id) {
+      if (a->id == agent->id) {
         a = std::move(agent);
         return *a;
       }
@@ -160,13 +122,12 @@ class BalanceCluster {
     agent.process->kill();
   }
 
-  uint16_t gatewayPort() const { return gatewayPort_; }
+  uint16_t gatewayPort() const { return gateway_->port(); }
 
  private:
   std::string zkHosts_, root_;
   std::filesystem::path dir_;
-  std::unique_ptr<zktest::ChildProcess> gateway_;
-  uint16_t gatewayPort_ = 0;
+  std::unique_ptr<zktest::GatewayProcess> gateway_;
   std::mutex mu_;
   std::vector<std::shared_ptr<BalanceAgent>> agents_;
 };
@@ -205,7 +166,7 @@ class LeadershipSampler {
       do {
         for (const auto& agent : cluster_.running()) {
           const auto now = std::chrono::steady_clock::now();
-          for (const auto& [account, token] : agent->leading()) {
+          for (const auto& [account, token] : agent->leaderTokens()) {
             std::lock_guard lock(mu_);
             auto& held = seen_[account][{agent->id, token}];
             if (held.first == std::chrono::steady_clock::time_point{}) held.first = now;
@@ -294,8 +255,7 @@ class OperationLoad {
         if (!agent) break;
         char opId[48];
         std::snprintf(opId, sizeof opId, "c%d-%ld", client, i);
-        const auto r = agent->client->post("/v1/accounts/" + account + "/ops",
-                                           nlohmann::json{{"opId", opId}, {"payload", "x"}}.dump());
+        const auto r = agent->op(account, opId, "x");
         if (r.status == 200) {
           done = true;
           break;

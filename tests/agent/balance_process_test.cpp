@@ -116,7 +116,7 @@ TEST_F(BalanceProcessTest, ADrainedAgentLeadsNothingAndIsGivenNothing) {
       << countsText();
   sampler_ = std::make_unique<LeadershipSampler>(*cluster_);
 
-  ASSERT_EQ(c.client->post("/v1/drain", "").status / 100, 2);
+  ASSERT_EQ(c.admin->post("/v1/drain", "").status / 100, 2);
   ASSERT_TRUE(eventually([&] { return c.status().value("lifecycle", "") == "drained"; }, 15s))
       << c.status().dump();
   // The others share the drained agent's accounts, and it stays out of the plan.
@@ -169,7 +169,7 @@ TEST_F(BalanceProcessTest, APreferredInstanceLeadsItsAccountsWhileSchedulable) {
   EXPECT_GE(a.metric("zkagent_balance_moves_total", "reason=\"preferred\",result=\"started\""), 10);
 
   // Not schedulable (drained): its preferred accounts go back to balance, here host-a.
-  ASSERT_EQ(b.client->post("/v1/drain", "").status / 100, 2);
+  ASSERT_EQ(b.admin->post("/v1/drain", "").status / 100, 2);
   ASSERT_TRUE(eventually([&] { return a.leading().size() == accounts.size(); },
                          milliseconds(kSettleMs) + kMargin, 50ms))
       << countsText();

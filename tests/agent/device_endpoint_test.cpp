@@ -13,7 +13,6 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -21,9 +20,8 @@
 #include <thread>
 #include <vector>
 
-#include "agent_fixtures.hpp"
 #include "zkagent/http.hpp"
-#include "zktest/child_process.hpp"
+#include "zktest/agent_process.hpp"
 #include "zktest/deadline.hpp"
 #include "zktest/zookeeper_server.hpp"
 
@@ -32,7 +30,6 @@ namespace {
 using namespace std::chrono_literals;
 using nlohmann::json;
 using std::chrono::milliseconds;
-using zktest::ChildProcess;
 using zktest::eventually;
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -129,26 +126,7 @@ class Device {
   std::optional<Closed> closed_;
 };
 
-struct Agent {
-  std::string id;
-  std::unique_ptr<ChildProcess> process;
-  std::unique_ptr<zkagent::http::Client> admin;
-  std::string deviceEndpoint;  // ws://127.0.0.1:port
-  uint16_t devicePort = 0;
-
-  json status() const {
-    auto r = admin->get("/v1/status");
-    return r.status == 200 ? json::parse(r.body, nullptr, false) : json();
-  }
-  json account(const std::string& name) const {
-    for (const auto& a : status().value("accounts", json::array())) {
-      if (a["account"] == name) return a;
-    }
-    return json();
-  }
-  bool leads(const std::string& name) const { return account(name).value("role", "") == "LEADER"; }
-  std::string metrics() const { return admin->get("/metrics").body; }
-};
+using Agent = zktest::AgentProcess;
 
 std::string devicePath(const std::string& account, const std::string& device) {
   return "/v1/devices?account=" + account + "&device=" + device;
@@ -162,19 +140,11 @@ class DeviceEndpointTest : public ::testing::Test {
     dir_ = std::filesystem::temp_directory_path() /
            ("zk-device-endpoint-test-" + std::to_string(::getpid()) + "-" +
             std::to_string(counter_++));
-    std::filesystem::create_directories(dir_ / "gateway");
-    gateway_ = std::make_unique<ChildProcess>(
-        zktest::binaryPath("fencing-gateway").string(),
-        std::vector<std::string>{"--listen", "127.0.0.1:0", "--data-dir",
-                                 (dir_ / "gateway").string(), "--zk", zk_->connectString(),
-                                 "--root", root_ + "/accounts", "--lease-ttl-ms", "1200",
-                                 "--lease-sweep-ms", "100"},
-        dir_ / "gateway.log");
-    const auto port = zkagent_test::awaitListeningPort(dir_ / "gateway.log", 30s);
-    ASSERT_TRUE(port) << gateway_->transcript();
-    gatewayPort_ = *port;
+    gateway_ = std::make_unique<zktest::GatewayProcess>(
+        dir_, zk_->connectString(), root_,
+        std::vector<std::string>{"--lease-ttl-ms", "1200", "--lease-sweep-ms", "100"});
     zkagent::http::ClientOptions options;
-    options.port = gatewayPort_;
+    options.port = gateway_->port();
     gatewayClient_ = std::make_unique<zkagent::http::Client>(options);
   }
 
@@ -185,45 +155,19 @@ class DeviceEndpointTest : public ::testing::Test {
   }
 
   json config(const std::string& id, const std::vector<std::string>& accounts) const {
-    return {{"instance_id", id},
-            {"zookeeper",
-             {{"hosts", zk_->connectString()},
-              {"session_timeout_ms", 1500},
-              {"root", root_ + "/accounts"},
-              {"agents_path", root_ + "/agents"}}},
-            {"accounts", accounts},
-            {"gateway",
-             {{"url", "http://127.0.0.1:" + std::to_string(gatewayPort_)},
-              {"heartbeat_interval_ms", 200},
-              {"heartbeat_timeout_ms", 700},
-              {"request_timeout_ms", 1000}}},
-            // No admin token: the resign below needs the explicit opt-out.
-            {"admin", {{"listen", "127.0.0.1:0"}, {"open_operator_actions", true}}},
-            {"presence",
-             {{"listen", "127.0.0.1:0"},
-              {"heartbeat_ms", 200},
-              {"ping_timeout_ms", 0},  // tests that want the check turn it on
-              {"check_interval_ms", 100},
-              {"renew_interval_ms", 400},
-              {"lease_ttl_ms", 1200}}},
-            {"health", {{"interval_ms", 200}, {"ttl_ms", 1000}}},
-            {"shutdown_timeout_ms", 3000}};
+    return zktest::agentConfig({zk_->connectString(), root_, gateway_->url()}, id, accounts,
+                               {// No admin token: the resign below needs the explicit opt-out.
+                                {"admin", {{"open_operator_actions", true}}},
+                                {"presence",
+                                 {{"heartbeat_ms", 200},
+                                  {"ping_timeout_ms", 0},  // tests that want the check turn it on
+                                  {"check_interval_ms", 100},
+                                  {"renew_interval_ms", 400},
+                                  {"lease_ttl_ms", 1200}}}});
   }
 
   Agent& startAgent(const json& cfg) {
-    const std::string id = cfg["instance_id"];
-    const auto path = dir_ / (id + ".json");
-    std::ofstream(path) << cfg.dump(2);
-    auto process = std::make_unique<ChildProcess>(zktest::binaryPath("zk-agent").string(),
-                                                  std::vector<std::string>{"--config", path});
-    const auto adminPort = zkagent_test::portOf(process->waitForLine("LISTENING ", 20s));
-    const auto devices = process->waitForLine("DEVICES ", 5s).substr(8);
-    zkagent::http::ClientOptions options;
-    options.port = adminPort;
-    options.requestTimeout = 3000ms;
-    agents_.push_back(std::make_unique<Agent>(
-        Agent{id, std::move(process), std::make_unique<zkagent::http::Client>(options), devices,
-              zkagent_test::portOf(devices)}));
+    agents_.push_back(Agent::start(dir_, cfg));
     return *agents_.back();
   }
   Agent& startAgent(const std::string& id, const std::vector<std::string>& accounts) {
@@ -246,8 +190,7 @@ class DeviceEndpointTest : public ::testing::Test {
   zktest::ZooKeeperServer* zk_ = nullptr;
   std::string root_;
   std::filesystem::path dir_;
-  std::unique_ptr<ChildProcess> gateway_;
-  uint16_t gatewayPort_ = 0;
+  std::unique_ptr<zktest::GatewayProcess> gateway_;
   std::unique_ptr<zkagent::http::Client> gatewayClient_;
   std::vector<std::unique_ptr<Agent>> agents_;
   static inline int counter_ = 0;
@@ -361,7 +304,7 @@ TEST_F(DeviceEndpointTest, NonLeaderRedirectsToTheLeadersDeviceEndpointWithTheSa
   const auto refused = device.connect(b.devicePort, devicePath("acct-0", "tv"));
   ASSERT_TRUE(refused);
   EXPECT_EQ(refused->status, 307) << refused->body;
-  EXPECT_EQ(refused->location, a.deviceEndpoint + devicePath("acct-0", "tv"));
+  EXPECT_EQ(refused->location, a.deviceUrl + devicePath("acct-0", "tv"));
   EXPECT_NE(b.metrics().find("zkagent_presence_redirects_total{code=\"307\"} 1"),
             std::string::npos);
   // Following the redirect works.
@@ -446,7 +389,7 @@ TEST_F(DeviceEndpointTest, ResignClosesDevicesWith4001NamingTheNewLeaderWhoTakes
   const auto closed = device.awaitClose();
   ASSERT_TRUE(closed);
   EXPECT_EQ(closed->code, 4001);
-  EXPECT_EQ(closed->reason, b.deviceEndpoint);
+  EXPECT_EQ(closed->reason, b.deviceUrl);
   EXPECT_NE(a.metrics().find("zkagent_presence_leader_moved_closes_total 1"), std::string::npos);
 
   ASSERT_TRUE(eventually([&] { return b.leads("acct-0"); }, 5s));

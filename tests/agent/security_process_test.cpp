@@ -8,9 +8,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "agent_fixtures.hpp"
 #include "zkagent/http.hpp"
-#include "zktest/child_process.hpp"
+#include "zktest/agent_process.hpp"
 #include "zktest/deadline.hpp"
 #include "zktest/test_certs.hpp"
 #include "zktest/zookeeper_server.hpp"
@@ -19,7 +18,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using nlohmann::json;
-using zktest::ChildProcess;
+using zktest::AgentProcess;
 
 std::string certFile(const std::string& name) {
   return (zktest::testCertificates() / name).string();
@@ -34,19 +33,12 @@ class SecureCluster : public ::testing::Test {
     root_ = zktest::uniqueTestRoot();
     dir_ = std::filesystem::temp_directory_path() /
            ("zk-agent-security-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
-    std::filesystem::create_directories(dir_ / "gateway");
+    std::filesystem::create_directories(dir_);
     std::ofstream(dir_ / "admin.token") << kAdminToken << "\n";
-    gateway_ = std::make_unique<ChildProcess>(
-        zktest::binaryPath("fencing-gateway").string(),
-        std::vector<std::string>{"--listen", "127.0.0.1:0", "--data-dir",
-                                 (dir_ / "gateway").string(), "--zk", zk_->connectString(),
-                                 "--root", root_ + "/accounts", "--tls-cert",
-                                 certFile("gateway.pem"), "--tls-key", certFile("gateway.key"),
-                                 "--tls-client-ca", certFile("ca.pem")},
-        dir_ / "gateway.log");
-    const auto port = zkagent_test::awaitListeningPort(dir_ / "gateway.log", 30s);
-    ASSERT_TRUE(port) << gateway_->transcript();
-    gatewayPort_ = *port;
+    gateway_ = std::make_unique<zktest::GatewayProcess>(
+        dir_, zk_->connectString(), root_,
+        std::vector<std::string>{"--tls-cert", certFile("gateway.pem"), "--tls-key",
+                                 certFile("gateway.key"), "--tls-client-ca", certFile("ca.pem")});
   }
   void TearDown() override {
     agents_.clear();
@@ -55,72 +47,45 @@ class SecureCluster : public ::testing::Test {
   }
 
   // An agent `id` leading `account`, presenting `certificate`'s certificate to the gateway.
-  zkagent::http::Client& startAgent(const std::string& id, const std::string& certificate,
-                                    const std::string& account, bool digest = false,
-                                    bool waitForLeadership = true) {
-    json config = {{"instance_id", id},
-                   {"zookeeper",
-                    {{"hosts", zk_->connectString()},
-                     {"session_timeout_ms", 1500},
-                     {"root", root_ + "/accounts"},
-                     {"agents_path", root_ + "/agents"}}},
-                   {"accounts", {account}},
-                   {"gateway",
-                    {{"url", "https://localhost:" + std::to_string(gatewayPort_)},
-                     {"tls",
-                      {{"ca", certFile("ca.pem")},
-                       {"cert", certFile(certificate + ".pem")},
-                       {"key", certFile(certificate + ".key")}}},
-                     {"heartbeat_interval_ms", 200},
-                     {"heartbeat_timeout_ms", 700}}},
-                   {"admin", {{"listen", "127.0.0.1:0"}, {"token_file", "admin.token"}}},
-                   {"presence", {{"listen", "127.0.0.1:0"}}},
-                   {"shutdown_timeout_ms", 3000}};
+  AgentProcess& startAgent(const std::string& id, const std::string& certificate,
+                           const std::string& account, bool digest = false,
+                           bool waitForLeadership = true) {
+    json config = zktest::agentConfig(
+        {zk_->connectString(), root_, "https://localhost:" + std::to_string(gateway_->port())}, id,
+        {account},
+        {{"gateway",
+          {{"tls",
+            {{"ca", certFile("ca.pem")},
+             {"cert", certFile(certificate + ".pem")},
+             {"key", certFile(certificate + ".key")}}},
+           {"request_timeout_ms", nullptr}}},
+         {"admin", {{"token_file", "admin.token"}}},
+         // These agents run on the defaults of the gateway request timeout and of health.
+         {"health", nullptr}});
     if (digest) {
       std::ofstream(dir_ / "zk.digest") << "zkagent:" << kAdminToken << "\n";
       config["zookeeper"]["auth"] = {{"digest_file", "zk.digest"}};
     }
-    const auto path = dir_ / (id + ".json");
-    std::ofstream(path) << config.dump(2);
-    auto process = std::make_unique<ChildProcess>(zktest::binaryPath("zk-agent").string(),
-                                                  std::vector<std::string>{"--config", path});
-    const auto port = zkagent_test::portOf(process->waitForLine("LISTENING ", 20s));
-    processes_.push_back(std::move(process));
-    ports_.push_back(port);
-    agents_.push_back(std::make_unique<zkagent::http::Client>(zkagent::http::ClientOptions{
-        .port = port, .requestTimeout = 3000ms, .bearerToken = std::string(kAdminToken)}));
-    auto& admin = *agents_.back();
+    agents_.push_back(AgentProcess::start(dir_, config, {.bearerToken = std::string(kAdminToken)}));
+    auto& agent = *agents_.back();
     if (waitForLeadership) {
-      EXPECT_TRUE(zktest::eventually(
-          [&] {
-            auto status = json::parse(admin.get("/v1/status").body, nullptr, false);
-            if (!status.is_object()) return false;
-            for (const auto& a : status.value("accounts", json::array())) {
-              if (a["account"] == account && a["role"] == "LEADER") return true;
-            }
-            return false;
-          },
-          20s))
+      EXPECT_TRUE(zktest::eventually([&] { return agent.leads(account); }, 20s))
           << id << " never led " << account << "\n"
-          << processes_.back()->transcript();
+          << agent.process->transcript();
     }
-    return admin;
+    return agent;
   }
 
-  static zkagent::http::ClientResponse op(zkagent::http::Client& agent, const std::string& account,
+  static zkagent::http::ClientResponse op(AgentProcess& agent, const std::string& account,
                                           const std::string& opId) {
-    return agent.post("/v1/accounts/" + account + "/ops",
-                      json{{"opId", opId}, {"payload", {{"text", "hi"}}}}.dump());
+    return agent.op(account, opId, {{"text", "hi"}});
   }
 
   zktest::ZooKeeperServer* zk_ = nullptr;
   std::string root_;
   std::filesystem::path dir_;
-  std::unique_ptr<ChildProcess> gateway_;
-  uint16_t gatewayPort_ = 0;
-  std::vector<std::unique_ptr<ChildProcess>> processes_;
-  std::vector<uint16_t> ports_;  // each agent's admin port
-  std::vector<std::unique_ptr<zkagent::http::Client>> agents_;
+  std::unique_ptr<zktest::GatewayProcess> gateway_;
+  std::vector<std::unique_ptr<AgentProcess>> agents_;
   static inline int counter_ = 0;
 };
 
@@ -128,7 +93,7 @@ TEST_F(SecureCluster, AnAgentWithItsOwnCertificateHasItsOperationsAccepted) {
   auto& agent = startAgent("agent-a", "agent-a", "acct-a");
   ASSERT_TRUE(zktest::eventually([&] { return op(agent, "acct-a", "warm-up").status == 200; }, 10s))
       << op(agent, "acct-a", "warm-up").body << "\n"
-      << processes_.back()->transcript();
+      << agents_.back()->process->transcript();
 }
 
 TEST_F(SecureCluster, AnAgentPresentingAnotherInstancesCertificateIsRefusedByTheGateway) {
@@ -144,17 +109,17 @@ TEST_F(SecureCluster, OperatorEndpointsNeedTheAdminTokenWhichIsNeverShown) {
   auto& agent = startAgent("agent-a", "agent-a", "acct-a");
   for (std::string token : {"", "wrong-token"}) {
     zkagent::http::Client stranger(
-        zkagent::http::ClientOptions{.port = ports_.back(), .bearerToken = token});
+        zkagent::http::ClientOptions{.port = agents_.back()->adminPort, .bearerToken = token});
     EXPECT_EQ(stranger.post("/v1/drain", "").status, 401) << "token '" << token << "'";
     EXPECT_EQ(stranger.post("/v1/accounts/acct-a/resign", "").status, 401);
     EXPECT_EQ(stranger.get("/v1/status").status, 401);
     EXPECT_EQ(stranger.get("/healthz").status, 200);  // probes stay public
   }
-  auto status = agent.get("/v1/status");
+  auto status = agent.admin->get("/v1/status");
   ASSERT_EQ(status.status, 200);
   EXPECT_EQ(status.body.find(kAdminToken), std::string::npos);
-  EXPECT_EQ(agent.get("/metrics").body.find(kAdminToken), std::string::npos);
-  EXPECT_EQ(processes_.back()->stderrText().find(kAdminToken), std::string::npos);
+  EXPECT_EQ(agent.admin->get("/metrics").body.find(kAdminToken), std::string::npos);
+  EXPECT_EQ(agents_.back()->process->stderrText().find(kAdminToken), std::string::npos);
   // Nothing the strangers sent was acted on: not drained, still leading.
   const auto body = json::parse(status.body);
   EXPECT_EQ(body.value("lifecycle", ""), "active") << status.body;
@@ -174,15 +139,10 @@ TEST_F(SecureCluster, WithDigestAclsAStrangerCannotRemoveActiveAndAgentsStillFai
   EXPECT_EQ(zoo_set(stranger, active.c_str(), "{}", 2, -1), ZNOAUTH);
   zookeeper_close(stranger);
 
-  processes_[0]->kill();  // kill -9: agent-b takes over one session timeout later
+  agents_[0]->process->kill();  // kill -9: agent-b takes over one session timeout later
   auto& b = *agents_[1];
-  EXPECT_TRUE(zktest::eventually(
-      [&] {
-        auto status = json::parse(b.get("/v1/status").body, nullptr, false);
-        return status.is_object() && status["accounts"][0]["role"] == "LEADER";
-      },
-      20s))
-      << processes_[1]->transcript();
+  EXPECT_TRUE(zktest::eventually([&] { return b.leads("acct-1"); }, 20s))
+      << agents_[1]->process->transcript();
 }
 
 }  // namespace

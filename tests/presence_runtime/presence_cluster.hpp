@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "zkagent/http.hpp"
+#include "zktest/agent_process.hpp"
 #include "zktest/child_process.hpp"
 
 namespace zktest::presence {
@@ -37,17 +38,6 @@ struct Timing {
   int debounceMs = 500;
   int coalesceMs = 20;
 };
-
-inline uint16_t portOfLine(const std::string& line) {
-  return static_cast<uint16_t>(std::stoi(line.substr(line.rfind(':') + 1)));
-}
-
-// A loopback port that was free a moment ago.
-inline uint16_t freePort() {
-  boost::asio::io_context io;
-  boost::asio::ip::tcp::acceptor acceptor(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
-  return acceptor.local_endpoint().port();
-}
 
 // One line of zk-presence-watch split into words: SNAPSHOT t s v / CHANGE t s v m ns / ...
 struct WatchLine {
@@ -78,8 +68,8 @@ class Cluster {
         dir_(std::move(dir)),
         timing_(timing),
         gatewayExtra_(std::move(gatewayExtra)),
-        gatewayPort_(freePort()),
-        subscribePort_(freePort()) {
+        gatewayPort_(freeLoopbackPort()),
+        subscribePort_(freeLoopbackPort()) {
     std::filesystem::create_directories(dir_ / "gateway");
     startGateway();
   }
@@ -136,23 +126,7 @@ class Cluster {
     return r.status;
   }
 
-  struct Agent {
-    std::string id;
-    std::unique_ptr<ChildProcess> process;
-    std::string deviceUrl;
-    std::unique_ptr<zkagent::http::Client> admin;
-    json account(const std::string& name) const {
-      auto r = admin->get("/v1/status");
-      if (!r.delivered() || r.status != 200) return json();
-      for (const auto& a : json::parse(r.body, nullptr, false).value("accounts", json::array())) {
-        if (a["account"] == name) return a;
-      }
-      return json();
-    }
-    bool leads(const std::string& name) const {
-      return account(name).value("role", "") == "LEADER";
-    }
-  };
+  using Agent = AgentProcess;
 
   Agent& startAgent(const std::string& id, const std::vector<std::string>& accounts) {
     return *startAgents({{id, accounts}}).front();
@@ -160,55 +134,30 @@ class Cluster {
   // Spawns every agent before waiting for any, so they start together (the renewal peak).
   std::vector<Agent*> startAgents(
       const std::vector<std::pair<std::string, std::vector<std::string>>>& agents) {
-    std::vector<std::pair<std::unique_ptr<ChildProcess>, uint16_t>> spawned;
-    for (const auto& [id, accounts] : agents) spawned.push_back(spawnAgent(id, accounts));
     std::vector<Agent*> started;
-    for (size_t i = 0; i < agents.size(); ++i) {
-      auto& [process, devicePort] = spawned[i];
-      zkagent::http::ClientOptions options;
-      options.port = portOfLine(process->waitForLine("LISTENING ", milliseconds(20000)));
-      options.requestTimeout = milliseconds(3000);
-      agents_.push_back(std::make_unique<Agent>(
-          Agent{agents[i].first, std::move(process), "ws://127.0.0.1:" + std::to_string(devicePort),
-                std::make_unique<zkagent::http::Client>(options)}));
+    for (const auto& [id, accounts] : agents) {
+      agents_.push_back(std::make_unique<Agent>(dir_, agentConfig(id, accounts)));
       started.push_back(agents_.back().get());
     }
+    for (auto* agent : started) agent->awaitListening();
     return started;
   }
 
  private:
-  std::pair<std::unique_ptr<ChildProcess>, uint16_t> spawnAgent(
-      const std::string& id, const std::vector<std::string>& accounts) {
-    const uint16_t devicePort = freePort();
-    json config{{"instance_id", id},
-                {"zookeeper",
-                 {{"hosts", zk_},
-                  {"session_timeout_ms", timing_.sessionTimeoutMs},
-                  {"root", root_ + "/accounts"},
-                  {"agents_path", root_ + "/agents"}}},
-                {"accounts", accounts},
-                {"gateway",
-                 {{"url", "http://127.0.0.1:" + std::to_string(gatewayPort_)},
-                  {"token", kGatewayToken},
-                  {"heartbeat_interval_ms", 200},
-                  {"heartbeat_timeout_ms", 700},
-                  {"request_timeout_ms", 1000}}},
-                {"admin", {{"listen", "127.0.0.1:0"}}},
-                {"presence",
-                 {{"listen", "127.0.0.1:" + std::to_string(devicePort)},
-                  {"heartbeat_ms", timing_.heartbeatMs},
-                  {"ping_timeout_ms", timing_.pingTimeoutMs},
-                  {"check_interval_ms", timing_.checkIntervalMs},
-                  {"renew_interval_ms", timing_.renewIntervalMs},
-                  {"renew_jitter", timing_.renewJitter},
-                  {"lease_ttl_ms", timing_.leaseTtlMs}}},
-                {"health", {{"interval_ms", 200}, {"ttl_ms", 1000}}},
-                {"shutdown_timeout_ms", 3000}};
-    const auto path = dir_ / (id + ".json");
-    std::ofstream(path) << config.dump(2);
-    return {std::make_unique<ChildProcess>(binaryPath("zk-agent").string(),
-                                           std::vector<std::string>{"--config", path}),
-            devicePort};
+  // The device endpoint on a port chosen up front; the cluster's timings.
+  json agentConfig(const std::string& id, const std::vector<std::string>& accounts) const {
+    return zktest::agentConfig({zk_, root_, "http://127.0.0.1:" + std::to_string(gatewayPort_)}, id,
+                               accounts,
+                               {{"zookeeper", {{"session_timeout_ms", timing_.sessionTimeoutMs}}},
+                                {"gateway", {{"token", kGatewayToken}}},
+                                {"presence",
+                                 {{"listen", "127.0.0.1:" + std::to_string(freeLoopbackPort())},
+                                  {"heartbeat_ms", timing_.heartbeatMs},
+                                  {"ping_timeout_ms", timing_.pingTimeoutMs},
+                                  {"check_interval_ms", timing_.checkIntervalMs},
+                                  {"renew_interval_ms", timing_.renewIntervalMs},
+                                  {"renew_jitter", timing_.renewJitter},
+                                  {"lease_ttl_ms", timing_.leaseTtlMs}}}});
   }
 
  public:

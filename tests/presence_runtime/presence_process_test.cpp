@@ -1,15 +1,12 @@
-// Presence as it runs: real ZooKeeper, a real fencing-gateway, real zk-agent processes and zk-device
-// processes, real faults (SIGTERM, SIGSTOP/SIGCONT, kill -9). Parameters are compressed (heartbeat
-// 200 ms, ping timeout 600 ms, renewal 400 ms, lease TTL 1200 ms) so that each way of leaving is
-// seen in about a second; which way a lease ended is read from the gateway's counters, never from
-// how long it took.
+// Presence as it runs: real ZooKeeper, a real fencing-gateway, real zk-agent processes and
+// zk-device processes, real faults (SIGTERM, SIGSTOP/SIGCONT, kill -9). Parameters are compressed
+// (heartbeat 200 ms, ping timeout 600 ms, renewal 400 ms, lease TTL 1200 ms) so that each way of
+// leaving is seen in about a second; which way a lease ended is read from the gateway's counters,
+// never from how long it took.
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -18,6 +15,7 @@
 #include <vector>
 
 #include "zkagent/http.hpp"
+#include "zktest/agent_process.hpp"
 #include "zktest/child_process.hpp"
 #include "zktest/deadline.hpp"
 #include "zktest/zookeeper_server.hpp"
@@ -38,19 +36,6 @@ constexpr int kRenewIntervalMs = 400;
 constexpr int kLeaseTtlMs = 1200;
 constexpr int kSweepMs = 100;
 
-uint16_t portOf(const std::string& listeningLine) {
-  return static_cast<uint16_t>(std::stoi(listeningLine.substr(listeningLine.rfind(':') + 1)));
-}
-
-// A loopback port that was free a moment ago (for listeners whose port a test must know before
-// the process starts, such as an agent's device endpoint).
-uint16_t freeLoopbackPort() {
-  boost::asio::io_context io;
-  boost::asio::ip::tcp::acceptor acceptor(
-      io, {boost::asio::ip::make_address("127.0.0.1"), 0});
-  return acceptor.local_endpoint().port();
-}
-
 // One "CONNECTED <account> <device> <agent> <token>.<counter> <unix_ns>" line.
 struct Connected {
   std::string account, device, agent;
@@ -68,6 +53,21 @@ Connected parseConnected(const std::string& line) {
   return c;
 }
 
+// A lease batch from host-a removing one device's lease under `epoch`: what an agent sends when
+// the device closes (a test replays it late, or after the lease moved on).
+json removalFromHostA(const std::string& account, const std::string& device,
+                      const Connected& epoch) {
+  return {{"instanceId", "host-a"},
+          {"sessionId", "0x1"},
+          {"renew", json::array()},
+          {"remove",
+           {{{"account", account},
+             {"device", device},
+             {"token", epoch.token},
+             {"counter", epoch.counter},
+             {"reason", "close"}}}}};
+}
+
 // The value of one sample of Prometheus text, 0 when absent.
 double sampleOf(const std::string& metrics, const std::string& sample) {
   std::istringstream in(metrics);
@@ -77,28 +77,14 @@ double sampleOf(const std::string& metrics, const std::string& sample) {
   return 0;
 }
 
-struct Agent {
-  std::string id;
-  std::unique_ptr<ChildProcess> process;
-  std::string deviceUrl;  // ws://127.0.0.1:port
-  std::unique_ptr<zkagent::http::Client> admin;
+using Agent = zktest::AgentProcess;
 
-  json account(const std::string& name) const {
-    auto r = admin->get("/v1/status");
-    if (!r.delivered() || r.status != 200) return json();
-    for (const auto& a : json::parse(r.body, nullptr, false).value("accounts", json::array())) {
-      if (a["account"] == name) return a;
-    }
-    return json();
-  }
-  bool leads(const std::string& name) const { return account(name).value("role", "") == "LEADER"; }
-  double sample(const std::string& name) const {
-    auto r = admin->get("/metrics");
-    return r.delivered() ? sampleOf(r.body, name) : 0;
-  }
-  double pingTimeouts() const { return sample("zkagent_presence_ping_timeouts_total"); }
-  int64_t seq(const std::string& name) const { return account(name).value("seq", int64_t{-1}); }
-};
+double pingTimeouts(const Agent& agent) {
+  return sampleOf(agent.metrics(), "zkagent_presence_ping_timeouts_total");
+}
+int64_t seqOf(const Agent& agent, const std::string& account) {
+  return agent.account(account).value("seq", int64_t{-1});
+}
 
 class PresenceProcessTest : public ::testing::Test {
  protected:
@@ -107,19 +93,13 @@ class PresenceProcessTest : public ::testing::Test {
     root_ = zktest::uniqueTestRoot();
     dir_ = std::filesystem::temp_directory_path() /
            ("zk-presence-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
-    std::filesystem::create_directories(dir_ / "gateway");
-    gateway_ = std::make_unique<ChildProcess>(
-        zktest::binaryPath("fencing-gateway").string(),
-        std::vector<std::string>{"--listen", "127.0.0.1:0", "--data-dir",
-                                 (dir_ / "gateway").string(), "--zk", zk_->connectString(),
-                                 "--root", root_ + "/accounts", "--lease-ttl-ms",
-                                 std::to_string(kLeaseTtlMs), "--lease-sweep-ms",
+    gateway_ = std::make_unique<zktest::GatewayProcess>(
+        dir_, zk_->connectString(), root_,
+        std::vector<std::string>{"--lease-ttl-ms", std::to_string(kLeaseTtlMs), "--lease-sweep-ms",
                                  std::to_string(kSweepMs)});
-    const auto port = portOf(gateway_->waitForLine("LISTENING ", 30s));
     zkagent::http::ClientOptions options;
-    options.port = port;
+    options.port = gateway_->port();
     options.requestTimeout = 3000ms;
-    gatewayPort_ = port;
     gatewayClient_ = std::make_unique<zkagent::http::Client>(options);
   }
 
@@ -130,47 +110,25 @@ class PresenceProcessTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
+  // The device endpoint on a port chosen before the agent starts.
   json agentConfig(const std::string& id, const std::vector<std::string>& accounts,
                    uint16_t devicePort) {
-    return {{"instance_id", id},
-            {"zookeeper",
-             {{"hosts", zk_->connectString()},
-              {"session_timeout_ms", kSessionTimeoutMs},
-              {"root", root_ + "/accounts"},
-              {"agents_path", root_ + "/agents"}}},
-            {"accounts", accounts},
-            {"gateway",
-             {{"url", "http://127.0.0.1:" + std::to_string(gatewayPort_)},
-              {"heartbeat_interval_ms", 200},
-              {"heartbeat_timeout_ms", 700},
-              {"request_timeout_ms", 1000}}},
-            {"admin", {{"listen", "127.0.0.1:0"}}},
-            {"presence",
-             {{"listen", "127.0.0.1:" + std::to_string(devicePort)},
-              {"heartbeat_ms", kHeartbeatMs},
-              {"ping_timeout_ms", kPingTimeoutMs},
-              {"check_interval_ms", kCheckIntervalMs},
-              {"renew_interval_ms", kRenewIntervalMs},
-              {"lease_ttl_ms", kLeaseTtlMs}}},
-            {"health", {{"interval_ms", 200}, {"ttl_ms", 1000}}},
-            {"shutdown_timeout_ms", 3000}};
+    return zktest::agentConfig({zk_->connectString(), root_, gateway_->url()}, id, accounts,
+                               {{"zookeeper", {{"session_timeout_ms", kSessionTimeoutMs}}},
+                                {"presence",
+                                 {{"listen", "127.0.0.1:" + std::to_string(devicePort)},
+                                  {"heartbeat_ms", kHeartbeatMs},
+                                  {"ping_timeout_ms", kPingTimeoutMs},
+                                  {"check_interval_ms", kCheckIntervalMs},
+                                  {"renew_interval_ms", kRenewIntervalMs},
+                                  {"lease_ttl_ms", kLeaseTtlMs}}}});
   }
 
   Agent& startAgent(const std::string& id, const std::vector<std::string>& accounts,
                     const std::function<void(json&)>& adjust = {}) {
-    const uint16_t devicePort = freeLoopbackPort();
-    auto config = agentConfig(id, accounts, devicePort);
+    auto config = agentConfig(id, accounts, zktest::freeLoopbackPort());
     if (adjust) adjust(config);
-    const auto path = dir_ / (id + ".json");
-    std::ofstream(path) << config.dump(2);
-    auto process = std::make_unique<ChildProcess>(zktest::binaryPath("zk-agent").string(),
-                                                  std::vector<std::string>{"--config", path});
-    zkagent::http::ClientOptions options;
-    options.port = portOf(process->waitForLine("LISTENING ", 20s));
-    options.requestTimeout = 3000ms;
-    agents_.push_back(std::make_unique<Agent>(
-        Agent{id, std::move(process), "ws://127.0.0.1:" + std::to_string(devicePort),
-              std::make_unique<zkagent::http::Client>(options)}));
+    agents_.push_back(Agent::start(dir_, config));
     return *agents_.back();
   }
 
@@ -218,8 +176,7 @@ class PresenceProcessTest : public ::testing::Test {
   zktest::ZooKeeperServer* zk_ = nullptr;
   std::string root_;
   std::filesystem::path dir_;
-  std::unique_ptr<ChildProcess> gateway_;
-  uint16_t gatewayPort_ = 0;
+  std::unique_ptr<zktest::GatewayProcess> gateway_;
   std::unique_ptr<zkagent::http::Client> gatewayClient_;
   std::vector<std::unique_ptr<Agent>> agents_;
   std::vector<std::unique_ptr<ChildProcess>> devices_;
@@ -237,7 +194,7 @@ TEST_F(PresenceProcessTest, DeviceSentToANonLeaderIsRedirectedAndHoldsALeaseUnde
   EXPECT_NE(redirected.find(a.deviceUrl), std::string::npos) << redirected;
   const auto connected = parseConnected(device.waitForLine("CONNECTED ", 10s));
   EXPECT_EQ(connected.agent, "host-a");
-  EXPECT_EQ(static_cast<int64_t>(connected.token), a.seq("acct-0"));
+  EXPECT_EQ(static_cast<int64_t>(connected.token), seqOf(a, "acct-0"));
 
   ASSERT_TRUE(eventually([&] { return !leaseOf("acct-0", "phone").is_null(); }, 5s));
   const auto lease = leaseOf("acct-0", "phone");
@@ -252,7 +209,8 @@ TEST_F(PresenceProcessTest, DeviceSentToANonLeaderIsRedirectedAndHoldsALeaseUnde
 
 TEST_F(PresenceProcessTest, DeviceThatClosesOrIsKilledHasItsLeaseRemovedAtOnceNotExpired) {
   // A ping timeout far beyond the test's deadlines: only the close itself can end the leases.
-  auto& a = startAgent("host-a", {"acct-0"}, [](json& c) { c["presence"]["ping_timeout_ms"] = 60000; });
+  auto& a =
+      startAgent("host-a", {"acct-0"}, [](json& c) { c["presence"]["ping_timeout_ms"] = 60000; });
   ASSERT_TRUE(eventually([&] { return a.leads("acct-0"); }, 15s));
   auto& closing = startDevice({a.deviceUrl}, "acct-0", "phone");
   auto& killed = startDevice({a.deviceUrl}, "acct-0", "laptop");
@@ -286,7 +244,7 @@ TEST_F(PresenceProcessTest, HalfOpenDeviceIsTimedOutByTheAgentAndItsLeaseRemoved
   ASSERT_TRUE(eventually([&] { return leaseOf("acct-0", "phone").is_null(); }, 10s));
   EXPECT_EQ(removalsAccepted() - removalsBefore, 1) << "the agent's ping timeout removed it";
   EXPECT_EQ(expirations() - expiredBefore, 0);
-  EXPECT_EQ(a.pingTimeouts(), 1);
+  EXPECT_EQ(pingTimeouts(a), 1);
   device.signal(SIGCONT);
   // The device finds its connection closed (4002) or silent, and comes back by itself.
   device.waitForLine("DISCONNECTED ", 10s);
@@ -298,15 +256,7 @@ TEST_F(PresenceProcessTest, HalfOpenDeviceIsTimedOutByTheAgentAndItsLeaseRemoved
   ASSERT_EQ(again.token, first.token);
   ASSERT_GT(again.counter, first.counter);
   auto answer = gatewayClient_->post("/v1/presence/leases",
-                                     json{{"instanceId", "host-a"},
-                                          {"sessionId", "0x1"},
-                                          {"renew", json::array()},
-                                          {"remove", {{{"account", "acct-0"},
-                                                       {"device", "phone"},
-                                                       {"token", first.token},
-                                                       {"counter", first.counter},
-                                                       {"reason", "close"}}}}}
-                                         .dump());
+                                     removalFromHostA("acct-0", "phone", first).dump());
   ASSERT_EQ(answer.status, 200) << answer.body;
   const auto counts = json::parse(answer.body);
   EXPECT_EQ(counts.value("removed", -1), 0) << answer.body;
@@ -317,8 +267,8 @@ TEST_F(PresenceProcessTest, HalfOpenDeviceIsTimedOutByTheAgentAndItsLeaseRemoved
 TEST_F(PresenceProcessTest, LeaderSigtermMovesDevicesToTheSuccessorAndALateOldRemovalIsRejected) {
   const std::vector<std::string> accounts{"acct-0", "acct-1", "acct-2"};
   auto& a = startAgent("host-a", accounts);
-  ASSERT_TRUE(eventually(
-      [&] { return a.leads("acct-0") && a.leads("acct-1") && a.leads("acct-2"); }, 15s));
+  ASSERT_TRUE(
+      eventually([&] { return a.leads("acct-0") && a.leads("acct-1") && a.leads("acct-2"); }, 15s));
   auto& b = startAgent("host-b", accounts);
   ASSERT_TRUE(eventually([&] { return b.account("acct-2").value("role", "") == "WAITING"; }, 15s));
 
@@ -335,7 +285,9 @@ TEST_F(PresenceProcessTest, LeaderSigtermMovesDevicesToTheSuccessorAndALateOldRe
 
   for (size_t i = 0; i < accounts.size(); ++i) {
     const auto moved = parseConnected(devices[i]->waitForLine(
-        [](std::string_view l) { return l.starts_with("CONNECTED ") && l.find(" host-b ") != l.npos; },
+        [](std::string_view l) {
+          return l.starts_with("CONNECTED ") && l.find(" host-b ") != l.npos;
+        },
         10s, "CONNECTED to host-b"));
     EXPECT_GT(moved.token, first[accounts[i]].token) << accounts[i];
     ASSERT_TRUE(eventually(
@@ -351,19 +303,12 @@ TEST_F(PresenceProcessTest, LeaderSigtermMovesDevicesToTheSuccessorAndALateOldRe
   // A removal from the old leader's epoch arriving late (held up in the network) must not end
   // the new leader's lease.
   const auto& old = first["acct-0"];
-  json late{{"instanceId", "host-a"},
-            {"sessionId", "0x1"},
-            {"renew", json::array()},
-            {"remove", {{{"account", "acct-0"},
-                         {"device", "phone"},
-                         {"token", old.token},
-                         {"counter", old.counter},
-                         {"reason", "close"}}}}};
-  auto answer = gatewayClient_->post("/v1/presence/leases", late.dump());
+  auto answer =
+      gatewayClient_->post("/v1/presence/leases", removalFromHostA("acct-0", "phone", old).dump());
   ASSERT_EQ(answer.status, 200) << answer.body;
   EXPECT_EQ(json::parse(answer.body).value("removed", -1), 0) << answer.body;
-  EXPECT_EQ(json::parse(answer.body)["fenced"], json::parse(R"([{"account":"acct-0","token":)" +
-                                                            std::to_string(old.token) + "}]"))
+  EXPECT_EQ(json::parse(answer.body)["fenced"],
+            json::parse(R"([{"account":"acct-0","token":)" + std::to_string(old.token) + "}]"))
       << "the old leader's token is not the active seq any more: " << answer.body;
   EXPECT_FALSE(leaseOf("acct-0", "phone").is_null());
   EXPECT_EQ(leaseOf("acct-0", "phone")["agent"], "host-b");
@@ -378,10 +323,12 @@ TEST_F(PresenceProcessTest, PausedLeaderLosesItsDevicesToTheSuccessorAndCannotWr
   const auto before = parseConnected(device.waitForLine("CONNECTED ", 10s));
   ASSERT_EQ(before.agent, "host-a");
 
-  a.process->signal(SIGSTOP);  // past its session: host-b takes over
+  a.process->signal(SIGSTOP);                // past its session: host-b takes over
   device.waitForLine("DISCONNECTED ", 10s);  // the device's own timeout noticed the silence
   const auto after = parseConnected(device.waitForLine(
-      [](std::string_view l) { return l.starts_with("CONNECTED ") && l.find(" host-b ") != l.npos; },
+      [](std::string_view l) {
+        return l.starts_with("CONNECTED ") && l.find(" host-b ") != l.npos;
+      },
       milliseconds(kSessionTimeoutMs + 10000), "CONNECTED to host-b"));
   EXPECT_GT(after.token, before.token);
   ASSERT_TRUE(eventually(
