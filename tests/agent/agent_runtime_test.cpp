@@ -87,6 +87,31 @@ void shutDown(zkagent::agent::Agent& agent) {
   EXPECT_EQ(stopped->get_future().wait_for(20s), std::future_status::ready);
 }
 
+// An agent with the strict gate, its ZooKeeper link through a proxy the test can blackhole,
+// started on two io threads.
+struct StrictGateAgent {
+  StrictGateAgent(uint16_t zookeeperPort, std::chrono::milliseconds sessionTimeout)
+      : proxy(zookeeperPort), agent(runner.io, config(proxy.connectString(), sessionTimeout)) {
+    agent.start();
+    runner.run();
+  }
+  static zkagent::agent::Config config(const std::string& hosts,
+                                       std::chrono::milliseconds sessionTimeout) {
+    auto config = agentConfig(hosts);
+    config.zookeeper.sessionTimeout = sessionTimeout;
+    config.gate = zkagent::agent::GateMode::Strict;
+    return config;
+  }
+  // One operation through the gate that does nothing.
+  auto execute() {
+    return agent.gate().execute("acct-0", [](const auto&) {});
+  }
+
+  zktest::TcpProxy proxy;
+  IoThreads runner;
+  zkagent::agent::Agent agent;
+};
+
 TEST(AgentGateTest, StrictGateRefusalSurvivesZooKeeperAnsweringAfterTheGateGaveUp) {
   // The gate waits the configured session timeout (600 ms); the server grants at least 6 s, so
   // the client notices the dead link only after about 4 s (two thirds of the negotiated timeout)
@@ -94,29 +119,19 @@ TEST(AgentGateTest, StrictGateRefusalSurvivesZooKeeperAnsweringAfterTheGateGaveU
   zktest::ZooKeeperOptions options;
   options.minSessionTimeout = 6000ms;
   zktest::ZooKeeperServer zk(options);
-  zktest::TcpProxy proxy(zk.port());
+  StrictGateAgent strict(zk.port(), 600ms);
+  auto& agent = strict.agent;
+  ASSERT_TRUE(eventually([&] { return strict.execute().executed(); }, 20s)) << agent.statusJson();
 
-  auto config = agentConfig(proxy.connectString());
-  config.zookeeper.sessionTimeout = 600ms;
-  config.gate = zkagent::agent::GateMode::Strict;
-
-  IoThreads runner;
-  zkagent::agent::Agent agent(runner.io, config);
-  agent.start();
-  runner.run();
-
-  auto execute = [&] { return agent.gate().execute("acct-0", [](const auto&) {}); };
-  ASSERT_TRUE(eventually([&] { return execute().executed(); }, 20s)) << agent.statusJson();
-
-  proxy.setMode(zktest::TcpProxy::Mode::blackhole);
-  const auto refused = execute();
+  strict.proxy.setMode(zktest::TcpProxy::Mode::blackhole);
+  const auto refused = strict.execute();
   EXPECT_EQ(refused.result, Gate::Result::Suspended) << refused.reason();
 
   // The client gives up on the link and fails the sync the gate had sent: that answer reaches the
   // abandoned gate call meanwhile (it is posted to the account's strand as the link is dropped).
   auto sessionState = [&] { return statusOf(agent)["session"]["state"]; };
   ASSERT_TRUE(eventually([&] { return sessionState() != "connected"; }, 20s)) << agent.statusJson();
-  EXPECT_EQ(execute().result, Gate::Result::Suspended);
+  EXPECT_EQ(strict.execute().result, Gate::Result::Suspended);
   shutDown(agent);
 }
 
@@ -126,18 +141,10 @@ TEST(AgentGateTest, StrictGateRefusalSurvivesZooKeeperAnsweringAfterTheGateGaveU
 // answered before any of them.
 TEST(AgentGateTest, OperationsWaitingOnTheStrictGateHoldNoThread) {
   zktest::ZooKeeperServer zk;
-  zktest::TcpProxy proxy(zk.port());
-  auto config = agentConfig(proxy.connectString());
-  config.zookeeper.sessionTimeout = 4000ms;
-  config.gate = zkagent::agent::GateMode::Strict;
-  IoThreads runner;
-  zkagent::agent::Agent agent(runner.io, config);
-  agent.start();
-  runner.run();
-  ASSERT_TRUE(eventually(
-      [&] { return agent.gate().execute("acct-0", [](const auto&) {}).executed(); }, 20s))
-      << agent.statusJson();
-  proxy.setMode(zktest::TcpProxy::Mode::blackhole);
+  StrictGateAgent strict(zk.port(), 4000ms);
+  auto& agent = strict.agent;
+  ASSERT_TRUE(eventually([&] { return strict.execute().executed(); }, 20s)) << agent.statusJson();
+  strict.proxy.setMode(zktest::TcpProxy::Mode::blackhole);
 
   namespace asio = boost::asio;
   asio::io_context io;
@@ -168,7 +175,7 @@ TEST(AgentGateTest, OperationsWaitingOnTheStrictGateHoldNoThread) {
   for (auto& reader : readers) reader.join();
   EXPECT_EQ(status.status, 200) << status.transportError;
   EXPECT_EQ(statusOrder, 0) << "the status waited for " << statusOrder << " operations";
-  proxy.setMode(zktest::TcpProxy::Mode::pass);
+  strict.proxy.setMode(zktest::TcpProxy::Mode::pass);
   shutDown(agent);
 }
 
