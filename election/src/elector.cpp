@@ -18,14 +18,14 @@ namespace {
 // The `last transition reason` operators see in the status.
 std::string_view eventName(Event event) {
   switch (event) {
+    case Event::Join:
+      return "joined";
     case Event::Registered:
       return "registered";
     case Event::Elected:
       return "elected";
     case Event::MustWait:
       return "waiting";
-    case Event::QueueChanged:
-      return "queue_changed";
     case Event::Drift:
       return "drift";
     case Event::MemberMissing:
@@ -75,7 +75,7 @@ void Elector::join() {
       std::lock_guard lock(self->gateMu_);
       self->status_.standing = true;
     }
-    if (self->role_ == Role::Init && self->memberName_.empty()) self->registerMember();
+    self->feed(Event::Join);
   });
 }
 
@@ -110,10 +110,7 @@ void Elector::sessionChanged(const SessionEvent& event) {
     switch (event.state) {
       case SessionState::Connected:
         if (event.newSession) {
-          ++self->epoch_;
-          self->memberName_.clear();
-          self->seq_ = -1;
-          self->createInFlight_ = false;
+          self->forgetMember();  // it went with the old session
           self->pendingRemovals_.clear();
           {
             std::lock_guard lock(self->gateMu_);
@@ -122,11 +119,7 @@ void Elector::sessionChanged(const SessionEvent& event) {
           self->feed(Event::NewSession);
         } else {
           self->retryRemovals();
-          if (self->role_ == Role::Suspend) {
-            self->feed(Event::ReconnectedSame);
-          } else {
-            self->verifyMember();
-          }
+          self->feed(Event::ReconnectedSame);
         }
         break;
       case SessionState::Suspended:
@@ -152,10 +145,7 @@ void Elector::stop(bool withRecord, std::function<void(std::vector<MultiOp>)> do
     // lock-delay. The member nodes of the others go with the session close.
     std::vector<MultiOp> ops;
     if (leading && self->keeper_.usable()) ops = self->releaseOps(LossReason::Stopped, withRecord);
-    ++self->epoch_;  // nothing of ours runs any more: replies and watches still on the way drop
-    self->memberName_.clear();
-    self->seq_ = -1;
-    self->activeVersion_ = -1;
+    self->forgetMember();  // nothing of ours runs any more
     done(std::move(ops));
   });
 }
@@ -168,17 +158,28 @@ void Elector::feed(Event event, LossReason reason) {
   const Role before = role_;
   const bool losing = before == Role::Leader && step->to != Role::Leader;
   setRole(step->to, std::string(losing ? toString(reason) : eventName(event)));
-  perform(step->action, before, reason);
+  if (ctx_->onTransition) ctx_->onTransition(before, *step);
+  perform(step->action, reason);
 }
 
-void Elector::perform(Action action, Role before, LossReason reason) {
+// Forgets our member node and our place in the queue: replies and watches still on their way for
+// it drop (they carry the old epoch).
+void Elector::forgetMember() {
+  ++epoch_;
+  memberName_.clear();
+  seq_ = -1;
+  createInFlight_ = false;
+  activeVersion_ = -1;
+  predecessor_.clear();
+  predecessorIsHead_ = false;
+}
+
+void Elector::perform(Action action, LossReason reason) {
   switch (action) {
     case Action::None:
       break;
     case Action::Register:
-      memberName_.clear();  // gone from ZooKeeper (or from an old session): stand afresh
-      seq_ = -1;
-      registerMember();
+      registerAfresh();
       break;
     case Action::Evaluate:
       requestEvaluate();
@@ -197,9 +198,7 @@ void Elector::perform(Action action, Role before, LossReason reason) {
       reportLoss(reason);
       // Our member node is gone; an `active` node of ours would block everyone else.
       if (activeVersion_ >= 0) removeUntilGone(active_, activeVersion_);
-      memberName_.clear();
-      seq_ = -1;
-      registerMember();
+      registerAfresh();
       break;
     case Action::ResignAndRegister:
       releaseLeadership(reason, true, [] {});
@@ -208,24 +207,19 @@ void Elector::perform(Action action, Role before, LossReason reason) {
       releaseLeadership(LossReason::Resigned, false, [] {});
       break;
     case Action::Leave:
-      ++epoch_;
       if (activeVersion_ >= 0) removeOwnActive();  // held without leading yet
       if (!memberName_.empty()) removeUntilGone(members_ + "/" + memberName_, -1);
-      memberName_.clear();
-      seq_ = -1;
+      forgetMember();
       break;
-    case Action::Suspend:
-      if (before == Role::Leader) reportLoss(LossReason::Suspended);
+    case Action::ReportLoss:
+      reportLoss(reason);
+      break;
+    case Action::StepDownForget:
+      reportLoss(reason);
+      forgetMember();
       break;
     case Action::Forget:
-      if (before == Role::Leader) reportLoss(LossReason::SessionExpired);
-      ++epoch_;
-      memberName_.clear();
-      seq_ = -1;
-      createInFlight_ = false;
-      break;
-    case Action::Halt:
-      if (before == Role::Leader) reportLoss(LossReason::Stopped);
+      forgetMember();
       break;
   }
 }

@@ -20,6 +20,9 @@ struct ElectorContext {
   ElectionOptions options;
   ElectionGroup::LeadershipHandler onLeadership;
   std::shared_ptr<SessionMarks> marks;
+  // Told every row the machine takes and the role it was taken from (on the account's strand):
+  // for tests and tracing; empty in production.
+  std::function<void(Role from, const Transition& row)> onTransition{};
 };
 
 class Elector : public std::enable_shared_from_this<Elector> {
@@ -48,9 +51,11 @@ class Elector : public std::enable_shared_from_this<Elector> {
 
  private:
   void feed(Event event, LossReason reason = LossReason::Drift);
-  void perform(Action action, Role before, LossReason reason);
+  void perform(Action action, LossReason reason);
+  void forgetMember();
 
   void registerMember();
+  void registerAfresh();  // forgets the member name (gone, or of an old session) and registers
   void onCreated(uint64_t epoch, int64_t session, ZkError err, std::string path);
   void onRegistered(const std::string& path);
   std::string memberRecord() const;  // our member node's data

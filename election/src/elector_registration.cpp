@@ -35,6 +35,12 @@ void Elector::registerMember() {
                    });
 }
 
+void Elector::registerAfresh() {
+  memberName_.clear();
+  seq_ = -1;
+  registerMember();
+}
+
 void Elector::onCreated(uint64_t epoch, int64_t session, ZkError err, std::string path) {
   if (epoch != epoch_) {
     // Withdrawn meanwhile, or the session changed: a node we still own must not block the queue.
@@ -168,11 +174,7 @@ void Elector::adoptOrRegister() {
             std::lock_guard lock(self->gateMu_);
             self->status_.seq = self->seq_;
           }
-          if (self->role_ == Role::Init) {
-            self->feed(Event::Registered);
-          } else {
-            self->requestEvaluate();
-          }
+          self->feed(Event::Registered);
         };
         const int64_t session = self->keeper_.sessionId();
         for (auto& name : names) {

@@ -30,10 +30,7 @@ std::vector<MultiOp> Elector::releaseOps(LossReason reason, bool withRecord) con
 void Elector::releaseLeadership(LossReason reason, bool standAgain, std::function<void()> done) {
   reportLoss(reason);
   auto ops = releaseOps(reason);
-  ++epoch_;
-  memberName_.clear();
-  seq_ = -1;
-  activeVersion_ = -1;
+  forgetMember();
   keeper_.multiOn(strand_, ops,
                   [self = shared_from_this(), ops, standAgain, done = std::move(done)](
                       ZkError err, const std::vector<MultiResult>&) {

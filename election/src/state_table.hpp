@@ -1,5 +1,6 @@
 // The election state machine as a table: (state, event) -> (state, action).
-// The Elector feeds it every event and performs the action it names; nothing else changes roles.
+// The Elector feeds it every event and performs the action it names; nothing else changes roles,
+// and no action looks at the role it came from: a role that needs another action has its own row.
 #pragma once
 
 #include <array>
@@ -10,10 +11,10 @@
 namespace zkagent::election::detail {
 
 enum class Event {
-  Registered,       // own member node created (or reused after a lost reply)
+  Join,             // stand as a candidate
+  Registered,       // own member node created (or adopted after a lost reply)
   Elected,          // we are the smallest member and `active` holds our record
   MustWait,         // a predecessor exists, or `active` holds someone else's record
-  QueueChanged,     // predecessor or `active` deleted: look again
   Drift,            // own member gone, `active` gone or not ours while leading
   MemberMissing,    // own member node is gone (session moved on, or deleted by hand)
   Disconnected,     // link to ZooKeeper lost, session may still live
@@ -36,9 +37,9 @@ enum class Action {
   ResignAndRegister,  // close gate, delete active+member in one multi, register again
   ResignAndLeave,     // close gate, delete active+member in one multi
   Leave,              // delete own member node (not leading)
-  Suspend,            // report Lost(suspended) if leading; gate closed by the session flag
-  Forget,  // report Lost(session_expired) if leading; member node is gone with the session
-  Halt,    // report Lost(stopped) if leading
+  ReportLoss,         // report Lost(reason); the gate is closed already (session flag, role)
+  StepDownForget,     // report Lost(session_expired), then Forget
+  Forget,             // forget the member node: it is gone with the session
 };
 
 struct Transition {
@@ -50,29 +51,35 @@ struct Transition {
 
 // Read top to bottom: the first row whose state and event match wins.
 inline constexpr std::array kTransitions = {
+    // Standing and registering.
+    Transition{Role::Init, Event::Join, Role::Init, Action::Register},
     Transition{Role::Init, Event::NewSession, Role::Init, Action::Register},
+    Transition{Role::Init, Event::ReconnectedSame, Role::Init, Action::VerifyMember},
     Transition{Role::Init, Event::Registered, Role::Candidate, Action::Evaluate},
+    // Adopted by ephemeralOwner after a reconnect (a create whose reply was lost).
+    Transition{Role::Candidate, Event::Registered, Role::Candidate, Action::Evaluate},
+    // Evaluating the queue.
     Transition{Role::Candidate, Event::Elected, Role::Leader, Action::AnnounceLeader},
     Transition{Role::Candidate, Event::MustWait, Role::Waiting, Action::None},
-    Transition{Role::Candidate, Event::QueueChanged, Role::Candidate, Action::Evaluate},
     Transition{Role::Candidate, Event::MemberMissing, Role::Init, Action::Register},
-    Transition{Role::Waiting, Event::QueueChanged, Role::Candidate, Action::Evaluate},
     Transition{Role::Waiting, Event::Elected, Role::Leader, Action::AnnounceLeader},
     Transition{Role::Waiting, Event::MustWait, Role::Waiting, Action::None},
     Transition{Role::Waiting, Event::MemberMissing, Role::Init, Action::Register},
-    Transition{Role::Leader, Event::QueueChanged, Role::Leader, Action::Evaluate},
-    Transition{Role::Leader, Event::Elected, Role::Leader, Action::None},
+    // Leading.
     Transition{Role::Leader, Event::Drift, Role::Candidate, Action::StepDown},
     Transition{Role::Leader, Event::MustWait, Role::Waiting, Action::StepDown},
     Transition{Role::Leader, Event::MemberMissing, Role::Init, Action::StepDownRegister},
     Transition{Role::Leader, Event::Resign, Role::Init, Action::ResignAndRegister},
     Transition{Role::Leader, Event::Withdraw, Role::Init, Action::ResignAndLeave},
+    Transition{Role::Leader, Event::Disconnected, Role::Suspend, Action::ReportLoss},
+    Transition{Role::Leader, Event::Expired, Role::Suspend, Action::StepDownForget},
+    Transition{Role::Leader, Event::Stop, Role::Stopped, Action::ReportLoss},
+    // The session.
     Transition{Role::Suspend, Event::ReconnectedSame, Role::Candidate, Action::VerifyMember},
     Transition{Role::Suspend, Event::NewSession, Role::Init, Action::Register},
-    Transition{Role::Stopped, Event::Stop, Role::Stopped, Action::None},
-    Transition{std::nullopt, Event::Disconnected, Role::Suspend, Action::Suspend},
+    Transition{std::nullopt, Event::Disconnected, Role::Suspend, Action::None},
     Transition{std::nullopt, Event::Expired, Role::Suspend, Action::Forget},
-    Transition{std::nullopt, Event::Stop, Role::Stopped, Action::Halt},
+    Transition{std::nullopt, Event::Stop, Role::Stopped, Action::None},
     Transition{std::nullopt, Event::Withdraw, Role::Init, Action::Leave},
 };
 
