@@ -41,22 +41,9 @@ constexpr std::string_view kAdminToken = "process-test-admin-token";
 
 using zktest::AgentProcess;
 
-class AgentProcessTest : public ::testing::Test {
+class AgentProcessTest : public zktest::AgentProcessFixture {
  protected:
-  void SetUp() override {
-    zk_ = &zktest::sharedZooKeeper();
-    root_ = zktest::uniqueTestRoot();
-    dir_ = std::filesystem::temp_directory_path() /
-           ("zk-agent-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
-    gateway_ = std::make_unique<zktest::GatewayProcess>(dir_, zk_->connectString(), root_);
-    gatewayPort_ = gateway_->port();
-  }
-
-  void TearDown() override {
-    agents_.clear();
-    gateway_.reset();
-    std::filesystem::remove_all(dir_);
-  }
+  AgentProcessTest() : AgentProcessFixture("zk-agent-test") {}
 
   json agentConfig(const std::string& id, const std::vector<std::string>& accounts,
                    uint16_t gatewayPort) {
@@ -74,13 +61,11 @@ class AgentProcessTest : public ::testing::Test {
     return startAgentWithAdminToken(config, std::string(kAdminToken));
   }
   AgentProcess& startAgentWithAdminToken(const json& config, const std::string& adminToken) {
-    agents_.push_back(AgentProcess::start(
-        dir_, config, {.environmentToken = adminToken, .bearerToken = adminToken}));
-    return *agents_.back();
+    return addAgent(config, {.environmentToken = adminToken, .bearerToken = adminToken});
   }
 
   AgentProcess& startAgent(const std::string& id, const std::vector<std::string>& accounts) {
-    return startAgent(agentConfig(id, accounts, gatewayPort_));
+    return startAgent(agentConfig(id, accounts, gateway_->port()));
   }
 
   // Every account is led by exactly one of `agents` (each judged by its own status).
@@ -102,14 +87,6 @@ class AgentProcessTest : public ::testing::Test {
     }
     return false;
   }
-
-  zktest::ZooKeeperServer* zk_ = nullptr;
-  std::string root_;
-  std::filesystem::path dir_;
-  std::unique_ptr<zktest::GatewayProcess> gateway_;
-  uint16_t gatewayPort_ = 0;
-  std::vector<std::unique_ptr<AgentProcess>> agents_;
-  static inline int counter_ = 0;
 };
 
 TEST_F(AgentProcessTest, KillNineOfALeaderHasEveryAccountLedAgainWithinTheSessionTimeout) {
@@ -137,7 +114,7 @@ TEST_F(AgentProcessTest, KillNineOfALeaderHasEveryAccountLedAgainWithinTheSessio
 TEST_F(AgentProcessTest, SigtermHandsEveryAccountOverWithoutWaitingForTheSessionToExpire) {
   const auto accounts = accountNames(50);
   auto config = [&](const std::string& id) {
-    auto c = agentConfig(id, accounts, gatewayPort_);
+    auto c = agentConfig(id, accounts, gateway_->port());
     c["zookeeper"]["session_timeout_ms"] =
         20000;  // a handover that waited for expiry would time out below
     return c;
@@ -160,7 +137,7 @@ TEST_F(AgentProcessTest, PausedLeaderResumedAfterExpiryHasNoOperationAccepted) {
   auto& a = startAgent("host-a", accounts);
   ASSERT_TRUE(eventually([&] { return a.leading().size() == accounts.size(); }, 15s));
   ASSERT_EQ(a.op("acct-0", "before-pause").status, 200);
-  auto bConfig = agentConfig("host-b", accounts, gatewayPort_);
+  auto bConfig = agentConfig("host-b", accounts, gateway_->port());
   bConfig["lock_delay_ms"] = 300;
   auto& b = startAgent(bConfig);
   ASSERT_TRUE(eventually([&] { return schedulableAsSeenBy(a, "host-b"); }, 10s));
@@ -244,7 +221,7 @@ TEST_F(AgentProcessTest, DrainWithoutSuccessorBlocksWithReasonsThenHandsOverWhen
 // Drain and resign are operator actions: an agent without an admin token refuses them with 403
 // naming the setting (and acts on neither); admin.open_operator_actions is the explicit opt-out.
 TEST_F(AgentProcessTest, WithoutAnAdminTokenDrainAndResignAreRefusedUnlessOpened) {
-  auto& a = startAgentWithAdminToken(agentConfig("host-a", {"acct-0"}, gatewayPort_), "");
+  auto& a = startAgentWithAdminToken(agentConfig("host-a", {"acct-0"}, gateway_->port()), "");
   ASSERT_TRUE(eventually([&] { return a.leading().size() == 1; }, 15s));
   auto drain = a.admin->post("/v1/drain", "");
   EXPECT_EQ(drain.status, 403) << drain.body;
@@ -257,7 +234,7 @@ TEST_F(AgentProcessTest, WithoutAnAdminTokenDrainAndResignAreRefusedUnlessOpened
   EXPECT_NE(a.process->stderrText().find("no admin token: drain and resign are refused"),
             std::string::npos);
 
-  auto opened = agentConfig("host-b", {"acct-1"}, gatewayPort_);
+  auto opened = agentConfig("host-b", {"acct-1"}, gateway_->port());
   opened["admin"]["open_operator_actions"] = true;
   auto& b = startAgentWithAdminToken(opened, "");
   ASSERT_TRUE(eventually([&] { return b.leading().size() == 1; }, 15s));
@@ -265,7 +242,7 @@ TEST_F(AgentProcessTest, WithoutAnAdminTokenDrainAndResignAreRefusedUnlessOpened
 }
 
 TEST_F(AgentProcessTest, AnAdminTokenInTheEnvironmentAndTheConfigIsAStartError) {
-  auto config = agentConfig("host-a", {"acct-0"}, gatewayPort_);
+  auto config = agentConfig("host-a", {"acct-0"}, gateway_->port());
   config["admin"]["token"] = "from-the-file";
   ChildProcess agent(
       "env", {"ZKAGENT_ADMIN_TOKEN=from-the-environment", zktest::binaryPath("zk-agent").string(),
@@ -280,7 +257,7 @@ TEST_F(AgentProcessTest, AnAdminTokenInTheEnvironmentAndTheConfigIsAStartError) 
 // The device endpoint has no TLS: off loopback the agent starts only with presence.insecure, and
 // says so at start.
 TEST_F(AgentProcessTest, APlainDeviceEndpointOffLoopbackNeedsPresenceInsecureAndIsLogged) {
-  auto config = agentConfig("host-a", {"acct-0"}, gatewayPort_);
+  auto config = agentConfig("host-a", {"acct-0"}, gateway_->port());
   config["presence"]["listen"] = "0.0.0.0:0";
   ChildProcess refused(zktest::binaryPath("zk-agent").string(),
                        {"--config", writeConfig("host-a", config).string()});
@@ -304,7 +281,7 @@ TEST_F(AgentProcessTest, DrainFailsClosedWhileTheSuccessorsHealthIsStale) {
   const std::vector<std::string> accounts{"acct-0", "acct-1"};
   auto& a = startAgent("host-a", accounts);
   ASSERT_TRUE(eventually([&] { return a.leading().size() == accounts.size(); }, 15s));
-  auto bConfig = agentConfig("host-b", accounts, gatewayPort_);
+  auto bConfig = agentConfig("host-b", accounts, gateway_->port());
   bConfig["zookeeper"]["session_timeout_ms"] = 8000;  // its member nodes outlive its stale report
   auto& b = startAgent(bConfig);
   ASSERT_TRUE(eventually(
@@ -352,7 +329,7 @@ TEST_F(AgentProcessTest, DrainHandsEveryAccountToTheSchedulableSuccessor) {
 
 TEST_F(AgentProcessTest, LeaderThatLosesTheGatewayHandsOverOnlyToAReadyAgent) {
   const std::vector<std::string> accounts{"acct-0", "acct-1", "acct-2", "acct-3"};
-  zktest::TcpProxy proxy(gatewayPort_);
+  zktest::TcpProxy proxy(gateway_->port());
   auto& a = startAgent(agentConfig("host-a", accounts, proxy.port()));
   ASSERT_TRUE(eventually([&] { return a.leading().size() == accounts.size(); }, 15s));
 
@@ -381,7 +358,7 @@ TEST_F(AgentProcessTest, LeaderThatLosesTheGatewayHandsOverOnlyToAReadyAgent) {
 }
 
 TEST_F(AgentProcessTest, StatusReportsEveryDocumentedFieldAndMetricsPassPromtool) {
-  auto config = agentConfig("host-a", {"acct-0", "acct-1"}, gatewayPort_);
+  auto config = agentConfig("host-a", {"acct-0", "acct-1"}, gateway_->port());
   config["gate"] = "strict";
   config["log"] = {{"format", "json"}};
   auto& a = startAgent(config);
@@ -464,7 +441,7 @@ TEST_F(AgentProcessTest, BadConfigsAreRejectedNamingTheField) {
       {[](json& c) { c["zookeeper"]["hosts"] = "zk-without-port"; }, "zookeeper.hosts"},
   };
   for (const auto& bad : cases) {
-    auto config = agentConfig("host-bad", {"acct-0"}, gatewayPort_);
+    auto config = agentConfig("host-bad", {"acct-0"}, gateway_->port());
     bad.mutate(config);
     ChildProcess agent(zktest::binaryPath("zk-agent").string(),
                        {"--config", writeConfig("bad", config).string()});
@@ -474,7 +451,8 @@ TEST_F(AgentProcessTest, BadConfigsAreRejectedNamingTheField) {
   }
   ChildProcess check(
       zktest::binaryPath("zk-agent").string(),
-      {"--config", writeConfig("good", agentConfig("host-ok", {"acct-0"}, gatewayPort_)).string(),
+      {"--config",
+       writeConfig("good", agentConfig("host-ok", {"acct-0"}, gateway_->port())).string(),
        "--check-config"});
   EXPECT_TRUE(check.wait(10s).exitedWith(0)) << check.transcript();
   ChildProcess version(zktest::binaryPath("zk-agent").string(), {"--version"});
@@ -483,7 +461,7 @@ TEST_F(AgentProcessTest, BadConfigsAreRejectedNamingTheField) {
 
 TEST_F(AgentProcessTest, SigtermExitsWithinTheBoundEvenWhenZooKeeperIsUnreachable) {
   zktest::TcpProxy zkProxy(zk_->port());
-  auto config = agentConfig("host-a", {"acct-0", "acct-1"}, gatewayPort_);
+  auto config = agentConfig("host-a", {"acct-0", "acct-1"}, gateway_->port());
   config["zookeeper"]["hosts"] = zkProxy.connectString();
   config["zookeeper"]["session_timeout_ms"] = 20000;
   config["shutdown_timeout_ms"] = 1000;
@@ -498,7 +476,7 @@ TEST_F(AgentProcessTest, SigtermExitsWithinTheBoundEvenWhenZooKeeperIsUnreachabl
 
 TEST_F(AgentProcessTest, ZooKeeperBlipShorterThanTheSessionKeepsLeadershipWithTheSameToken) {
   zktest::TcpProxy zkProxy(zk_->port());
-  auto config = agentConfig("host-a", {"acct-0"}, gatewayPort_);
+  auto config = agentConfig("host-a", {"acct-0"}, gateway_->port());
   config["zookeeper"]["hosts"] = zkProxy.connectString();
   config["zookeeper"]["session_timeout_ms"] = 6000;
   auto& a = startAgent(config);
@@ -520,8 +498,8 @@ TEST_F(AgentProcessTest, ZooKeeperBlipShorterThanTheSessionKeepsLeadershipWithTh
 }
 
 TEST_F(AgentProcessTest, EmbeddedGateRunsTheOperationOnlyWhileLeadingWithTheFencingToken) {
-  auto config =
-      zkagent::agent::parseConfig(agentConfig("host-embedded", {"acct-0"}, gatewayPort_).dump());
+  auto config = zkagent::agent::parseConfig(
+      agentConfig("host-embedded", {"acct-0"}, gateway_->port()).dump());
   boost::asio::io_context io;
   auto work = boost::asio::make_work_guard(io);
   zkagent::agent::Agent agent(io, config);

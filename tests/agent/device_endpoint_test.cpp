@@ -132,30 +132,20 @@ std::string devicePath(const std::string& account, const std::string& device) {
   return "/v1/devices?account=" + account + "&device=" + device;
 }
 
-class DeviceEndpointTest : public ::testing::Test {
+class DeviceEndpointTest : public zktest::AgentProcessFixture {
  protected:
+  DeviceEndpointTest()
+      : AgentProcessFixture("zk-device-endpoint-test",
+                            {"--lease-ttl-ms", "1200", "--lease-sweep-ms", "100"}) {}
   void SetUp() override {
-    zk_ = &zktest::sharedZooKeeper();
-    root_ = zktest::uniqueTestRoot();
-    dir_ = std::filesystem::temp_directory_path() /
-           ("zk-device-endpoint-test-" + std::to_string(::getpid()) + "-" +
-            std::to_string(counter_++));
-    gateway_ = std::make_unique<zktest::GatewayProcess>(
-        dir_, zk_->connectString(), root_,
-        std::vector<std::string>{"--lease-ttl-ms", "1200", "--lease-sweep-ms", "100"});
+    AgentProcessFixture::SetUp();
     zkagent::http::ClientOptions options;
     options.port = gateway_->port();
     gatewayClient_ = std::make_unique<zkagent::http::Client>(options);
   }
 
-  void TearDown() override {
-    agents_.clear();
-    gateway_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-
   json config(const std::string& id, const std::vector<std::string>& accounts) const {
-    return zktest::agentConfig({zk_->connectString(), root_, gateway_->url()}, id, accounts,
+    return zktest::agentConfig(site(), id, accounts,
                                {// No admin token: the resign below needs the explicit opt-out.
                                 {"admin", {{"open_operator_actions", true}}},
                                 {"presence",
@@ -166,10 +156,7 @@ class DeviceEndpointTest : public ::testing::Test {
                                   {"lease_ttl_ms", 1200}}}});
   }
 
-  Agent& startAgent(const json& cfg) {
-    agents_.push_back(Agent::start(dir_, cfg));
-    return *agents_.back();
-  }
+  Agent& startAgent(const json& cfg) { return addAgent(cfg); }
   Agent& startAgent(const std::string& id, const std::vector<std::string>& accounts) {
     return startAgent(config(id, accounts));
   }
@@ -187,13 +174,7 @@ class DeviceEndpointTest : public ::testing::Test {
     return out;
   }
 
-  zktest::ZooKeeperServer* zk_ = nullptr;
-  std::string root_;
-  std::filesystem::path dir_;
-  std::unique_ptr<zktest::GatewayProcess> gateway_;
   std::unique_ptr<zkagent::http::Client> gatewayClient_;
-  std::vector<std::unique_ptr<Agent>> agents_;
-  static inline int counter_ = 0;
 };
 
 TEST_F(DeviceEndpointTest, LeaderWelcomesWithItsTokenAnswersEveryPingAndTheLeaseReachesTheGateway) {

@@ -26,24 +26,15 @@ std::string certFile(const std::string& name) {
 
 constexpr std::string_view kAdminToken = "admin-token-7f3a";
 
-class SecureCluster : public ::testing::Test {
+class SecureCluster : public zktest::AgentProcessFixture {
  protected:
+  SecureCluster()
+      : AgentProcessFixture("zk-agent-security",
+                            {"--tls-cert", certFile("gateway.pem"), "--tls-key",
+                             certFile("gateway.key"), "--tls-client-ca", certFile("ca.pem")}) {}
   void SetUp() override {
-    zk_ = &zktest::sharedZooKeeper();
-    root_ = zktest::uniqueTestRoot();
-    dir_ = std::filesystem::temp_directory_path() /
-           ("zk-agent-security-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
-    std::filesystem::create_directories(dir_);
+    AgentProcessFixture::SetUp();
     std::ofstream(dir_ / "admin.token") << kAdminToken << "\n";
-    gateway_ = std::make_unique<zktest::GatewayProcess>(
-        dir_, zk_->connectString(), root_,
-        std::vector<std::string>{"--tls-cert", certFile("gateway.pem"), "--tls-key",
-                                 certFile("gateway.key"), "--tls-client-ca", certFile("ca.pem")});
-  }
-  void TearDown() override {
-    agents_.clear();
-    gateway_.reset();
-    std::filesystem::remove_all(dir_);
   }
 
   // An agent `id` leading `account`, presenting `certificate`'s certificate to the gateway.
@@ -66,8 +57,7 @@ class SecureCluster : public ::testing::Test {
       std::ofstream(dir_ / "zk.digest") << "zkagent:" << kAdminToken << "\n";
       config["zookeeper"]["auth"] = {{"digest_file", "zk.digest"}};
     }
-    agents_.push_back(AgentProcess::start(dir_, config, {.bearerToken = std::string(kAdminToken)}));
-    auto& agent = *agents_.back();
+    auto& agent = addAgent(config, {.bearerToken = std::string(kAdminToken)});
     if (waitForLeadership) {
       EXPECT_TRUE(zktest::eventually([&] { return agent.leads(account); }, 20s))
           << id << " never led " << account << "\n"
@@ -80,13 +70,6 @@ class SecureCluster : public ::testing::Test {
                                           const std::string& opId) {
     return agent.op(account, opId, {{"text", "hi"}});
   }
-
-  zktest::ZooKeeperServer* zk_ = nullptr;
-  std::string root_;
-  std::filesystem::path dir_;
-  std::unique_ptr<zktest::GatewayProcess> gateway_;
-  std::vector<std::unique_ptr<AgentProcess>> agents_;
-  static inline int counter_ = 0;
 };
 
 TEST_F(SecureCluster, AnAgentWithItsOwnCertificateHasItsOperationsAccepted) {

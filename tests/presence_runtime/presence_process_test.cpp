@@ -86,34 +86,27 @@ int64_t seqOf(const Agent& agent, const std::string& account) {
   return agent.account(account).value("seq", int64_t{-1});
 }
 
-class PresenceProcessTest : public ::testing::Test {
+class PresenceProcessTest : public zktest::AgentProcessFixture {
  protected:
+  PresenceProcessTest()
+      : AgentProcessFixture("zk-presence-test", {"--lease-ttl-ms", std::to_string(kLeaseTtlMs),
+                                                 "--lease-sweep-ms", std::to_string(kSweepMs)}) {}
   void SetUp() override {
-    zk_ = &zktest::sharedZooKeeper();
-    root_ = zktest::uniqueTestRoot();
-    dir_ = std::filesystem::temp_directory_path() /
-           ("zk-presence-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
-    gateway_ = std::make_unique<zktest::GatewayProcess>(
-        dir_, zk_->connectString(), root_,
-        std::vector<std::string>{"--lease-ttl-ms", std::to_string(kLeaseTtlMs), "--lease-sweep-ms",
-                                 std::to_string(kSweepMs)});
+    AgentProcessFixture::SetUp();
     zkagent::http::ClientOptions options;
     options.port = gateway_->port();
     options.requestTimeout = 3000ms;
     gatewayClient_ = std::make_unique<zkagent::http::Client>(options);
   }
-
   void TearDown() override {
     devices_.clear();
-    agents_.clear();
-    gateway_.reset();
-    std::filesystem::remove_all(dir_);
+    AgentProcessFixture::TearDown();
   }
 
   // The device endpoint on a port chosen before the agent starts.
   json agentConfig(const std::string& id, const std::vector<std::string>& accounts,
                    uint16_t devicePort) {
-    return zktest::agentConfig({zk_->connectString(), root_, gateway_->url()}, id, accounts,
+    return zktest::agentConfig(site(), id, accounts,
                                {{"zookeeper", {{"session_timeout_ms", kSessionTimeoutMs}}},
                                 {"presence",
                                  {{"listen", "127.0.0.1:" + std::to_string(devicePort)},
@@ -128,8 +121,7 @@ class PresenceProcessTest : public ::testing::Test {
                     const std::function<void(json&)>& adjust = {}) {
     auto config = agentConfig(id, accounts, zktest::freeLoopbackPort());
     if (adjust) adjust(config);
-    agents_.push_back(Agent::start(dir_, config));
-    return *agents_.back();
+    return addAgent(config);
   }
 
   ChildProcess& startDevice(const std::vector<std::string>& urls, const std::string& account,
@@ -173,14 +165,8 @@ class PresenceProcessTest : public ::testing::Test {
     return gatewaySample("zkagent_gateway_presence_lease_expirations_total");
   }
 
-  zktest::ZooKeeperServer* zk_ = nullptr;
-  std::string root_;
-  std::filesystem::path dir_;
-  std::unique_ptr<zktest::GatewayProcess> gateway_;
   std::unique_ptr<zkagent::http::Client> gatewayClient_;
-  std::vector<std::unique_ptr<Agent>> agents_;
   std::vector<std::unique_ptr<ChildProcess>> devices_;
-  static inline int counter_ = 0;
 };
 
 TEST_F(PresenceProcessTest, DeviceSentToANonLeaderIsRedirectedAndHoldsALeaseUnderTheLeadersToken) {

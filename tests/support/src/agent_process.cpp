@@ -1,5 +1,7 @@
 #include "zktest/agent_process.hpp"
 
+#include <unistd.h>
+
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -9,15 +11,14 @@
 namespace zktest {
 using nlohmann::json;
 
+uint16_t freeLoopbackPort() { return detail::localPort(detail::listenOnLoopback(0, false).get()); }
+
+namespace {
+
+// "LISTENING 127.0.0.1:4242" or "DEVICES ws://127.0.0.1:4242" -> 4242
 uint16_t trailingPort(const std::string& line) {
   return static_cast<uint16_t>(std::stoi(line.substr(line.rfind(':') + 1)));
 }
-
-uint16_t freeLoopbackPort() {
-  return detail::localPort(detail::listenOnLoopback(0, false).get());
-}
-
-namespace {
 
 // The port of the first "LISTENING host:port" line in `log`, once the server wrote it.
 std::optional<uint16_t> listeningPortIn(const std::filesystem::path& log) {
@@ -151,6 +152,33 @@ zkagent::http::ClientResponse AgentProcess::op(const std::string& account, const
                                                const json& payload) const {
   return admin->post("/v1/accounts/" + account + "/ops",
                      json{{"opId", opId}, {"payload", payload}}.dump());
+}
+
+AgentProcessFixture::AgentProcessFixture(std::string name, std::vector<std::string> gatewayArgs)
+    : name_(std::move(name)), gatewayArgs_(std::move(gatewayArgs)) {}
+
+void AgentProcessFixture::SetUp() {
+  static int tests = 0;  // each test of the process gets a directory of its own
+  zk_ = &sharedZooKeeper();
+  root_ = uniqueTestRoot();
+  dir_ = std::filesystem::temp_directory_path() /
+         (name_ + "-" + std::to_string(::getpid()) + "-" + std::to_string(tests++));
+  gateway_ = std::make_unique<GatewayProcess>(dir_, zk_->connectString(), root_, gatewayArgs_);
+}
+
+void AgentProcessFixture::TearDown() {
+  agents_.clear();
+  gateway_.reset();
+  std::filesystem::remove_all(dir_);
+}
+
+AgentSite AgentProcessFixture::site() const {
+  return {zk_->connectString(), root_, gateway_->url()};
+}
+
+AgentProcess& AgentProcessFixture::addAgent(const json& config, AgentStartOptions options) {
+  agents_.push_back(AgentProcess::start(dir_, config, std::move(options)));
+  return *agents_.back();
 }
 
 }  // namespace zktest

@@ -8,6 +8,11 @@
 //   auto agent = zktest::AgentProcess::start(dir, zktest::agentConfig(site, "host-a", {"acct-0"}));
 //   ASSERT_TRUE(zktest::eventually([&] { return agent->leads("acct-0"); }, 15s));
 //   agent->process->kill();                                          // kill -9 by PID
+//
+// A test fixture gets the usual setup (shared ZooKeeper, own root and directory, one gateway) by
+// deriving from AgentProcessFixture.
+
+#include <gtest/gtest.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -21,11 +26,9 @@
 #include "zkagent/http.hpp"
 #include "zktest/child_process.hpp"
 #include "zktest/deadline.hpp"
+#include "zktest/zookeeper_server.hpp"
 
 namespace zktest {
-
-// "LISTENING 127.0.0.1:4242" or "DEVICES ws://127.0.0.1:4242" -> 4242
-uint16_t trailingPort(const std::string& line);
 
 // A loopback port that was free a moment ago, for a listener whose port a test must know before
 // the process starts (an agent's device endpoint that devices are given up front).
@@ -112,6 +115,33 @@ struct AgentProcess {
 
  private:
   AgentStartOptions options_;
+};
+
+// The fixture of a process test of agents: the shared ZooKeeper and a root of its own
+// (sharedZooKeeper, uniqueTestRoot), a temporary directory for the processes' files and one
+// fencing-gateway in it. At the end the agents stop (by PID), then the gateway, and the
+// directory goes.
+class AgentProcessFixture : public ::testing::Test {
+ protected:
+  // `name` starts the directory's name; `gatewayArgs` as GatewayProcess's.
+  explicit AgentProcessFixture(std::string name, std::vector<std::string> gatewayArgs = {});
+  void SetUp() override;
+  void TearDown() override;
+
+  // This test's ZooKeeper root and the gateway over plain HTTP.
+  AgentSite site() const;
+  // Starts an agent on `config` (AgentProcess::start) and keeps it until the test ends.
+  AgentProcess& addAgent(const nlohmann::json& config, AgentStartOptions options = {});
+
+  ZooKeeperServer* zk_ = nullptr;
+  std::string root_;
+  std::filesystem::path dir_;
+  std::unique_ptr<GatewayProcess> gateway_;
+  std::vector<std::unique_ptr<AgentProcess>> agents_;
+
+ private:
+  std::string name_;
+  std::vector<std::string> gatewayArgs_;
 };
 
 }  // namespace zktest
