@@ -201,7 +201,7 @@ void ElectionGroup::stop(std::function<void()> done) {
                              bool retry = false;
                              {
                                std::lock_guard lock(stopping->mu);
-                               retry = err != ZkError::Ok && err != ZkError::ConnectionLoss &&
+                               retry = err != ZkError::Ok && !detail::retryable(err) &&
                                        !stopping->closed;
                                if (retry) stopping->inFlight += batch.size();
                              }

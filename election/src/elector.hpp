@@ -71,6 +71,8 @@ class Elector : public std::enable_shared_from_this<Elector> {
   void finishEvaluate();
   void onPredecessorGone();
   void onActiveChanged();
+  // The watch every read of `active` arms, keyed by &active_ (armed again, it replaces the last).
+  Keeper::Watch activeWatch();
   void refreshLeaderSoon();
   // `knownHandover`: the predecessor's handover record when already known (no read needed).
   // `departingSession`: the session of the leader we take over from, whose stop mark can stand

@@ -133,6 +133,12 @@ void Elector::onActiveChanged() {
   requestEvaluate(Change::Active);
 }
 
+Keeper::Watch Elector::activeWatch() {
+  return [weak = weak_from_this()] {
+    if (auto s = weak.lock()) s->onActiveChanged();
+  };
+}
+
 void Elector::refreshLeaderSoon() {
   leaderRefresh_.expires_after(kLeaderRefreshDelay);
   leaderRefresh_.async_wait(
@@ -153,9 +159,7 @@ void Elector::watchActive(uint64_t epoch) {
   const bool watch = !predecessorIsHead_;
   Session::Watch onChange;
   if (watch) {
-    onChange = [weak = weak_from_this()] {
-      if (auto s = weak.lock()) s->onActiveChanged();
-    };
+    onChange = activeWatch();
   }
   keeper_.getOn(strand_, active_, watch ? &active_ : nullptr, std::move(onChange),
                 [self = shared_from_this(), epoch, watch](ZkError err, std::string data, NodeStat) {
@@ -167,12 +171,9 @@ void Elector::watchActive(uint64_t epoch) {
                     // behind the head too, so every candidate ends up knowing who leads (the
                     // agent's balance counts leaders from what its candidates saw).
                     self->noteLeader(std::nullopt);
-                    self->keeper_.existsOn(
-                        self->strand_, self->active_, &self->active_,
-                        [weak = self->weak_from_this()] {
-                          if (auto s = weak.lock()) s->onActiveChanged();
-                        },
-                        [](ZkError, std::optional<NodeStat>) {});
+                    self->keeper_.existsOn(self->strand_, self->active_, &self->active_,
+                                           self->activeWatch(),
+                                           [](ZkError, std::optional<NodeStat>) {});
                   }
                 });
 }

@@ -48,21 +48,13 @@ void Elector::onCreated(uint64_t epoch, int64_t session, ZkError err, std::strin
     return;
   }
   createInFlight_ = false;
-  switch (err) {
-    case ZkError::Ok:
-      onRegistered(path);
-      break;
-    case ZkError::NoNode:  // first candidate ever, or the tree was deleted (CURATOR-724)
-      createTree(epoch);
-      break;
-    case ZkError::ConnectionLoss:
-      // The server may have created the node and lost only the reply (kazoo #732): on reconnect,
-      // adopt it by ephemeralOwner instead of creating a second one.
-      replyLost_ = true;
-      break;
-    default:
-      break;  // expired or closing: the next session registers again
-  }
+  if (err == ZkError::Ok) return onRegistered(path);
+  // First candidate ever, or the tree was deleted (CURATOR-724).
+  if (err == ZkError::NoNode) return createTree(epoch);
+  // The server may have created the node and lost only the reply (kazoo #732): on reconnect, adopt
+  // it by ephemeralOwner instead of creating a second one. Expired or closing: the next session
+  // registers again.
+  replyLost_ = retryable(err);
 }
 
 std::string Elector::memberRecord() const {
@@ -106,19 +98,12 @@ void Elector::createTree(uint64_t epoch) {
           return;
         }
         self->createInFlight_ = false;
-        switch (err) {
-          case ZkError::Ok:
-            self->freshQueueMember_ = baseName(member);
-            return self->onRegistered(member);
-          case ZkError::ConnectionLoss:
-            self->replyLost_ = true;  // as in onCreated: adopt on reconnect
-            return;
-          case ZkError::SessionExpired:
-          case ZkError::Closing:
-            return;
-          default:
-            return self->repairTree(epoch);  // partly there, or the root is missing
+        if (err == ZkError::Ok) {
+          self->freshQueueMember_ = baseName(member);
+          return self->onRegistered(member);
         }
+        self->replyLost_ = retryable(err);            // as in onCreated: adopt on reconnect
+        if (!linkLost(err)) self->repairTree(epoch);  // partly there, or the root is missing
       });
 }
 

@@ -52,7 +52,7 @@ void Elector::removeUntilGone(std::string path, int32_t version) {
   const int64_t session = keeper_.sessionId();
   keeper_.removeOn(strand_, path, version,
                    [self = shared_from_this(), path, version, session](ZkError err) {
-                     if (err == ZkError::ConnectionLoss && session == self->keeper_.sessionId()) {
+                     if (retryable(err) && session == self->keeper_.sessionId()) {
                        self->pendingRemovals_.push_back({path, version});
                      }
                    });

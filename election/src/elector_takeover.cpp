@@ -103,10 +103,7 @@ void Elector::acquire(uint64_t epoch, std::optional<std::string> knownHandover,
 // (version moved, owner changed, node gone), evaluate again at once.
 void Elector::armActiveWatch(uint64_t epoch) {
   keeper_.existsOn(
-      strand_, active_, &active_,
-      [weak = weak_from_this()] {
-        if (auto s = weak.lock()) s->onActiveChanged();
-      },
+      strand_, active_, &active_, activeWatch(),
       [self = shared_from_this(), epoch](ZkError err, std::optional<NodeStat> stat) {
         if (epoch != self->epoch_ || err != ZkError::Ok) return;
         if (!stat || stat->version != 0 || stat->ephemeralOwner != self->keeper_.sessionId()) {
@@ -163,10 +160,7 @@ void Elector::confirm(uint64_t epoch) {
     self->finishEvaluate();
   };
   keeper_.getOn(
-      strand_, active_, &active_,
-      [weak = weak_from_this()] {
-        if (auto s = weak.lock()) s->onActiveChanged();
-      },
+      strand_, active_, &active_, activeWatch(),
       [self = shared_from_this(), reads, settle](ZkError err, std::string data, NodeStat stat) {
         self->activePending_ = false;
         reads->activeErr = err;

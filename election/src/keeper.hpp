@@ -32,6 +32,18 @@ inline TypedWatch typed(Session::Watch watch) {
   return [watch = std::move(watch)](WatchEvent) { watch(); };
 }
 
+// The link or the session failed, not the operation: such an answer proves no contact with the
+// server.
+constexpr bool linkLost(ZkError err) {
+  return err == ZkError::ConnectionLoss || err == ZkError::SessionExpired ||
+         err == ZkError::Closing;
+}
+
+// The operation may or may not have happened, and this session can find out (or send it again)
+// once the link is back (Mesos' ZooKeeper::retryable). An expired or closed session cannot: what it
+// made is gone with it.
+constexpr bool retryable(ZkError err) { return err == ZkError::ConnectionLoss; }
+
 // One operation of an atomic multi (only the kinds the election needs). Check fails the multi when
 // the node is missing (or, with a version >= 0, at another version); it writes nothing.
 struct MultiOp {

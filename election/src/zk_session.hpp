@@ -97,11 +97,6 @@ class ZkSession : public Session, public Keeper, public std::enable_shared_from_
                 const Executor& ex, TypedWatch watch);
 
   static ZkError fromRc(int rc);
-  // The answer says the link or session failed, not the operation (no proof of server contact).
-  static bool linkLost(ZkError err) {
-    return err == ZkError::ConnectionLoss || err == ZkError::SessionExpired ||
-           err == ZkError::Closing;
-  }
   void noteContact() { lastContactTicks_.store(Clock::now().time_since_epoch().count()); }
 
  private:

@@ -47,7 +47,7 @@ struct Call {
 
 template <typename Done, typename... Args>
 void deliver(Call<Done>* call, ZkError err, Args&&... args) {
-  if (!ZkSession::linkLost(err)) {
+  if (!linkLost(err)) {
     call->session->noteContact();  // any answer proves the server still knows our session
   }
   boost::asio::post(call->executor,

@@ -153,6 +153,22 @@ TEST_F(ElectorTest, ResignHandsOverWithARecordAndStandsAgainAtTheBack) {
   EXPECT_NE(zk.find(kHandover)->data.find("resigned"), std::string::npos);
 }
 
+TEST_F(ElectorTest, AResignWhoseDeletesFailWithTheLinkIsRetriedOnTheReconnect) {
+  auto a = standing("a");
+  auto b = standing("b");
+  a->elector->resign(LossReason::Resigned);
+  a->keeper->loseLink();  // before the hand-over goes out: it and its deletes fail
+  drain();
+  ASSERT_NE(zk.find(kActive), nullptr);
+  EXPECT_NE(b->role(), Role::Leader);
+
+  a->keeper->reconnect();
+  drain();
+  EXPECT_EQ(b->role(), Role::Leader) << "a's member and `active` deleted after all";
+  EXPECT_EQ(a->role(), Role::Waiting);
+  EXPECT_EQ(members().size(), 2u);
+}
+
 TEST_F(ElectorTest, StopHandsBackTheReleaseOperationsOnlyWhenLeading) {
   auto a = standing("a");
   auto b = standing("b");
