@@ -317,10 +317,8 @@ http::Response Gateway::health(const http::Request& request) {
   if (request.query.starts_with(kInstance)) {
     std::string instance =
         request.query.substr(kInstance.size(), request.query.find('&') - kInstance.size());
-    const bool printable =
-        std::all_of(instance.begin(), instance.end(), [](char c) { return c > ' ' && c <= '~'; });
-    if (instance.empty() || instance.size() > 128 || !printable) {
-      return http::Response::error(400, "instance must be 1-128 printable ASCII characters");
+    if (auto error = naming::printableIdError(instance)) {
+      return http::Response::error(400, "instance: " + *error);
     }
     std::lock_guard lock(agentsMutex_);
     auto& beat = agents_[instance];

@@ -79,14 +79,8 @@ LeaseBatch parseLeaseBatch(std::string_view text, const std::vector<std::string>
   if (!body.is_object()) fail("body", "must be a JSON object");
   LeaseBatch batch;
   const json& instance = member(body, "", "instanceId");
-  const bool printable = instance.is_string() && [&] {
-    const auto& id = instance.get_ref<const std::string&>();
-    return !id.empty() && id.size() <= fencing::kMaxIdBytes &&
-           std::all_of(id.begin(), id.end(), [](char c) { return c > ' ' && c <= '~'; });
-  }();
-  if (!printable) {
-    fail("instanceId", "must be 1 to " + std::to_string(fencing::kMaxIdBytes) +
-                           " printable ASCII characters without spaces");
+  if (!instance.is_string() || naming::printableIdError(instance.get<std::string>())) {
+    fail("instanceId", naming::kPrintableIdRule);
   }
   batch.instanceId = instance.get<std::string>();
   if (auto session = body.find("sessionId");

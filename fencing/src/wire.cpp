@@ -56,13 +56,9 @@ std::string requireString(const json& object, const char* name) {
   return value.get<std::string>();
 }
 
-// Ids end up in log lines and the binary log: printable ASCII without spaces keeps both clean.
 void requireId(std::string_view id, const char* name) {
-  const bool printable =
-      std::all_of(id.begin(), id.end(), [](char c) { return c > ' ' && c <= '~'; });
-  if (id.empty() || id.size() > kMaxIdBytes || !printable) {
-    throw BadRequest(std::string("field '") + name + "' must be 1 to " +
-                     std::to_string(kMaxIdBytes) + " printable ASCII characters without spaces");
+  if (auto error = naming::printableIdError(id)) {
+    throw BadRequest(std::string("field '") + name + "' " + *error);
   }
 }
 

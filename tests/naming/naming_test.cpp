@@ -30,6 +30,19 @@ TEST(InstanceId, NamesAHealthNodeSoFollowsTheSameRule) {
   EXPECT_EQ(instanceIdError(""), std::string(kRule));
 }
 
+TEST(PrintableId, TheGatewaysLooserRuleForIdsItNeverPutsInAPath) {
+  for (const std::string& good :
+       {std::string("op-1"), std::string("host:a/b@c"), std::string(128, '~')}) {
+    EXPECT_EQ(printableIdError(good), std::nullopt) << good;
+  }
+  for (const std::string& bad : {std::string(), std::string("a b"), std::string("a\nb"),
+                                 std::string("caf\xc3\xa9"), std::string(129, 'o')}) {
+    EXPECT_EQ(printableIdError(bad),
+              std::string("must be 1 to 128 printable ASCII characters without spaces"))
+        << bad;
+  }
+}
+
 TEST(RootPath, IsAnAbsolutePathWithoutEmptySegments) {
   for (std::string_view good : {"/wx-accounts", "/a/b", "/zkagent/agents"}) {
     EXPECT_EQ(rootPathError(good), std::nullopt) << good;

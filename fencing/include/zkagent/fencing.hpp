@@ -60,7 +60,6 @@ struct Operation {
 
 // Inputs larger than this are refused by the parser; a gateway answers 413 before parsing.
 inline constexpr std::size_t kMaxOperationBytes = 64 * 1024;
-inline constexpr std::size_t kMaxIdBytes = 128;  // opId and instanceId
 
 // Thrown for every malformed input; the message names the field and what is expected.
 class BadRequest : public std::invalid_argument {

@@ -46,6 +46,19 @@ inline std::optional<std::string> instanceIdError(std::string_view id) {
   return accountIdError(id);
 }
 
+// Ids the gateway keeps and logs but never puts into a path (an operation's opId, the instance a
+// token, a lease batch or a heartbeat names): printable ASCII without spaces keeps log lines and
+// the binary log clean. Looser than instanceIdError: the gateway also serves electors that are
+// not agents (zk-elect takes any --instance-id).
+inline constexpr std::string_view kPrintableIdRule =
+    "must be 1 to 128 printable ASCII characters without spaces";
+inline std::optional<std::string> printableIdError(std::string_view id) {
+  bool printable = !id.empty() && id.size() <= kMaxIdLength;
+  for (const char c : id) printable = printable && c > ' ' && c <= '~';
+  if (printable) return std::nullopt;
+  return std::string(kPrintableIdRule);
+}
+
 // The election root (and the agents' health root): absolute, not "/" itself, no empty segment.
 inline std::optional<std::string> rootPathError(std::string_view path) {
   if (path.size() >= 2 && path.front() == '/' && path.back() != '/' &&
