@@ -1,6 +1,5 @@
 // ElectionGroup (many accounts, one session) and LeaderObserver (watched cache of `active`).
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -9,7 +8,7 @@
 #include <utility>
 
 #include "elector.hpp"
-#include "multi_batches.hpp"
+#include "stop_handover.hpp"
 #include "zk_session.hpp"
 
 namespace zkagent::election {
@@ -23,16 +22,9 @@ void requireValidAccount(std::string_view account) {
   if (auto error = accountIdError(account)) throw std::invalid_argument(*error);
 }
 
-// Bytes of operations per multi: far below the server's 1 MiB request limit (jute.maxbuffer),
-// large enough that a thousand accounts go in a handful of requests.
-constexpr size_t kReleaseBatchBytes = 16 * 1024;
-
-// Request bytes of one account's hand-over operations (+ header and version per operation).
-size_t releaseBytes(const std::vector<detail::MultiOp>& ops) {
-  size_t size = 0;
-  for (const auto& op : ops) size += op.path.size() + op.data.size() + 32;
-  return size;
-}
+// The hand-over on stop is a courtesy; closing the session is what frees the nodes. Do not wait
+// for an unreachable ZooKeeper longer than this.
+constexpr std::chrono::seconds kStopDeadline{2};
 }  // namespace
 
 struct ElectionGroup::Impl {
@@ -131,10 +123,9 @@ void ElectionGroup::jumpQueue(std::string_view account, int64_t receiverSeq,
 }
 
 // Stop: the session's mark says "stopping" (successors then need not read each account's handover
-// record); every elector closes its gate and hands back the operations that hand its account over;
-// those go out batched into multis as soon as a batch is full (one request and one transaction for
-// hundreds of accounts, and the first successors start while the other electors still answer),
-// then the session is closed, which removes the rest of our nodes in one more request.
+// record); every elector closes its gate and hands back the operations that hand its account over,
+// which StopHandover sends batched into multis; then the session is closed, which removes the rest
+// of our nodes in one more request.
 void ElectionGroup::stop(std::function<void()> done) {
   auto electors = impl_->all();
   // With our mark saying "stopping", a successor learns the stop from it: no handover record per
@@ -142,99 +133,19 @@ void ElectionGroup::stop(std::function<void()> done) {
   // reads it once per session while it lasts, else finds no record and takes the lock-delay.
   const bool marked =
       impl_->session->usable() && impl_->ctx->marks->markStopping(impl_->session->sessionId());
-  // Electors answer on their own strands and multis on the group's; one mutex guards the tally.
-  struct Stopping {
-    std::mutex mu;
-    size_t unanswered = 0;  // electors that have not handed back their operations yet
-    // Accounts of the multi being filled; an account's operations are never split, so each
-    // hand-over stays atomic.
-    detail::MultiBatches<std::vector<detail::MultiOp>> batch{kReleaseBatchBytes};
-    size_t inFlight = 0;  // multis sent and not answered
-    bool closed = false;
-    std::function<void()> closeSession;
-    std::unique_ptr<asio::steady_timer> deadline;
-  };
   auto impl = impl_;
-  auto strand = asio::make_strand(impl_->io);
-  auto stopping = std::make_shared<Stopping>();
-  stopping->unanswered = electors.size();
-  stopping->closeSession = [impl, done = std::move(done)]() mutable {
-    impl->session->close([impl, done = std::move(done)] {
-      impl->ctx->marks->forget();
-      if (done) done();
-    });
-  };
-  stopping->deadline = std::make_unique<asio::steady_timer>(strand);
-  // Closes the session once, when everything is handed over (every elector and every multi
-  // answered) or `force`d by the deadline. Called under no lock.
-  auto closeIf = [stopping, strand](bool force) {
-    {
-      std::lock_guard lock(stopping->mu);
-      const bool allAnswered = stopping->unanswered == 0 && stopping->inFlight == 0;
-      if (stopping->closed || !(allAnswered || force)) return;
-      stopping->closed = true;
-    }
-    // The timer belongs to the strand (it may be firing there right now).
-    asio::post(strand, [stopping] { stopping->deadline->cancel(); });
-    stopping->closeSession();
-  };
-  // The handover is a courtesy; closing the session is what frees the nodes. Do not wait for an
-  // unreachable ZooKeeper longer than this.
-  stopping->deadline->expires_after(std::chrono::seconds(2));
-  stopping->deadline->async_wait([closeIf](boost::system::error_code ec) {
-    if (!ec) closeIf(true);
-  });
-  auto answered = [stopping, closeIf](ZkError, const std::vector<detail::MultiResult>&) {
-    {
-      std::lock_guard lock(stopping->mu);
-      --stopping->inFlight;
-    }
-    closeIf(false);
-  };
-  // Sends a taken batch; the fallback sends each account's operations on their own.
-  auto send = [impl, strand, stopping, answered](std::vector<std::vector<detail::MultiOp>> batch) {
-    std::vector<detail::MultiOp> flat;
-    for (auto& ops : batch) flat.insert(flat.end(), ops.begin(), ops.end());
-    impl->session->multiOn(strand, std::move(flat),
-                           [impl, strand, stopping, answered, batch = std::move(batch)](
-                               ZkError err, std::vector<detail::MultiResult> results) {
-                             bool retry = false;
-                             {
-                               std::lock_guard lock(stopping->mu);
-                               retry = err != ZkError::Ok && !detail::retryable(err) &&
-                                       !stopping->closed;
-                               if (retry) stopping->inFlight += batch.size();
-                             }
-                             if (retry) {
-                               // One account's node was not as expected (touched by hand, lost
-                               // meanwhile): hand the others over one multi each; the close removes
-                               // whatever is left.
-                               for (auto& ops : batch)
-                                 impl->session->multiOn(strand, ops, answered);
-                             }
-                             answered(err, results);
-                           });
-  };
-  // Runs on the answering elector's strand: a full batch goes out from there at once.
-  auto collect = [stopping, send, closeIf](std::vector<detail::MultiOp> ops) {
-    std::vector<std::vector<std::vector<detail::MultiOp>>> ready;
-    {
-      std::lock_guard lock(stopping->mu);
-      if (!ops.empty()) {
-        const size_t size = releaseBytes(ops);
-        if (auto full = stopping->batch.add(std::move(ops), size))
-          ready.push_back(std::move(*full));
-      }
-      if (--stopping->unanswered == 0 && !stopping->batch.empty()) {
-        ready.push_back(stopping->batch.take());
-      }
-      stopping->inFlight += ready.size();
-    }
-    for (auto& batch : ready) send(std::move(batch));
-    closeIf(false);
-  };
-  if (electors.empty()) return asio::post(strand, [closeIf] { closeIf(false); });
-  for (auto& e : electors) e->stop(!marked, collect);
+  auto handover =
+      detail::StopHandover::start(impl_->io, impl_->session, electors.size(), kStopDeadline,
+                                  [impl, done = std::move(done)]() mutable {
+                                    impl->session->close([impl, done = std::move(done)] {
+                                      impl->ctx->marks->forget();
+                                      if (done) done();
+                                    });
+                                  });
+  for (auto& e : electors) {
+    e->stop(!marked,
+            [handover](std::vector<detail::MultiOp> ops) { handover->collect(std::move(ops)); });
+  }
 }
 
 GateDecision ElectionGroup::check(std::string_view account) const {
