@@ -8,9 +8,12 @@ namespace asio = boost::asio;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-http::ClientOptions clientOptions(const Config::Gateway& config, std::chrono::milliseconds timeout,
-                                  size_t idle) {
+// Both clients run on the agent's own io_context: no thread hand-off per request, and no worker
+// thread that could run a completion (holding this link) after the io_context is gone.
+http::ClientOptions clientOptions(asio::io_context& io, const Config::Gateway& config,
+                                  std::chrono::milliseconds timeout, size_t idle) {
   http::ClientOptions options;
+  options.io = &io;
   options.host = config.address.host;
   options.port = config.address.port;
   options.connectTimeout = std::min(timeout, std::chrono::milliseconds(2000));
@@ -18,7 +21,6 @@ http::ClientOptions clientOptions(const Config::Gateway& config, std::chrono::mi
   options.bearerToken = config.token;
   options.tls = gatewayClientTls(config);
   options.maxIdleConnections = idle;
-  options.asyncThreads = 1;
   return options;
 }
 }  // namespace
@@ -28,13 +30,8 @@ GatewayLink::GatewayLink(asio::io_context& io, const Config::Gateway& config,
     : config_(config),
       heartbeatTarget_("/healthz?instance=" + instanceId),
       timer_(asio::make_strand(io)),  // tick and answered never run at once
-      heartbeats_(clientOptions(config, config.heartbeatTimeout, 1)),
-      operations_([&] {
-        // Forwarded operations run on the agent's own io_context: no thread hand-off per op.
-        auto options = clientOptions(config, config.requestTimeout, 64);
-        options.io = &io;
-        return options;
-      }()),
+      heartbeats_(clientOptions(io, config, config.heartbeatTimeout, 1)),
+      operations_(clientOptions(io, config, config.requestTimeout, 64)),
       failures_(failures) {
   if (!heartbeatEnabled()) up_ = true;
 }

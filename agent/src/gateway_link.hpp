@@ -55,7 +55,7 @@ class GatewayLink : public std::enable_shared_from_this<GatewayLink> {
   const Config::Gateway config_;
   const std::string heartbeatTarget_;
   boost::asio::steady_timer timer_;
-  http::Client heartbeats_;  // its own connection: a busy forwarding pool never delays a beat
+  http::Client heartbeats_;  // its own connection: a beat never queues behind operations
   http::Client operations_;
   std::atomic<bool> up_{false};
   std::atomic<bool> stopped_{false};

@@ -198,6 +198,38 @@ TEST(AgentMetricsTest, GatewayLinkCountsEachFailedHeartbeatIntoTheMetricAsItFail
 }
 
 // However many scrapes run at once, /metrics reports the failures the status reports.
+// A link whose heartbeat is still unanswered when its io_context goes must go with it: nothing of
+// it may stay behind on another thread (a completion left there would later run into the
+// destroyed io_context's timers; ASan saw that at shutdown).
+TEST(AgentGatewayLinkTest, ALinkWithAHeartbeatInFlightGoesWithItsIoContext) {
+  namespace asio = boost::asio;
+  asio::io_context peerIo;
+  asio::ip::tcp::acceptor silentGateway(peerIo, {asio::ip::make_address("127.0.0.1"), 0});
+  silentGateway.non_blocking(true);
+  metrics::Registry registry;
+  auto& failures = registry.counter("failures_total", "test").with({});
+  zkagent::agent::Config::Gateway gateway;
+  gateway.address = {"127.0.0.1", silentGateway.local_endpoint().port()};
+  gateway.heartbeatInterval = 10ms;
+  gateway.heartbeatTimeout = 60s;  // the beat stays in flight for the whole test
+  std::weak_ptr<zkagent::agent::detail::GatewayLink> weak;
+  asio::ip::tcp::socket accepted(peerIo);
+  {
+    IoThreads runner;
+    auto link = std::make_shared<zkagent::agent::detail::GatewayLink>(runner.io, gateway, "host-a",
+                                                                      failures);
+    weak = link;
+    link->start([](bool) {});
+    runner.run();
+    boost::system::error_code ec;
+    ASSERT_TRUE(eventually([&] { return !silentGateway.accept(accepted, ec); }, 10s))
+        << "the heartbeat never connected";
+    link->stop();
+  }
+  EXPECT_TRUE(weak.expired()) << "the link outlived its io_context (held by a pending heartbeat)";
+  EXPECT_EQ(failures.value(), 0) << "no heartbeat can have timed out";
+}
+
 TEST(AgentMetricsTest, MetricsAndStatusAgreeOnGatewayHeartbeatFailuresUnderConcurrentScrapes) {
   auto config = agentConfig(zktest::sharedZooKeeper().connectString());
   config.gateway.heartbeatInterval = 1ms;  // below what the config file allows: many failures
