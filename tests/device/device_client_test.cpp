@@ -216,8 +216,14 @@ TEST(DeviceClient, ManyDevicesShareOneIoContext) {
   std::atomic<int> connected{0};
   constexpr int kDevices = 500;
   for (int i = 0; i < kDevices; ++i) {
-    devices.push_back(std::make_unique<DeviceClient>(
-        io, optionsFor({agent.endpoint()}, "d-" + std::to_string(i))));
+    // Heartbeats far apart with a long timeout: 500 devices pinging every 50 ms kept one fake
+    // agent thread so busy under a sanitizer that some timed out and reconnected (counted twice).
+    // The test is about sharing one io_context, not about timeouts.
+    auto options = optionsFor({agent.endpoint()}, "d-" + std::to_string(i));
+    options.heartbeat = 1000ms;
+    options.timeout = 30000ms;
+    options.connectTimeout = 10000ms;
+    devices.push_back(std::make_unique<DeviceClient>(io, std::move(options)));
     devices.back()->onConnected([&](const ConnectedInfo&) { ++connected; });
     devices.back()->start();
   }
