@@ -223,6 +223,7 @@ void Elector::perform(Action action, LossReason reason) {
       break;
   }
 }
+
 // ---- reporting -------------------------------------------------------------------------------
 
 void Elector::announce() {
