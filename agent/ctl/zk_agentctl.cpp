@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "zkagent/http.hpp"
+#include "zkagent/naming.hpp"
 
 namespace {
 
@@ -65,11 +66,13 @@ int main(int argc, char** argv) {
     }
   }
   if (command.empty()) return usage("no command");
-  const auto colon = admin.rfind(':');
-  if (colon == std::string::npos) return usage("--admin must be HOST:PORT");
+  zkagent::naming::HostPort address;
+  if (auto error =
+          zkagent::naming::hostPortError(admin, address, zkagent::naming::PortZero::Refused))
+    return usage("--admin: " + *error);
   zkagent::http::ClientOptions options;
-  options.host = admin.substr(0, colon);
-  options.port = static_cast<uint16_t>(std::atoi(admin.c_str() + colon + 1));
+  options.host = address.host;
+  options.port = address.port;
   options.bearerToken = token;
   zkagent::http::Client client(options);
 

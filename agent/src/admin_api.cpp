@@ -186,7 +186,7 @@ void Agent::Impl::readActive(const std::string& account,
   auto answer = detail::answerWithin<std::optional<election::ActiveInfo>>(
       io, config.gateway.requestTimeout, std::nullopt, std::move(done));
   group->session().get(
-      config.zookeeper.root + "/" + account + "/active", nullptr,
+      naming::activePath(config.zookeeper.root, account), nullptr,
       [answer = std::move(answer)](election::ZkError err, std::string data, election::NodeStat) {
         answer(err == election::ZkError::Ok ? election::parseActive(data) : std::nullopt);
       });

@@ -109,7 +109,7 @@ constexpr election::SessionState kSessionStates[] = {
 Agent::Impl::Impl(asio::io_context& ioc, Config cfg)
     : io(ioc),
       config(std::move(cfg)),
-      healthPath(config.zookeeper.agentsPath + "/" + config.instanceId),
+      healthPath(naming::healthPath(config.zookeeper.agentsPath, config.instanceId)),
       control(asio::make_strand(ioc)),
       healthTimer(control),
       reconcileTimer(control),
@@ -123,7 +123,7 @@ Agent::Impl::Impl(asio::io_context& ioc, Config cfg)
   options.handlerThreads = 4;  // status and resign read ZooKeeper; operations are deferred
   server = std::make_unique<http::Server>(io, options, router());
   endpoint = config.admin.advertise.empty()
-                 ? "http://" + server->address() + ":" + std::to_string(server->port())
+                 ? "http://" + naming::toString({server->address(), server->port()})
                  : config.admin.advertise;
   devices = std::make_unique<detail::DeviceEndpoint>(io, config);
   election::ElectionOptions eo;
@@ -270,7 +270,7 @@ void Agent::Impl::pollPeers() {
           }
           for (const auto& name : names) {
             self->group->session().get(
-                self->config.zookeeper.agentsPath + "/" + name, nullptr,
+                naming::healthPath(self->config.zookeeper.agentsPath, name), nullptr,
                 [self, name](election::ZkError e, std::string data, election::NodeStat) {
                   if (e != election::ZkError::Ok && e != election::ZkError::NoNode) return;
                   asio::post(self->control,

@@ -22,6 +22,7 @@
 #include "zkagent/agent.hpp"
 #include "zkagent/http.hpp"
 #include "zkagent/metrics.hpp"
+#include "zkagent/naming.hpp"
 
 namespace zkagent::agent {
 namespace asio = boost::asio;

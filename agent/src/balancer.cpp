@@ -246,7 +246,7 @@ const std::string* Agent::Impl::pinnedTo(const std::string& account) const {
 void Agent::Impl::readLanding(const std::string& account) {
   auto self = shared_from_this();
   group->session().get(
-      config.zookeeper.root + "/" + account + "/active", nullptr,
+      naming::activePath(config.zookeeper.root, account), nullptr,
       [self, account](election::ZkError err, std::string data, election::NodeStat) {
         auto active = err == election::ZkError::Ok ? election::parseActive(data) : std::nullopt;
         asio::post(self->control, [self, account, active = std::move(active)] {

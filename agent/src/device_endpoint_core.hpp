@@ -27,6 +27,7 @@
 
 #include "device_endpoint.hpp"
 #include "lease_writer.hpp"
+#include "zkagent/naming.hpp"
 #include "zkagent/presence/asio_clock.hpp"
 #include "zkagent/presence/connection_table.hpp"
 

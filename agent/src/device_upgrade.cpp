@@ -61,10 +61,9 @@ std::variant<presence::DeviceKey, Refusal> parseIds(std::string_view query) {
       return Refusal{bhttp::status::bad_request, "bad_request", std::string(names[i]) + ": missing",
                      ""};
     }
-    if (election::accountIdError(*values[i])) {
+    if (auto error = naming::accountIdError(*values[i])) {
       return Refusal{bhttp::status::bad_request, "bad_request",
-                     std::string(names[i]) + ": must match [A-Za-z0-9_.-]{1,128}, not '.' or '..'",
-                     ""};
+                     std::string(names[i]) + ": " + *error, ""};
     }
   }
   return presence::DeviceKey{std::move(*values[0]), std::move(*values[1])};
@@ -94,7 +93,7 @@ DeviceEndpoint::Core::Core(asio::io_context& agentIo, asio::io_context& own, con
   acceptor.listen(asio::socket_base::max_listen_connections);
   port = acceptor.local_endpoint().port();
   advertised = config.presence.advertise.empty()
-                   ? "ws://" + config.presence.listen.host + ":" + std::to_string(port)
+                   ? "ws://" + naming::toString({config.presence.listen.host, port})
                    : config.presence.advertise;
   for (const char* state : {"upgrading", "open", "moving", "closing"})
     m.connections.with({state}).set(0);

@@ -12,23 +12,17 @@
 namespace zkagent::device {
 namespace {
 
-bool idCharacter(char c) {
-  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
-         c == '.' || c == '-';
-}
-
-// The account-id rule, shared by both ids.
+// The account-id rule, for both ids (the agent refuses any other at the upgrade).
 std::string idProblem(std::string_view id) {
   if (id.empty()) return "missing";
-  if (id.size() > 128 || id == "." || id == "..")
-    return "must match [A-Za-z0-9_.-]{1,128}, not . or ..";
-  for (char c : id) {
-    if (!idCharacter(c)) return "must match [A-Za-z0-9_.-]{1,128}, not . or ..";
-  }
-  return {};
+  return naming::accountIdError(id).value_or("");
 }
 
-bool hostCharacter(char c) { return idCharacter(c) || c == ':'; }
+// Letters, digits, '_', '.', '-' and ':' (an IPv6 address).
+bool hostCharacter(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '.' || c == '-' || c == ':';
+}
 
 }  // namespace
 
