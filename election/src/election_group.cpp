@@ -10,6 +10,7 @@
 #include "elector.hpp"
 #include "stop_handover.hpp"
 #include "zk_session.hpp"
+#include "zkagent/naming.hpp"
 
 namespace zkagent::election {
 namespace asio = boost::asio;
@@ -19,7 +20,7 @@ using detail::ZkSession;
 
 namespace {
 void requireValidAccount(std::string_view account) {
-  if (auto error = accountIdError(account)) throw std::invalid_argument(*error);
+  if (auto error = accountIdError(account)) throw std::invalid_argument("account id: " + *error);
 }
 
 // The hand-over on stop is a courtesy; closing the session is what frees the nodes. Do not wait
@@ -212,7 +213,7 @@ struct LeaderObserver::Impl : std::enable_shared_from_this<LeaderObserver::Impl>
       if (entry.reading) return;
       entry.reading = true;
     }
-    const std::string path = root + "/" + account + "/active";
+    const std::string path = naming::activePath(root, account);
     auto rearm = [weak = weak_from_this(), account] {
       if (auto self = weak.lock())
         asio::post(self->strand, [self, account] { self->read(account); });

@@ -58,10 +58,10 @@ Elector::Elector(asio::io_context& io, std::shared_ptr<const ElectorContext> ctx
       ctx_(std::move(ctx)),
       keeper_(*ctx_->keeper),
       account_(std::move(account)),
-      base_(ctx_->options.root + "/" + account_),
-      members_(base_ + "/members"),
-      active_(base_ + "/active"),
-      handover_(base_ + "/handover") {
+      base_(naming::accountPath(ctx_->options.root, account_)),
+      members_(naming::membersPath(ctx_->options.root, account_)),
+      active_(naming::activePath(ctx_->options.root, account_)),
+      handover_(naming::handoverPath(ctx_->options.root, account_)) {
   status_.account = account_;
   status_.since = std::chrono::system_clock::now();
 }
@@ -96,9 +96,9 @@ void Elector::resign(LossReason reason) {
 
 void Elector::jumpQueue(int64_t receiverSeq, const std::vector<int64_t>& aheadSeqs,
                         std::function<void(ZkError)> done) {
-  auto memberPath = [this](int64_t seq) { return members_ + "/" + memberName(seq); };
-  std::vector<MultiOp> ops{{MultiOp::Kind::Check, memberPath(receiverSeq), "", -1}};
-  for (int64_t seq : aheadSeqs) ops.push_back({MultiOp::Kind::Remove, memberPath(seq), "", -1});
+  auto pathOfSeq = [this](int64_t seq) { return memberPath(memberName(seq)); };
+  std::vector<MultiOp> ops{{MultiOp::Kind::Check, pathOfSeq(receiverSeq), "", -1}};
+  for (int64_t seq : aheadSeqs) ops.push_back({MultiOp::Kind::Remove, pathOfSeq(seq), "", -1});
   keeper_.multiOn(
       strand_, std::move(ops),
       [done = std::move(done)](ZkError err, const std::vector<MultiResult>&) { done(err); });
@@ -208,7 +208,7 @@ void Elector::perform(Action action, LossReason reason) {
       break;
     case Action::Leave:
       if (activeVersion_ >= 0) removeOwnActive();  // held without leading yet
-      if (!memberName_.empty()) removeUntilGone(members_ + "/" + memberName_, -1);
+      if (!memberName_.empty()) removeUntilGone(memberPath(memberName_), -1);
       forgetMember();
       break;
     case Action::ReportLoss:
@@ -365,7 +365,7 @@ void Elector::members(std::function<void(ZkError, std::vector<MemberInfo>)> done
           done(ZkError::Ok, std::move(all));
         };
         for (auto& name : names) {
-          self->keeper_.getOn(self->strand_, self->members_ + "/" + name, nullptr, nullptr,
+          self->keeper_.getOn(self->strand_, self->memberPath(name), nullptr, nullptr,
                               [gather, name](ZkError e2, std::string data, NodeStat) {
                                 auto m = e2 == ZkError::Ok ? parseMember(data) : std::nullopt;
                                 if (m) m->seq = seqOf(name);

@@ -12,6 +12,7 @@
 #include "keeper.hpp"
 #include "session_marks.hpp"
 #include "state_table.hpp"
+#include "zkagent/naming.hpp"
 
 namespace zkagent::election::detail {
 
@@ -92,6 +93,10 @@ class Elector : public std::enable_shared_from_this<Elector> {
   void announce();
   void reportLoss(LossReason reason);
   void setRole(Role role, std::string reason);
+  // {root}/{account}/members/{name}
+  std::string memberPath(std::string_view name) const {
+    return naming::memberPath(ctx_->options.root, account_, name);
+  }
   ActiveInfo ownRecord() const;
   bool isOwnRecord(const ActiveInfo& a) const;
 

@@ -81,7 +81,7 @@ void Elector::evaluate() {
         const std::string predecessor = std::prev(own)->second;
         const bool predecessorIsHead = std::prev(own) == queue.begin();
         self->keeper_.existsOn(
-            self->strand_, self->members_ + "/" + predecessor, self.get(),
+            self->strand_, self->memberPath(predecessor), self.get(),
             [weak = self->weak_from_this()] {
               if (auto s = weak.lock()) s->onPredecessorGone();
             },

@@ -28,7 +28,7 @@ void Elector::registerMember() {
   replyLost_ = false;
   const uint64_t epoch = epoch_;
   const int64_t session = keeper_.sessionId();
-  keeper_.createOn(strand_, members_ + "/" + std::string(kMemberPrefix), memberRecord(),
+  keeper_.createOn(strand_, memberPath(kMemberPrefix), memberRecord(),
                    NodeKind::EphemeralSequential,
                    [self = shared_from_this(), epoch, session](ZkError err, std::string path) {
                      self->onCreated(epoch, session, err, std::move(path));
@@ -84,8 +84,8 @@ void Elector::createTree(uint64_t epoch) {
   std::vector<MultiOp> ops{{MultiOp::Kind::Create, base_, "", -1},
                            {MultiOp::Kind::Create, handover_, "", -1},
                            {MultiOp::Kind::Create, members_, "", -1},
-                           {MultiOp::Kind::Create, members_ + "/" + std::string(kMemberPrefix),
-                            memberRecord(), -1, NodeKind::EphemeralSequential}};
+                           {MultiOp::Kind::Create, memberPath(kMemberPrefix), memberRecord(), -1,
+                            NodeKind::EphemeralSequential}};
   const int64_t session = keeper_.sessionId();
   keeper_.multiOn(
       strand_, std::move(ops),
@@ -147,7 +147,7 @@ void Elector::adoptOrRegister() {
           self->replyLost_ = false;
           std::sort(owned.begin(), owned.end());
           for (size_t i = 1; i < owned.size(); ++i) {
-            self->removeUntilGone(self->members_ + "/" + owned[i].second, -1);
+            self->removeUntilGone(self->memberPath(owned[i].second), -1);
           }
           if (owned.empty()) {
             self->registerMember();
@@ -164,7 +164,7 @@ void Elector::adoptOrRegister() {
         const int64_t session = self->keeper_.sessionId();
         for (auto& name : names) {
           self->keeper_.existsOn(
-              self->strand_, self->members_ + "/" + name, nullptr, nullptr,
+              self->strand_, self->memberPath(name), nullptr, nullptr,
               [gather, name, session](ZkError, std::optional<NodeStat> stat) {
                 if (stat && stat->ephemeralOwner == session && seqOf(name) >= 0) {
                   gather->add(Owned{seqOf(name), name});
@@ -188,7 +188,7 @@ void Elector::verifyMember() {
     return;
   }
   const uint64_t epoch = epoch_;
-  keeper_.existsOn(strand_, members_ + "/" + memberName_, nullptr, nullptr,
+  keeper_.existsOn(strand_, memberPath(memberName_), nullptr, nullptr,
                    [self = shared_from_this(), epoch](ZkError err, std::optional<NodeStat> stat) {
                      if (epoch != self->epoch_ || err != ZkError::Ok) return;
                      if (stat && stat->ephemeralOwner == self->keeper_.sessionId()) {

@@ -19,7 +19,7 @@ std::vector<MultiOp> Elector::releaseOps(LossReason reason, bool withRecord) con
                        .dump(),
                    -1});
   }
-  ops.push_back({MultiOp::Kind::Remove, members_ + "/" + memberName_, "", -1});
+  ops.push_back({MultiOp::Kind::Remove, memberPath(memberName_), "", -1});
   ops.push_back({MultiOp::Kind::Remove, active_, "", activeVersion_});
   return ops;
 }

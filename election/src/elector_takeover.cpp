@@ -66,7 +66,7 @@ void Elector::acquire(uint64_t epoch, std::optional<std::string> knownHandover,
         }
         settle();
       },
-      members_ + "/" + memberName_);
+      memberPath(memberName_));
   if (!aboutToLead || pending->handover) return;
   auto readRecord = [self = shared_from_this(), pending, settle] {
     self->keeper_.getOn(self->strand_, self->handover_, nullptr, nullptr,

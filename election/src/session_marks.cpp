@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <string_view>
 
+#include "zkagent/naming.hpp"
+
 namespace zkagent::election::detail {
 namespace {
 constexpr std::string_view kRunning = "running";
@@ -18,7 +20,7 @@ SessionMarks::SessionMarks(boost::asio::io_context& io, std::shared_ptr<Keeper> 
     : io_(io),
       keeper_(std::move(keeper)),
       strand_(boost::asio::make_strand(io)),
-      dir_(root + "/@sessions") {}
+      dir_(naming::sessionMarksPath(root)) {}
 
 std::string SessionMarks::pathOf(int64_t session) const {
   char hex[17];
