@@ -47,8 +47,9 @@ TEST(Logging, AJsonLineHasTheSameFieldsInEveryProcess) {
     EXPECT_EQ(line["component"], component);
     EXPECT_EQ(line["level"], "warning");
     EXPECT_EQ(line["msg"], "account acct-1 lost: \"drift\"\n\tnext");
-    EXPECT_TRUE(std::regex_match(line["ts"].get<std::string>(),
-                                 std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d)")))
+    EXPECT_TRUE(
+        std::regex_match(line["ts"].get<std::string>(),
+                         std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d)")))
         << line["ts"];
   }
 }
