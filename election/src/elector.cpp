@@ -109,6 +109,12 @@ void Elector::sessionChanged(const SessionEvent& event) {
     if (!self->standing_) return;
     switch (event.state) {
       case SessionState::Connected:
+        if (event.newSession && self->memberOf(event.sessionId)) {
+          // A join ran while the client was connected, before this event reached us: its member
+          // is of this very session. Forgetting it would leave it as our own orphan, ahead of
+          // every member we register after it.
+          break;
+        }
         if (event.newSession) {
           self->forgetMember();  // it went with the old session
           self->pendingRemovals_.clear();
@@ -164,8 +170,15 @@ void Elector::feed(Event event, LossReason reason) {
 
 // Forgets our member node and our place in the queue: replies and watches still on their way for
 // it drop (they carry the old epoch).
+bool Elector::memberOf(int64_t session) const {
+  const bool member =
+      !memberName_.empty() || (createInFlight_ && createEpoch_ == epoch_) || replyLost_;
+  return member && session != 0 && memberSession_ == session;
+}
+
 void Elector::forgetMember() {
   ++epoch_;
+  memberSession_ = 0;
   memberName_.clear();
   seq_ = -1;
   createInFlight_ = false;

@@ -54,6 +54,8 @@ class Elector : public std::enable_shared_from_this<Elector> {
   void feed(Event event, LossReason reason = LossReason::Drift);
   void perform(Action action, LossReason reason);
   void forgetMember();
+  // Our member (registered, being created, or with its reply lost) belongs to `session`.
+  bool memberOf(int64_t session) const;
 
   void registerMember();
   void registerAfresh();  // forgets the member name (gone, or of an old session) and registers
@@ -113,7 +115,7 @@ class Elector : public std::enable_shared_from_this<Elector> {
   bool standing_ = false;
   std::string memberName_;  // "m-0000000007", empty when not registered
   int64_t seq_ = -1;
-  int64_t memberSession_ = 0;    // session that owns memberName_
+  int64_t memberSession_ = 0;    // session that owns memberName_, or made the create in flight
   bool createInFlight_ = false;  // a member create is on its way (meaningful in createEpoch_)
   uint64_t createEpoch_ = 0;
   bool replyLost_ = false;  // ...and its reply was lost: adopt by ephemeralOwner

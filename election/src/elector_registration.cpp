@@ -28,6 +28,7 @@ void Elector::registerMember() {
   replyLost_ = false;
   const uint64_t epoch = epoch_;
   const int64_t session = keeper_.sessionId();
+  memberSession_ = session;
   keeper_.createOn(strand_, memberPath(kMemberPrefix), memberRecord(),
                    NodeKind::EphemeralSequential,
                    [self = shared_from_this(), epoch, session](ZkError err, std::string path) {
@@ -87,6 +88,7 @@ void Elector::createTree(uint64_t epoch) {
                            {MultiOp::Kind::Create, memberPath(kMemberPrefix), memberRecord(), -1,
                             NodeKind::EphemeralSequential}};
   const int64_t session = keeper_.sessionId();
+  memberSession_ = session;
   keeper_.multiOn(
       strand_, std::move(ops),
       [self = shared_from_this(), epoch, session](ZkError err, std::vector<MultiResult> results) {

@@ -193,5 +193,34 @@ TEST_F(ElectorTest, StopHandsBackTheReleaseOperationsOnlyWhenLeading) {
   EXPECT_FALSE(active());
 }
 
+// The C client is connected (the keeper is usable) when a join runs, but the session's first
+// Connected event reaches the elector only after the join's member was made: that event is old
+// news for a member of the very same session. Forgetting the member would leave it behind as
+// this session's own orphan, ahead of every member registered after it.
+TEST_F(ElectorTest, AFirstConnectedThatArrivesAfterTheJoinRegisteredKeepsThatMember) {
+  makeTree();
+  auto a = std::make_unique<Member>(zk, io, "a");
+  std::vector<SessionEvent> late;
+  auto deliver = std::move(a->keeper->onEvent);
+  a->keeper->onEvent = [&late](const SessionEvent& e) { late.push_back(e); };
+  a->keeper->connect();
+  a->elector->join();
+  drain();
+  ASSERT_EQ(members().size(), 1u) << "the join registered on the connected session";
+  ASSERT_EQ(late.size(), 1u);
+  a->keeper->onEvent = std::move(deliver);
+  a->keeper->onEvent(late.front());
+  drain();
+  EXPECT_EQ(members().size(), 1u) << "no second member of the same session";
+  ASSERT_EQ(a->role(), Role::Leader);
+
+  // A resign stands again at the back: with an orphan of its own ahead, it would never lead again.
+  a->elector->resign(LossReason::Resigned);
+  drain();
+  EXPECT_EQ(members().size(), 1u);
+  EXPECT_EQ(a->role(), Role::Leader);
+  EXPECT_EQ(active()->sessionId, a->keeper->sessionId());
+}
+
 }  // namespace
 }  // namespace zkagent::election::fake
