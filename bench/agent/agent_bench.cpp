@@ -29,6 +29,7 @@
 
 #include "agent_fixtures.hpp"
 #include "zkagent/http.hpp"
+#include "zktest/agent_process.hpp"
 #include "zktest/child_process.hpp"
 #include "zktest/zookeeper_server.hpp"
 
@@ -96,7 +97,7 @@ class Bench {
                                  (dir_ / "gateway").string(), "--zk", zk_.connectString(), "--root",
                                  "/bench/accounts"},
         dir_ / "gateway.log");
-    auto port = zkagent_test::awaitListeningPort(dir_ / "gateway.log", 30s);
+    auto port = zktest::awaitListeningPort(dir_ / "gateway.log", 30s);
     if (!port) throw std::runtime_error("fencing-gateway did not start");
     gatewayPort_ = *port;
   }
@@ -145,7 +146,7 @@ class Bench {
     auto process = std::make_unique<ChildProcess>(
         zktest::binaryPath("zk-agent").string(),
         std::vector<std::string>{"--config", path.string()}, dir_ / (id + ".log"));
-    auto port = zkagent_test::awaitListeningPort(dir_ / (id + ".log"), 30s);
+    auto port = zktest::awaitListeningPort(dir_ / (id + ".log"), 30s);
     if (!port) throw std::runtime_error("zk-agent " + id + " did not start");
     agents_.push_back(std::make_unique<Agent>(Agent{std::move(process), *port, clientFor(*port)}));
     return *agents_.back();

@@ -37,6 +37,7 @@
 
 #include "zkagent/http.hpp"
 #include "zkagent/naming.hpp"
+#include "zktest/agent_process.hpp"
 #include "zktest/child_process.hpp"
 #include "zktest/deadline.hpp"
 #include "zktest/zookeeper_server.hpp"
@@ -63,19 +64,6 @@ struct Options {
 constexpr size_t kDevicesPerSimulator = 12500;
 
 uint16_t portOf(const std::string& line) { return zkagent::naming::trailingPort(line).value(); }
-
-uint16_t freeLoopbackPort() {
-  // Bind to port 0 and read the port back; released at once.
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  socklen_t length = sizeof address;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
 
 long rssKiB(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
@@ -193,7 +181,7 @@ class Bench {
   }
 
   AgentProcess& startAgent(const std::string& id, const std::vector<std::string>& accounts) {
-    const uint16_t devicePort = freeLoopbackPort();
+    const uint16_t devicePort = zktest::freeLoopbackPort();
     json config{{"instance_id", id},
                 {"zookeeper",
                  {{"hosts", zk_.connectString()},

@@ -21,6 +21,7 @@
 #include "zkagent/agent.hpp"
 #include "zkagent/http.hpp"
 #include "zkagent/metrics.hpp"
+#include "zktest/agent_process.hpp"
 #include "zktest/tcp_proxy.hpp"
 #include "zktest/zookeeper_server.hpp"
 
@@ -51,13 +52,6 @@ namespace metrics = zkagent::metrics;
 using zkagent::agent::Gate;
 using zktest::eventually;
 
-// A loopback port nothing listens on (bound, then released).
-uint16_t closedPort() {
-  boost::asio::io_context io;
-  boost::asio::ip::tcp::acceptor acceptor(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
-  return acceptor.local_endpoint().port();
-}
-
 // One account, no gateway heartbeat, the admin API on a free port.
 zkagent::agent::Config agentConfig(const std::string& zookeeperHosts) {
   zkagent::agent::Config config;
@@ -66,7 +60,7 @@ zkagent::agent::Config agentConfig(const std::string& zookeeperHosts) {
   config.zookeeper.root = zktest::uniqueTestRoot() + "/accounts";
   config.zookeeper.agentsPath = zktest::uniqueTestRoot() + "/agents";
   config.accounts = {"acct-0"};
-  config.gateway.address = {"127.0.0.1", closedPort()};
+  config.gateway.address = {"127.0.0.1", zktest::freeLoopbackPort()};
   config.gateway.heartbeatInterval = 0ms;  // the link counts as up
   config.admin.listen = {"127.0.0.1", 0};
   config.presence.listen = {"127.0.0.1", 0};  // tests run side by side: no fixed port
@@ -185,7 +179,7 @@ TEST(AgentMetricsTest, GatewayLinkCountsEachFailedHeartbeatIntoTheMetricAsItFail
   metrics::Registry registry;
   auto& failures = registry.counter("failures_total", "test").with({});
   zkagent::agent::Config::Gateway gateway;
-  gateway.address = {"127.0.0.1", closedPort()};
+  gateway.address = {"127.0.0.1", zktest::freeLoopbackPort()};
   gateway.heartbeatInterval = 1ms;
   gateway.heartbeatTimeout = 50ms;
   IoThreads runner;

@@ -7,29 +7,29 @@
 #include <stdexcept>
 
 #include "loopback.hpp"
+#include "zkagent/naming.hpp"
 
 namespace zktest {
 using nlohmann::json;
 
 uint16_t freeLoopbackPort() { return detail::localPort(detail::listenOnLoopback(0, false).get()); }
 
-namespace {
-
-// "LISTENING 127.0.0.1:4242" or "DEVICES ws://127.0.0.1:4242" -> 4242
-uint16_t trailingPort(const std::string& line) {
-  return static_cast<uint16_t>(std::stoi(line.substr(line.rfind(':') + 1)));
+std::optional<uint16_t> awaitListeningPort(const std::filesystem::path& log, milliseconds timeout) {
+  std::optional<uint16_t> port;
+  eventually(
+      [&] {
+        std::ifstream in(log);
+        for (std::string line; std::getline(in, line);) {
+          if (line.starts_with("LISTENING "))
+            return (port = zkagent::naming::trailingPort(line)).has_value();
+        }
+        return false;
+      },
+      timeout, milliseconds(20));
+  return port;
 }
 
-// The port of the first "LISTENING host:port" line in `log`, once the server wrote it.
-std::optional<uint16_t> listeningPortIn(const std::filesystem::path& log) {
-  std::ifstream in(log);
-  for (std::string line; std::getline(in, line);) {
-    if (line.starts_with("LISTENING ")) return trailingPort(line);
-  }
-  return std::nullopt;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 GatewayProcess::GatewayProcess(const std::filesystem::path& dir, const std::string& zkHosts,
                                const std::string& root, std::vector<std::string> extraArgs) {
@@ -40,9 +40,8 @@ GatewayProcess::GatewayProcess(const std::filesystem::path& dir, const std::stri
   const auto log = dir / "gateway.log";
   process_ = std::make_unique<ChildProcess>(binaryPath("fencing-gateway").string(), args, log);
   // Its output goes to a file (a server's whole life of it): poll the file for the line.
-  std::optional<uint16_t> port;
-  if (!eventually([&] { return (port = listeningPortIn(log)).has_value(); }, milliseconds(30000),
-                  milliseconds(20))) {
+  const std::optional<uint16_t> port = awaitListeningPort(log, milliseconds(30000));
+  if (!port) {
     std::ostringstream output;
     output << std::ifstream(log).rdbuf();
     throw std::runtime_error("fencing-gateway did not listen within 30 s: " +
@@ -103,9 +102,10 @@ std::unique_ptr<AgentProcess> AgentProcess::start(const std::filesystem::path& d
 }
 
 void AgentProcess::awaitListening() {
-  adminPort = trailingPort(process->waitForLine("LISTENING ", milliseconds(20000)));
+  adminPort = zkagent::naming::trailingPort(process->waitForLine("LISTENING ", milliseconds(20000)))
+                  .value();
   deviceUrl = process->waitForLine("DEVICES ", milliseconds(5000)).substr(8);
-  devicePort = trailingPort(deviceUrl);
+  devicePort = zkagent::naming::trailingPort(deviceUrl).value();
   zkagent::http::ClientOptions client;
   client.port = adminPort;
   client.requestTimeout = options_.requestTimeout;

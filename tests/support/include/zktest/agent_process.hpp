@@ -34,6 +34,10 @@ namespace zktest {
 // the process starts (an agent's device endpoint that devices are given up front).
 uint16_t freeLoopbackPort();
 
+// The port of the first "LISTENING host:port" line a server wrote to `log` (servers whose whole
+// output goes to a file), or nullopt when none came within `timeout`.
+std::optional<uint16_t> awaitListeningPort(const std::filesystem::path& log, milliseconds timeout);
+
 // A fencing-gateway on a loopback port of its own, its data in {dir}/gateway and its output in
 // {dir}/gateway.log (read on failure). `extraArgs` follow the common ones (--listen, --data-dir,
 // --zk, --root {root}/accounts): lease timings, TLS. The constructor returns once it listens
