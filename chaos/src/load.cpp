@@ -2,11 +2,35 @@
 // from which the run tells when every account is led again.
 #include <random>
 #include <set>
+#include <string>
+#include <string_view>
+#include <type_traits>
 
 #include "run.hpp"
 
 namespace zkagent::chaos {
 using namespace std::chrono_literals;
+
+namespace {
+
+// `key` of an answer from another process, or `fallback` when the answer is not an object, lacks
+// the key or holds another type there: a bad answer is a missing sample, never a crash (operator[]
+// on a const json that lacks the key is undefined behaviour; value() throws on a type mismatch).
+template <class T>
+T fieldOr(const json& object, std::string_view key, T fallback) {
+  if (!object.is_object()) return fallback;
+  const auto it = object.find(key);
+  if (it == object.end()) return fallback;
+  if constexpr (std::is_same_v<T, json>) {
+    return *it;
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return it->is_string() ? it->template get<std::string>() : fallback;
+  } else {
+    return it->is_number_integer() ? it->template get<T>() : fallback;
+  }
+}
+
+}  // namespace
 
 OpRecord Run::sendOp(int agent, zkagent::http::Client& client, const std::string& account,
                      const std::string& opId, bool probe) {
@@ -94,9 +118,11 @@ void Run::pollStatus(int agent) {
       AgentStatus s;
       s.fetchedMs = asked;
       if (body.is_object()) {
-        for (const auto& a : body.value("accounts", json::array())) {
-          if (a.value("role", "") == "LEADER" && a["token"].is_number_integer())
-            s.leading[a["account"].get<std::string>()] = a["token"].get<std::int64_t>();
+        for (const auto& a : fieldOr(body, "accounts", json::array())) {
+          const auto token = fieldOr(a, "token", std::int64_t{-1});
+          const auto account = fieldOr(a, "account", std::string());
+          if (fieldOr(a, "role", std::string()) == "LEADER" && token >= 0 && !account.empty())
+            s.leading[account] = token;
         }
       }
       std::lock_guard lock(statusMu_);
@@ -190,18 +216,20 @@ void Run::pollLeases() {
       const auto answered = now();
       if (!answer.delivered() || answer.status != 200) continue;
       const auto body = json::parse(answer.body, nullptr, false);
-      if (!body.is_object() || !body.contains("devices") || !body["devices"].is_array()) continue;
+      const json devices = fieldOr(body, "devices", json());
+      if (!devices.is_array()) continue;
       std::map<std::string, std::int64_t> held;
       std::lock_guard lock(leasesMu_);
-      for (const auto& d : body["devices"]) {
+      for (const auto& d : devices) {
+        const json epoch = fieldOr(d, "epoch", json::object());
         LeaseSample s{asked,
                       answered,
                       account,
-                      d.value("device", ""),
-                      d.value("agent", ""),
-                      d["epoch"].value("token", std::int64_t{-1}),
-                      d["epoch"].value("counter", std::int64_t{-1}),
-                      d.value("age_ms", std::int64_t{0})};
+                      fieldOr(d, "device", std::string()),
+                      fieldOr(d, "agent", std::string()),
+                      fieldOr(epoch, "token", std::int64_t{-1}),
+                      fieldOr(epoch, "counter", std::int64_t{-1}),
+                      fieldOr(d, "age_ms", std::int64_t{0})};
         held[s.device] = s.token;
         leases_.push_back(std::move(s));
       }

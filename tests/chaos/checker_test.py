@@ -70,13 +70,15 @@ class Run:
                                     "heal_ms": delivered_ms + 100}]}]
 
     def op(self, op_id, invoked, completed, agent, token, outcome="ok", logged=True,
-           instance=None, status=None):
+           instance=None, status=None, session=None):
         self.ops.append([invoked, completed, agent, "acct-0", op_id,
                          status if status is not None else (200 if outcome == "ok" else 409),
                          outcome, token, False])
         if logged:
+            # The observer saw agent-0 on session 7 and agent-1 on session 8.
             self.log.append(accepted_record("acct-0", op_id, token,
-                                            instance or "agent-%d" % agent))
+                                            instance or "agent-%d" % agent,
+                                            session if session is not None else 7 + agent))
 
     def write(self, directory):
         os.makedirs(os.path.join(directory, "gateway-data"))
@@ -133,6 +135,36 @@ class CheckerTest(unittest.TestCase):
         r = clean()
         r.op("forged", 1300, 1310, 1, 2, instance="agent-0")
         self.assertIn("1", self.violations(r))
+
+    def test_a_token_used_by_another_session_of_its_instance_violates_check_1(self):
+        r = Run()
+        r.op("a", 100, 110, 0, 1)
+        r.op("c", 1100, 1110, 1, 2, session=9)  # agent-1 held seq 2 on session 8
+        self.assertEqual(set(self.violations(r)), {"1"})
+
+    def test_an_acknowledged_operation_missing_after_a_compaction_still_violates_check_3(self):
+        r = clean()
+        r.op("lost", 1300, 1310, 1, 2, logged=False)
+        with tempfile.TemporaryDirectory() as d:
+            r.write(d)
+            open(os.path.join(d, "gateway-data", "snapshot"), "wb").close()
+            _, _, _, _, violations, _, _ = check.check(d, slack_ms=50)
+        self.assertEqual({k for k, v in violations.items() if v}, {"3"})
+        self.assertIn("compacted", violations["3"][0])
+
+    def test_the_negative_control_passes_only_on_a_fencing_violation(self):
+        with tempfile.TemporaryDirectory() as d:
+            r = clean()
+            r.final["accounts"] = {}  # a liveness miss (check 5) alone
+            r.write(d)
+            self.assertEqual(check.main([d, "--expect-violations"]), 1)
+        with tempfile.TemporaryDirectory() as d:
+            r = Run()
+            r.op("a", 100, 110, 0, 1)
+            r.op("stale", 1300, 1310, 0, 1)
+            r.op("c", 1400, 1410, 1, 2)
+            r.write(d)
+            self.assertEqual(check.main([d, "--slack-ms", "50", "--expect-violations"]), 0)
 
     def test_an_acknowledged_operation_missing_from_the_log_violates_check_3(self):
         r = clean()
