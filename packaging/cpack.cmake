@@ -2,10 +2,11 @@
 #   zk-agent        /usr/bin/zk-agent, its systemd unit, /etc/zkagent/agent.json + accounts.txt
 #   fencing-gateway /usr/bin/fencing-gateway, its unit (StateDirectory /var/lib/fencing-gateway),
 #                   /etc/zkagent/fencing-gateway.json + .env
-#   zkagent-tools   /usr/bin/zk-agentctl, /usr/bin/zk-elect
+#   zkagent-tools   /usr/bin/zk-agentctl, /usr/bin/zk-elect, /usr/bin/zk-token
 # Each service package creates its own system user (sysusers.d, adduser as a fallback).
-# Runtime dependencies come from dpkg-shlibdeps. Included last from the top-level CMakeLists.txt,
-# after the targets exist.
+# Depends come from packaging/dependencies, the list scripts/setup installs from (test-packages
+# checks them against what dpkg-shlibdeps finds the binaries link). Included last from the
+# top-level CMakeLists.txt, after the targets exist.
 set(_pkg ${CMAKE_CURRENT_LIST_DIR})
 set(_doc ${PROJECT_SOURCE_DIR}/docs)
 
@@ -29,7 +30,7 @@ install(FILES ${_pkg}/config/fencing-gateway.env DESTINATION /etc/zkagent
 install(FILES ${_doc}/gateway.md ${_doc}/fencing.md DESTINATION share/doc/fencing-gateway
         COMPONENT gateway)
 
-install(TARGETS zk-agentctl zk-elect RUNTIME DESTINATION bin COMPONENT tools)
+install(TARGETS zk-agentctl zk-elect zk-token RUNTIME DESTINATION bin COMPONENT tools)
 install(FILES ${_doc}/election.md DESTINATION share/doc/zkagent-tools COMPONENT tools)
 
 set(CPACK_GENERATOR DEB)
@@ -41,7 +42,6 @@ set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_COMPONENTS_ALL agent gateway tools)
 set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
-set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_SECTION net)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
@@ -53,6 +53,15 @@ file(WRITE ${CMAKE_BINARY_DIR}/packaging/agent/conffiles
      "/etc/zkagent/agent.json\n/etc/zkagent/accounts.txt\n")
 file(WRITE ${CMAKE_BINARY_DIR}/packaging/gateway/conffiles
      "/etc/zkagent/fencing-gateway.json\n/etc/zkagent/fencing-gateway.env\n")
+
+# Editing the list re-runs the configure step, so the packages never carry an old list.
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${_pkg}/dependencies)
+foreach(_component agent gateway tools)
+  string(TOUPPER ${_component} _upper)
+  execute_process(COMMAND ${_pkg}/list-dependencies --depends ${_component}
+                  OUTPUT_VARIABLE CPACK_DEBIAN_${_upper}_PACKAGE_DEPENDS
+                  OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL ANY)
+endforeach()
 
 set(CPACK_DEBIAN_AGENT_PACKAGE_NAME zk-agent)
 set(CPACK_COMPONENT_AGENT_DESCRIPTION "Leader-election agent for IM accounts over ZooKeeper\nStands for every configured account on one ZooKeeper session; exactly one agent leads an\naccount at a time and forwards its operations with a fencing token.")
@@ -68,7 +77,7 @@ set(CPACK_DEBIAN_GATEWAY_PACKAGE_CONTROL_EXTRA
     ${_pkg}/debian/fencing-gateway/prerm ${_pkg}/debian/fencing-gateway/postrm)
 
 set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME zkagent-tools)
-set(CPACK_COMPONENT_TOOLS_DESCRIPTION "Operator tools for zk-agent\nzk-agentctl (status, leaders, resign, drain over the agent's admin API) and zk-elect (stands\nfor accounts and prints election events, for scripts).")
+set(CPACK_COMPONENT_TOOLS_DESCRIPTION "Operator tools for zk-agent\nzk-agentctl (status, leaders, resign, drain over the agent's admin API) and zk-elect (stands\nfor accounts and prints election events, for scripts) and zk-token (signs device and viewer\ntokens for trying authentication out).")
 
 include(CPack)
 
