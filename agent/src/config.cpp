@@ -9,6 +9,7 @@
 #include <sstream>
 #include <utility>
 
+#include "device_query.hpp"
 #include "presence_config.hpp"
 #include "zkagent/config_reader.hpp"
 #include "zkagent/election.hpp"
@@ -128,7 +129,7 @@ constexpr std::pair<std::string_view, std::string_view> kPresenceFields[] = {
     {"renewInterval", "renew_interval_ms"},
     {"leaseTtl", "lease_ttl_ms"}};
 
-void readPresence(Config& config, FieldReader& top) {
+void readPresence(Config& config, FieldReader& top, const std::filesystem::path& baseDir) {
   auto presence = top.object("presence");
   auto& p = config.presence;
   const std::string listen = presence.string("listen", "127.0.0.1:8471");
@@ -136,11 +137,37 @@ void readPresence(Config& config, FieldReader& top) {
   p.advertise = presence.string("advertise", "");
   if (!p.advertise.empty() && !p.advertise.starts_with("ws://"))
     presence.fail("advertise", "'" + p.advertise + "' must start with ws://");
+  // Other agents' 4001 closes name this endpoint, in a close reason of at most 123 bytes.
+  const auto advertised =
+      p.advertise.empty() ? "ws://" + naming::toString({p.listen.host, 65535}) : p.advertise;
+  if (advertised.size() > detail::kMaxAdvertiseBytes) {
+    presence.fail(p.advertise.empty() ? "listen" : "advertise",
+                  "'" + advertised + "' is " + std::to_string(advertised.size()) +
+                      " bytes as the advertised endpoint; at most " +
+                      std::to_string(detail::kMaxAdvertiseBytes) +
+                      ", so that a redirect's close reason (at most " +
+                      std::to_string(detail::kMaxCloseReason) + " bytes) keeps room for the path");
+  }
   p.insecure = presence.boolean("insecure", false);
   if (!p.insecure && !naming::isLoopbackHost(p.listen.host)) {
     presence.fail("listen", "'" + listen +
                                 "': the device endpoint has no TLS and is served on loopback only, "
                                 "unless presence.insecure is true");
+  }
+  if (presence.find("auth")) {
+    auto auth = presence.object("auth");
+    p.auth = auth::readSettings(auth, baseDir);
+    auth.rejectUnknown();
+  }
+  p.insecureNoDeviceAuth = presence.boolean("insecure_no_device_auth", false);
+  if (p.auth && p.insecureNoDeviceAuth) {
+    presence.fail("insecure_no_device_auth", "contradicts presence.auth: drop one of them");
+  }
+  // Off loopback anyone who reaches the port could claim any device: tokens by default.
+  if (!p.auth && !p.insecureNoDeviceAuth && !naming::isLoopbackHost(p.listen.host)) {
+    presence.fail("auth", "is required when presence.listen ('" + listen +
+                              "') is not a loopback address (device tokens, docs/auth.md), "
+                              "unless presence.insecure_no_device_auth is true");
   }
   p.heartbeat = millis(presence, "heartbeat_ms", p.heartbeat);
   p.pingTimeout = millis(presence, "ping_timeout_ms", p.pingTimeout);
@@ -297,7 +324,7 @@ Config readConfig(std::string_view text, const std::filesystem::path& baseDir,
     admin.rejectUnknown();
   }
 
-  readPresence(config, top);
+  readPresence(config, top, baseDir);
   if (config.presence.listen.port != 0 && config.presence.listen.port == config.admin.listen.port &&
       config.presence.listen.host == config.admin.listen.host) {
     throw ConfigError("presence.listen", "must differ from admin.listen");
@@ -381,11 +408,17 @@ std::string describe(const Config& c) {
        {{"listen", hostPort(c.admin.listen)},
         {"token", c.admin.token.empty() ? "" : "(set)"},
         {"open_operator_actions", c.admin.openOperatorActions},
-        {"advertise", c.admin.advertise}}},
+        // The default printed as the agent will use it: the listen address (with the port it
+        // binds when that is 0).
+        {"advertise", c.admin.advertise.empty() ? "http://" + hostPort(c.admin.listen)
+                                                : c.admin.advertise}}},
       {"presence",
        {{"listen", hostPort(c.presence.listen)},
-        {"advertise", c.presence.advertise},
+        {"advertise", c.presence.advertise.empty() ? "ws://" + hostPort(c.presence.listen)
+                                                   : c.presence.advertise},
         {"insecure", c.presence.insecure},
+        {"auth", c.presence.auth ? json("(set)") : json(nullptr)},
+        {"insecure_no_device_auth", c.presence.insecureNoDeviceAuth},
         {"heartbeat_ms", c.presence.heartbeat.count()},
         {"ping_timeout_ms", c.presence.pingTimeout.count()},
         {"check_interval_ms", c.presence.checkInterval.count()},

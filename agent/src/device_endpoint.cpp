@@ -22,9 +22,11 @@ PresenceMetrics::PresenceMetrics(metrics::Registry& r)
       pingTimeouts(r.counter("zkagent_presence_ping_timeouts_total",
                              "Device connections closed (4002) after ping_timeout_ms of silence.")
                        .with({})),
-      redirects(r.counter("zkagent_presence_redirects_total",
-                          "Upgrades sent elsewhere: 307 to the leader, 503 when none is known.",
-                          {"code"})),
+      redirects(
+          r.counter("zkagent_presence_redirects_total",
+                    "Upgrades sent elsewhere: 307 to the leader, 503 when none is known; with "
+                    "redirect=close in band, 4001 to the leader, 1013 when none is known.",
+                    {"code"})),
       refused(r.counter("zkagent_presence_refused_upgrades_total",
                         "Device upgrades refused before the handshake, by reason.", {"reason"})),
       closes(r.counter("zkagent_presence_closes_total",
@@ -38,9 +40,28 @@ PresenceMetrics::PresenceMetrics(metrics::Registry& r)
                              "Lease entries by kind (renew, remove) and result (sent, failed, "
                              "dropped: this agent did not lead the account under that token).",
                              {"kind", "result"})),
+      leaseDropped(r.counter("zkagent_presence_lease_dropped_total",
+                             "Lease entries dropped because the lease queue was full (renewals "
+                             "before removals), by kind (renew, remove).",
+                             {"kind"})),
+      leaseQueued(r.gauge("zkagent_presence_lease_queued_entries",
+                          "Lease entries waiting to be sent to the gateway.")
+                      .with({})),
       fencedAccounts(r.counter("zkagent_presence_fenced_total",
                                "Accounts whose lease writes the gateway fenced (a newer leader).")
-                         .with({})) {}
+                         .with({})),
+      gatewayLeaseTtl(r.gauge("zkagent_presence_gateway_lease_ttl_seconds",
+                              "The lease TTL the gateway reported in its last lease answer (0: "
+                              "none yet); presence.lease_ttl_ms should equal it.")
+                          .with({})),
+      authRefused(r.counter("zkagent_device_auth_refused_total",
+                            "Device upgrades refused for their token, by reason: 401 (missing, "
+                            "malformed, unknown_key, bad_signature, expired, not_yet_valid, "
+                            "wrong_audience, wrong_scope) or 403 (wrong_account, wrong_device).",
+                            {"reason"})),
+      tokenExpired(r.counter("zkagent_device_token_expired_total",
+                             "Device connections closed with 4003 because their token expired.")
+                       .with({})) {}
 
 DeviceEndpoint::DeviceEndpoint(asio::io_context& io, const Config& config)
     : counts_(std::make_shared<Counts>(config)),
@@ -126,7 +147,9 @@ void DeviceEndpoint::start(GateCheck gate, std::function<int64_t()> sessionId) {
                                                            presence::Epoch epoch) {
           if (auto c = weak.lock()) c->onTimeout(epoch);
         });
-    core->accept();
+    core->listener->start([weak = std::weak_ptr<DeviceEndpoint::Core>(core)](tcp::socket socket) {
+      if (auto self = weak.lock()) self->admit(std::move(socket));
+    });
     core->reap();
     spdlog::info("device endpoint listening on {} instance={}", core->advertised, core->instanceId);
   });

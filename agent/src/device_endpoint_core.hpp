@@ -1,6 +1,7 @@
 // The device endpoint's inside, shared by its sources (Beast is included here and in them only):
 //   device_endpoint.cpp    the public DeviceEndpoint, its thread and its metrics
-//   device_upgrade.cpp     the listener, the upgrade request and its refusals (404, 307, 503)
+//   device_upgrade.cpp     the listener, the upgrade request and its refusals (404, 307, 503, or
+//                          in band with redirect=close: 4001, 1013)
 //   device_session.cpp     one open connection: welcome, pings and pongs, bad frames, closes
 //   device_leadership.cpp  the per-account table: leadership released, 4001 closes, fencing, stop
 //
@@ -26,7 +27,10 @@
 #include <vector>
 
 #include "device_endpoint.hpp"
+#include "device_query.hpp"
 #include "lease_writer.hpp"
+#include "zkagent/auth.hpp"
+#include "zkagent/http/accept_loop.hpp"
 #include "zkagent/naming.hpp"
 #include "zkagent/presence/asio_clock.hpp"
 #include "zkagent/presence/connection_table.hpp"
@@ -51,6 +55,7 @@ inline constexpr auto kStaleUpgrade = std::chrono::seconds(1);
 inline constexpr size_t kHeaderLimit = 8 * 1024;  // upgrade request header bytes
 inline constexpr size_t kMaxFrameBytes = 4096;    // one device frame; over it the stream sends 1009
 inline constexpr size_t kMaxQueuedPongs = 64;     // a device that pings without reading is cut off
+inline constexpr int kRetryAfterSeconds = 1;      // a 503's Retry-After
 inline constexpr auto kUpgradeTimeout = std::chrono::seconds(5);     // request read + refusal write
 inline constexpr auto kHandshakeTimeout = std::chrono::seconds(5);   // websocket accept and close
 inline constexpr auto kStopGrace = std::chrono::milliseconds(1000);  // close handshakes at shutdown
@@ -64,8 +69,10 @@ enum CloseCode : uint16_t {
   kBadFrame = 1003,
   kPolicy = 1008,
   kTooBig = 1009,
+  kTryAgainLater = 1013,  // in-band redirect with no leader known
   kLeaderMoved = 4001,
   kPingTimeout = 4002,
+  kTokenExpired = 4003,  // the device's token expired: reconnect with a fresh one
 };
 
 // An upgrade answered with an HTTP error or redirect instead of the handshake.
@@ -93,8 +100,9 @@ struct DeviceEndpoint::Core : std::enable_shared_from_this<Core> {
   Core(asio::io_context& agentIo, asio::io_context& own, const Config& config,
        std::shared_ptr<Counts> counts);
 
-  void accept();
+  void admit(tcp::socket socket);  // one socket from the listener
   void reap();
+  void expireTokens();  // 4003 for every connection whose token is no longer valid
   void leadershipLost(const std::string& account);
   void closeMoved(std::string account, std::vector<std::weak_ptr<Session>> sessions, int attempt);
   void onTimeout(presence::Epoch epoch);
@@ -113,7 +121,7 @@ struct DeviceEndpoint::Core : std::enable_shared_from_this<Core> {
   const Config::Presence settings;
   std::shared_ptr<Counts> counts;
   PresenceMetrics& m;
-  tcp::acceptor acceptor;
+  std::shared_ptr<http::AcceptLoop> listener;
   std::string advertised;
   uint16_t port = 0;
   presence::AsioClock clock;
@@ -121,7 +129,7 @@ struct DeviceEndpoint::Core : std::enable_shared_from_this<Core> {
   std::function<int64_t()> sessionId;
   std::shared_ptr<GatewayLeaseWriter> writer;
   std::unique_ptr<presence::ConnectionTable> table;
-  asio::steady_timer reaper, acceptRetry, stopTimer;
+  asio::steady_timer reaper, stopTimer;
   bool stopping = false;
   std::function<void()> stopDone;
 
@@ -130,6 +138,13 @@ struct DeviceEndpoint::Core : std::enable_shared_from_this<Core> {
   std::map<uint64_t, std::pair<SteadyClock::time_point, std::weak_ptr<Session>>> upgrading;
   uint64_t nextUpgrade = 0;
   std::unordered_map<std::string, uint64_t> fenced;  // account -> token the gateway refused
+  // presence.auth: devices' tokens are checked at the upgrade (401/403) and their connections
+  // closed with 4003 once the token lapses. Absent: no token is asked for (loopback only, or
+  // presence.insecure_no_device_auth).
+  std::optional<auth::Verifier> verifier;
+  // Open connections by the first unix second their token is refused (exp + leeway + 1); the
+  // reaper's one-second tick closes them. One node per authenticated connection, none per ping.
+  std::multimap<int64_t, Session*> expiries;
 };
 
 // One device connection. Lives while an operation of it is pending; every handler runs on the
@@ -153,6 +168,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void released();
   // The table timed this connection out (its lease removal is already sent).
   void timedOut();
+  // Its token is no longer valid: close 4003 (once).
+  void tokenExpired();
   State state() const { return state_; }
   const presence::DeviceKey& key() const { return key_; }
   uint64_t token() const { return epoch_.leaderToken; }
@@ -167,8 +184,17 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void onRequest(beast::error_code ec);
   bool fencedUnder(int64_t token) const;
+  // With presence.auth: the refusal (401 bad token, 403 another account's or device's) of the
+  // request's token, from `Authorization: Bearer` or else the `token` query parameter; on success
+  // the token's validity is kept for the expiry check.
+  std::optional<Refusal> authenticate(std::string_view authorization,
+                                      const std::optional<std::string>& queryToken);
+  void forgetExpiry();
   void refuse(Refusal refusal);
+  template <class Accepted>
+  void acceptUpgrade(Accepted&& accepted);
   void upgrade(uint64_t token);
+  void redirectInBand(uint16_t code, std::string reason);
   void onAccepted(beast::error_code ec, uint64_t token);
 
   void readLoop();
@@ -188,6 +214,8 @@ class Session : public std::enable_shared_from_this<Session> {
   presence::DeviceKey key_;
   presence::Epoch epoch_;
   uint64_t upgradeId_ = 0;
+  int64_t refusedFrom_ = 0;  // with a token: the first unix second it is refused
+  std::optional<std::multimap<int64_t, Session*>::iterator> expiry_;  // in core_->expiries
   uint16_t closeCode_ = kNormal;
   State state_ = State::Upgrading;
   bool inTable_ = false, writing_ = false, welcomePending_ = false, closeSent_ = false;

@@ -71,10 +71,8 @@ void DeviceEndpoint::Core::onFenced(const std::string& account, uint64_t token) 
 void DeviceEndpoint::Core::stop(std::function<void()> done) {
   stopDone = std::move(done);
   stopping = true;
-  beast::error_code ignored;
-  acceptor.close(ignored);
+  listener->stop();
   reaper.cancel();
-  acceptRetry.cancel();
   if (writer) writer->stop();
   if (table) table->crash();  // no more timers, renewals or removals
   clock.cancelAll();

@@ -20,6 +20,7 @@ Session::Session(std::shared_ptr<DeviceEndpoint::Core> core, tcp::socket socket)
 }
 
 Session::~Session() {
+  forgetExpiry();
   if (inTable_) {
     core_->inTable.erase(epoch_.connection);
     core_->countDevices(key_.user, -1);
@@ -60,6 +61,7 @@ void Session::abort() {
 
 void Session::closeWith(uint16_t code, std::string reason) {
   if (state_ == State::Upgrading) return abort();
+  forgetExpiry();
   if (state_ == State::Closing || state_ == State::Done) return;
   leaveTable();
   setState(State::Closing);
@@ -84,6 +86,18 @@ void Session::timedOut() {
   closeWith(kPingTimeout, "ping timeout");
 }
 
+void Session::tokenExpired() {
+  forgetExpiry();
+  core_->m.tokenExpired.inc();
+  closeWith(kTokenExpired, "token expired");
+}
+
+void Session::forgetExpiry() {
+  if (!expiry_) return;
+  core_->expiries.erase(*expiry_);
+  expiry_.reset();
+}
+
 void Session::leaveTable() {
   if (!inTable_) return;
   core_->inTable.erase(epoch_.connection);
@@ -106,6 +120,13 @@ void Session::onAccepted(beast::error_code ec, uint64_t token) {
       fencedUnder(decision.token) || !core_->table) {
     readLoop();
     return closeWith(core_->stopping ? kGoingAway : kLeaderMoved, "");
+  }
+  if (core_->verifier) {
+    if (refusedFrom_ <= auth::unixNow()) {  // lapsed during the handshake
+      readLoop();
+      return tokenExpired();
+    }
+    expiry_ = core_->expiries.emplace(refusedFrom_, this);
   }
   epoch_ = core_->table->connect(key_, token);
   inTable_ = true;

@@ -1,13 +1,16 @@
 // The device endpoint's front door: the listener, the upgrade request and its refusals. A request
 // becomes a WebSocket only at /v1/devices with a valid account and device, for an account this
 // agent serves and leads right now; otherwise it gets 400/404/426, a 307 to the leader's device
-// endpoint, or a 503 with Retry-After. Unfinished upgrades are bounded in number and time.
+// endpoint, or a 503 with Retry-After; with redirect=close the last two come in band instead, as
+// a close (4001 naming the leader's URL, 1013) right after the handshake. Unfinished upgrades are
+// bounded in number and time.
 #include <spdlog/spdlog.h>
 
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 
 #include "device_endpoint_core.hpp"
@@ -17,44 +20,30 @@ using nlohmann::json;
 
 namespace {
 
-std::string percentDecode(std::string_view in) {
-  std::string out;
-  out.reserve(in.size());
-  auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (in[i] == '%' && i + 2 < in.size() && hex(in[i + 1]) >= 0 && hex(in[i + 2]) >= 0) {
-      out.push_back(static_cast<char>(hex(in[i + 1]) * 16 + hex(in[i + 2])));
-      i += 2;
-    } else {
-      out.push_back(in[i] == '+' ? ' ' : in[i]);
-    }
-  }
-  return out;
-}
+// What a device asks for in /v1/devices?account=A&device=D[&redirect=close]: its two ids and
+// whether a non-leader redirects it in band; or the 400 naming the parameter. Other parameters
+// are left to their own readers.
+struct DeviceQuery {
+  presence::DeviceKey key;
+  bool redirectInBand = false;
+  std::optional<std::string> token;  // the `token` parameter (browsers), if given
+};
 
-// The two ids of /v1/devices?account=A&device=D, or the 400 naming the parameter.
-std::variant<presence::DeviceKey, Refusal> parseIds(std::string_view query) {
-  std::optional<std::string> values[2];
-  constexpr std::string_view names[2] = {"account", "device"};
-  while (!query.empty()) {
-    const auto amp = query.find('&');
-    const auto part = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
-    const auto eq = part.find('=');
-    const auto key = percentDecode(part.substr(0, eq));
-    for (int i = 0; i < 2; ++i) {
+std::variant<DeviceQuery, Refusal> parseQuery(std::string_view query) {
+  std::optional<std::string> values[4];
+  constexpr std::string_view names[4] = {"account", "device", kRedirectParameter, kTokenParameter};
+  std::string_view twice;  // the first parameter given twice
+  forEachParameter(query, [&](const std::string& key, std::string_view part) {
+    for (int i = 0; i < 4; ++i) {
       if (key != names[i]) continue;
-      if (values[i]) {
-        return Refusal{bhttp::status::bad_request, "bad_request",
-                       std::string(names[i]) + ": given twice", ""};
-      }
+      if (values[i] && twice.empty()) twice = names[i];
+      const auto eq = part.find('=');
       values[i] = eq == std::string_view::npos ? "" : percentDecode(part.substr(eq + 1));
     }
+  });
+  if (!twice.empty()) {
+    return Refusal{bhttp::status::bad_request, "bad_request", std::string(twice) + ": given twice",
+                   ""};
   }
   for (int i = 0; i < 2; ++i) {
     if (!values[i]) {
@@ -66,7 +55,14 @@ std::variant<presence::DeviceKey, Refusal> parseIds(std::string_view query) {
                      std::string(names[i]) + ": " + *error, ""};
     }
   }
-  return presence::DeviceKey{std::move(*values[0]), std::move(*values[1])};
+  if (values[2] && *values[2] != kRedirectInBand) {
+    return Refusal{bhttp::status::bad_request, "bad_request",
+                   std::string(kRedirectParameter) + ": must be '" + std::string(kRedirectInBand) +
+                       "' (the in-band redirect) or absent",
+                   ""};
+  }
+  return DeviceQuery{
+      {std::move(*values[0]), std::move(*values[1])}, values[2].has_value(), std::move(values[3])};
 }
 
 }  // namespace
@@ -79,19 +75,16 @@ DeviceEndpoint::Core::Core(asio::io_context& agentIo, asio::io_context& own, con
       settings(config.presence),
       counts(std::move(c)),
       m(counts->m),
-      acceptor(executor),
       clock(executor),
       reaper(executor),
-      acceptRetry(executor),
       stopTimer(executor) {
+  if (config.presence.auth) verifier.emplace(*config.presence.auth);
   const auto address = asio::ip::make_address(
       config.presence.listen.host == "localhost" ? "127.0.0.1" : config.presence.listen.host);
-  const tcp::endpoint at(address, config.presence.listen.port);
-  acceptor.open(at.protocol());
-  acceptor.set_option(tcp::acceptor::reuse_address(true));
-  acceptor.bind(at);
-  acceptor.listen(asio::socket_base::max_listen_connections);
-  port = acceptor.local_endpoint().port();
+  listener = std::make_shared<http::AcceptLoop>(
+      executor, tcp::endpoint(address, config.presence.listen.port),
+      http::AcceptLoop::Options{.name = "device endpoint"});
+  port = listener->port();
   advertised = config.presence.advertise.empty()
                    ? "ws://" + naming::toString({config.presence.listen.host, port})
                    : config.presence.advertise;
@@ -99,39 +92,26 @@ DeviceEndpoint::Core::Core(asio::io_context& agentIo, asio::io_context& own, con
     m.connections.with({state}).set(0);
 }
 
-void DeviceEndpoint::Core::accept() {
-  acceptor.async_accept([self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
-    if (ec == asio::error::operation_aborted || !self->acceptor.is_open()) return;
-    if (ec) {
-      // Out of descriptors or similar: back off a little instead of spinning.
-      spdlog::warn("device endpoint accept failed: {}", ec.message());
-      self->acceptRetry.expires_after(std::chrono::milliseconds(100));
-      self->acceptRetry.async_wait([self](beast::error_code e) {
-        if (!e) self->accept();
-      });
-      return;
-    }
-    if (self->stopping || self->sessions.size() >= kMaxConnections) {
-      self->m.refused.with({"capacity"}).inc();
-      beast::error_code ignored;
-      socket.close(ignored);
-      return self->accept();
-    }
-    if (self->upgrading.size() >= kMaxUpgrading &&
-        (self->upgrading.size() >= kMaxUpgradingBurst ||
-         self->upgrading.begin()->second.first < SteadyClock::now() - kStaleUpgrade)) {
-      // A flood of connects that never finish their upgrade: the oldest makes room.
-      auto oldest = self->upgrading.begin();
-      if (auto session = oldest->second.second.lock()) session->abort();
-      self->upgrading.erase(oldest);
-      self->m.refused.with({"evicted"}).inc();
-    }
-    auto session = std::make_shared<Session>(self, std::move(socket));
-    const uint64_t id = ++self->nextUpgrade;
-    self->upgrading.emplace(id, std::make_pair(SteadyClock::now(), session));
-    session->start(id);
-    self->accept();
-  });
+void DeviceEndpoint::Core::admit(tcp::socket socket) {
+  if (stopping || sessions.size() >= kMaxConnections) {
+    m.refused.with({"capacity"}).inc();
+    beast::error_code ignored;
+    socket.close(ignored);
+    return;
+  }
+  if (upgrading.size() >= kMaxUpgrading &&
+      (upgrading.size() >= kMaxUpgradingBurst ||
+       upgrading.begin()->second.first < SteadyClock::now() - kStaleUpgrade)) {
+    // A flood of connects that never finish their upgrade: the oldest makes room.
+    auto oldest = upgrading.begin();
+    if (auto session = oldest->second.second.lock()) session->abort();
+    upgrading.erase(oldest);
+    m.refused.with({"evicted"}).inc();
+  }
+  auto session = std::make_shared<Session>(shared_from_this(), std::move(socket));
+  const uint64_t id = ++nextUpgrade;
+  upgrading.emplace(id, std::make_pair(SteadyClock::now(), session));
+  session->start(id);
 }
 
 // Every second: upgrades that did not finish within kUpgradeTimeout are cut off.
@@ -146,8 +126,16 @@ void DeviceEndpoint::Core::reap() {
       self->upgrading.erase(self->upgrading.begin());
       self->m.refused.with({"timeout"}).inc();
     }
+    self->expireTokens();
     self->reap();
   });
+}
+
+void DeviceEndpoint::Core::expireTokens() {
+  const int64_t now = auth::unixNow();
+  while (!expiries.empty() && expiries.begin()->first <= now) {
+    expiries.begin()->second->tokenExpired();  // erases its entry
+  }
 }
 
 std::optional<std::string> DeviceEndpoint::Core::leaderElsewhere(
@@ -191,10 +179,17 @@ void Session::onRequest(beast::error_code ec) {
     return refuse(Refusal{bhttp::status::not_found, "not_found",
                           "not found: devices connect to /v1/devices", ""});
   }
-  auto ids = parseIds(question == std::string_view::npos ? std::string_view{}
-                                                         : target.substr(question + 1));
-  if (auto* refusal = std::get_if<Refusal>(&ids)) return refuse(std::move(*refusal));
-  key_ = std::move(std::get<presence::DeviceKey>(ids));
+  auto parsed = parseQuery(question == std::string_view::npos ? std::string_view{}
+                                                              : target.substr(question + 1));
+  if (auto* refusal = std::get_if<Refusal>(&parsed)) return refuse(std::move(*refusal));
+  auto& query = std::get<DeviceQuery>(parsed);
+  key_ = std::move(query.key);
+  // Who is asking comes first: a refused token is never redirected and admits nothing.
+  const auto authorization = request[bhttp::field::authorization];
+  if (auto refusal = authenticate(std::string_view(authorization.data(), authorization.size()),
+                                  query.token)) {
+    return refuse(std::move(*refusal));
+  }
   if (!core_->counts->deviceCounts.contains(key_.user)) {
     return refuse(Refusal{bhttp::status::not_found, "unknown_account",
                           "account: '" + key_.user + "' is not served by this agent", ""});
@@ -207,15 +202,59 @@ void Session::onRequest(beast::error_code ec) {
   if (!core_->stopping && decision.allowed() && !fencedUnder(decision.token)) {
     return upgrade(static_cast<uint64_t>(decision.token));
   }
-  if (!core_->stopping) {
-    if (auto leader = core_->leaderElsewhere(decision)) {
-      return refuse(Refusal{bhttp::status::temporary_redirect, "307",
-                            "not_leader: account '" + key_.user + "' is led by another agent",
-                            *leader + std::string(target)});
-    }
+  const auto leader = core_->stopping ? std::nullopt : core_->leaderElsewhere(decision);
+  if (query.redirectInBand) {
+    // Clients that cannot follow an HTTP redirect (browsers) get the same answer as a close.
+    auto reason = leader ? inBandRedirectReason(*leader, target) : std::nullopt;
+    if (reason) return redirectInBand(kLeaderMoved, std::move(*reason));
+    if (leader) spdlog::warn("leader endpoint '{}' does not fit a close reason", *leader);
+    return redirectInBand(kTryAgainLater, "no_leader: no leader known, retry");
+  }
+  if (leader) {
+    return refuse(Refusal{bhttp::status::temporary_redirect, "307",
+                          "not_leader: account '" + key_.user + "' is led by another agent",
+                          *leader + std::string(target)});
   }
   refuse(Refusal{bhttp::status::service_unavailable, "503",
                  "no_leader: no leader known for account '" + key_.user + "', retry", ""});
+}
+
+std::optional<Refusal> Session::authenticate(std::string_view authorization,
+                                             const std::optional<std::string>& queryToken) {
+  const auto& verifier = core_->verifier;
+  if (!verifier) return std::nullopt;
+  auto unauthorized = [&](std::string_view reason, std::string error) {
+    core_->m.authRefused.with({std::string(reason)}).inc();
+    return Refusal{bhttp::status::unauthorized, "unauthorized", std::move(error), ""};
+  };
+  std::string_view token;
+  if (!authorization.empty()) {
+    const auto bearer = auth::bearerToken(authorization);
+    if (!bearer) {
+      return unauthorized(auth::nameOf(auth::Failure::malformed),
+                          "token: the Authorization header must be 'Bearer <token>'");
+    }
+    token = *bearer;
+  } else if (queryToken) {
+    token = *queryToken;
+  }
+  auto verdict = verifier->verify(token, "device", auth::unixNow());
+  if (auto* refused = std::get_if<auth::Refused>(&verdict)) {
+    return unauthorized(auth::nameOf(refused->failure), refused->detail);
+  }
+  const auto& claims = std::get<auth::Claims>(verdict);
+  auto forbidden = [&](std::string_view reason, std::string error) {
+    core_->m.authRefused.with({std::string(reason)}).inc();
+    return Refusal{bhttp::status::forbidden, "forbidden", std::move(error), ""};
+  };
+  if (claims.account != key_.user) {
+    return forbidden("wrong_account", "token: its account is not '" + key_.user + "'");
+  }
+  if (claims.subject != key_.device) {
+    return forbidden("wrong_device", "token: its sub is not device '" + key_.device + "'");
+  }
+  refusedFrom_ = claims.expiresAt + verifier->settings().leeway.count() + 1;
+  return std::nullopt;
 }
 
 bool Session::fencedUnder(int64_t token) const {
@@ -233,9 +272,11 @@ void Session::refuse(Refusal refusal) {
   refusal_->set(bhttp::field::content_type, "application/json");
   if (!refusal.location.empty()) refusal_->set(bhttp::field::location, refusal.location);
   if (refusal.status == bhttp::status::service_unavailable)
-    refusal_->set(bhttp::field::retry_after, "1");
+    refusal_->set(bhttp::field::retry_after, std::to_string(kRetryAfterSeconds));
   if (refusal.status == bhttp::status::upgrade_required)
     refusal_->set(bhttp::field::upgrade, "websocket");
+  if (refusal.status == bhttp::status::unauthorized)
+    refusal_->set(bhttp::field::www_authenticate, R"(Bearer realm="zkagent-devices")");
   refusal_->keep_alive(false);
   refusal_->body() = json{{"error", refusal.error}}.dump();
   refusal_->prepare_payload();
@@ -246,15 +287,33 @@ void Session::refuse(Refusal refusal) {
                      });
 }
 
-void Session::upgrade(uint64_t token) {
+template <class Accepted>
+void Session::acceptUpgrade(Accepted&& accepted) {
   ws_.set_option(
       websocket::stream_base::timeout{kHandshakeTimeout, websocket::stream_base::none(), false});
   ws_.read_message_max(kMaxFrameBytes);
   ws_.write_buffer_bytes(256);  // our frames are tiny: keep the write buffer small
   ws_.auto_fragment(false);
-  ws_.async_accept(parser_->get(), [self = shared_from_this(), token](beast::error_code ec) {
-    self->onAccepted(ec, token);
-  });
+  ws_.async_accept(parser_->get(), std::forward<Accepted>(accepted));
+}
+
+void Session::upgrade(uint64_t token) {
+  acceptUpgrade(
+      [self = shared_from_this(), token](beast::error_code ec) { self->onAccepted(ec, token); });
+}
+
+// Completes the handshake only to close at once: nothing enters the table, no lease is written,
+// the device is not counted.
+void Session::redirectInBand(uint16_t code, std::string reason) {
+  core_->m.redirects.with({std::to_string(code)}).inc();
+  acceptUpgrade(
+      [self = shared_from_this(), code, reason = std::move(reason)](beast::error_code ec) mutable {
+        self->finishUpgrade();
+        if (ec) return;
+        self->setState(State::Moving);
+        self->readLoop();  // reads the device's answer to the close
+        self->closeWith(code, std::move(reason));
+      });
 }
 
 }  // namespace zkagent::agent::detail

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "agent_impl.hpp"
+#include "presence_config.hpp"
 
 namespace zkagent::agent::detail {
 namespace {
@@ -49,26 +50,38 @@ GatewayLeaseWriter::GatewayLeaseWriter(PresenceExecutor executor, const Config& 
       gate_(std::move(gate)),
       sessionId_(std::move(sessionId)),
       onFenced_(std::move(onFenced)),
+      params_(presenceParams(config.presence)),
       client_(std::make_unique<http::Client>(leaseClientOptions(config.gateway))),
-      timer_(executor) {}
+      timer_(executor),
+      queue_(kQueuedBatches * config.presence.maxBatchEntries) {
+  for (const char* kind : {"renew", "remove"}) m_.leaseDropped.with({kind});  // shown from 0
+}
 
 void GatewayLeaseWriter::renew(std::string_view, std::span<const presence::LeaseEntry> entries) {
   if (stopped_) return;
-  renewals_.insert(renewals_.end(), entries.begin(), entries.end());
+  LeaseDrops drops;
+  for (const auto& entry : entries) drops += queue_.renew(entry);
+  queueChanged(drops);
   flushSoon(kFlushDelay);
 }
 
 void GatewayLeaseWriter::remove(const presence::DeviceKey& key, presence::Epoch epoch,
                                 presence::LeaveReason reason) {
   if (stopped_) return;
-  removals_.push_back(Removal{{key, epoch}, reason});
+  queueChanged(queue_.remove(QueuedRemoval{{key, epoch}, reason}));
   flushSoon(kFlushDelay);
+}
+
+void GatewayLeaseWriter::queueChanged(const LeaseDrops& drops) {
+  if (drops.renewals) m_.leaseDropped.with({"renew"}).inc(static_cast<double>(drops.renewals));
+  if (drops.removals) m_.leaseDropped.with({"remove"}).inc(static_cast<double>(drops.removals));
+  m_.leaseQueued.set(static_cast<double>(queue_.size()));
 }
 
 void GatewayLeaseWriter::stop() {
   stopped_ = true;
-  renewals_.clear();
-  removals_.clear();
+  queue_.clear();
+  m_.leaseQueued.set(0);
   timer_.cancel();
 }
 
@@ -89,10 +102,9 @@ void GatewayLeaseWriter::flushSoon(std::chrono::milliseconds delay) {
   });
 }
 
-// One batch of at most maxEntries_: renewals first, so a connection's renewal never travels after
-// its own removal.
+// One batch of at most maxEntries_, removals first (lease_queue.hpp).
 void GatewayLeaseWriter::flush() {
-  if (stopped_ || !client_ || inFlight_ || (renewals_.empty() && removals_.empty())) return;
+  if (stopped_ || !client_ || inFlight_ || queue_.empty()) return;
   std::unordered_map<std::string, int64_t> tokens;  // account -> our token now, -1: not leading
   auto leads = [&](const presence::LeaseEntry& entry) {
     auto [it, fresh] = tokens.try_emplace(entry.key.user, -1);
@@ -102,45 +114,30 @@ void GatewayLeaseWriter::flush() {
     }
     return it->second >= 0 && static_cast<uint64_t>(it->second) == entry.epoch.leaderToken;
   };
-  json renew = json::array(), remove = json::array();
-  size_t taken = 0, renewDropped = 0, removeDropped = 0;
-  size_t r = 0;
-  for (; r < renewals_.size() && taken < maxEntries_; ++r) {
-    if (!leads(renewals_[r])) {
-      ++renewDropped;
-      continue;
-    }
-    renew.push_back(entryJson(renewals_[r]));
-    ++taken;
-  }
-  renewals_.erase(renewals_.begin(), renewals_.begin() + static_cast<std::ptrdiff_t>(r));
-  std::vector<Removal> sent;
-  size_t k = 0;
-  for (; k < removals_.size() && taken < maxEntries_; ++k) {
-    if (!leads(removals_[k].entry)) {
-      ++removeDropped;
-      continue;
-    }
-    auto item = entryJson(removals_[k].entry);
-    item["reason"] = presence::toString(removals_[k].reason);
-    remove.push_back(std::move(item));
-    sent.push_back(std::move(removals_[k]));
-    ++taken;
-  }
-  removals_.erase(removals_.begin(), removals_.begin() + static_cast<std::ptrdiff_t>(k));
-  if (renewDropped)
-    m_.leaseEntries.with({"renew", "dropped"}).inc(static_cast<double>(renewDropped));
-  if (removeDropped)
-    m_.leaseEntries.with({"remove", "dropped"}).inc(static_cast<double>(removeDropped));
-  if (taken == 0) {
-    if (!renewals_.empty() || !removals_.empty()) flushSoon(std::chrono::milliseconds(0));
+  LeaseDrops notLed;
+  LeaseBatch batch = queue_.take(maxEntries_, leads, notLed);
+  queueChanged();
+  if (notLed.renewals)
+    m_.leaseEntries.with({"renew", "dropped"}).inc(static_cast<double>(notLed.renewals));
+  if (notLed.removals)
+    m_.leaseEntries.with({"remove", "dropped"}).inc(static_cast<double>(notLed.removals));
+  if (batch.size() == 0) {
+    if (!queue_.empty()) flushSoon(std::chrono::milliseconds(0));
     return;
   }
+  json renew = json::array(), remove = json::array();
+  for (const auto& entry : batch.renew) renew.push_back(entryJson(entry));
+  for (const auto& removal : batch.remove) {
+    auto item = entryJson(removal.entry);
+    item["reason"] = presence::toString(removal.reason);
+    remove.push_back(std::move(item));
+  }
   const json body{{"instanceId", instanceId_},
-                  {"sessionId", hexSession(sessionId_())},
+                  {"sessionId", sessionId_()},  // as operations carry it: the fence compares it
                   {"renew", std::move(renew)},
                   {"remove", std::move(remove)}};
-  const size_t renewed = taken - sent.size();
+  const size_t renewed = batch.renew.size();
+  std::vector<QueuedRemoval> sent = std::move(batch.remove);
   inFlight_ = true;
   client_->asyncRequest(http::Method::Post, "/v1/presence/leases", body.dump(),
                         [weak = weak_from_this(), executor = executor_, sent = std::move(sent),
@@ -158,7 +155,7 @@ void GatewayLeaseWriter::flush() {
                         });
 }
 
-void GatewayLeaseWriter::answered(size_t renewed, std::vector<Removal> removals,
+void GatewayLeaseWriter::answered(size_t renewed, std::vector<QueuedRemoval> removals,
                                   http::ClientResponse response) {
   if (stopped_) return;
   const bool ok = response.delivered() && response.status == 200;
@@ -169,22 +166,23 @@ void GatewayLeaseWriter::answered(size_t renewed, std::vector<Removal> removals,
   if (!ok) {
     spdlog::warn("presence lease batch failed instance={} status={} error={} body={}", instanceId_,
                  response.status, response.transportError, response.body.substr(0, 200));
-    // Renewals come again with the next tick (the table renews every connection); a removal is
-    // tried once more, else its lease expires on the gateway.
-    std::vector<Removal> again;
-    for (auto& removal : removals) {
-      if (!removal.retried) {
-        removal.retried = true;
-        again.push_back(std::move(removal));
-      }
-    }
-    removals_.insert(removals_.begin(), std::make_move_iterator(again.begin()),
-                     std::make_move_iterator(again.end()));
-    if (!renewals_.empty() || !removals_.empty()) flushSoon(kRetryDelay);
+    // Renewals come again with the next tick (the table renews every connection). Removals go
+    // back ahead of the queue while the gateway is away or overloaded (no answer, 429, 5xx), so
+    // they are the first to leave once it is back; only the queue's bound drops them. A batch
+    // the gateway refused as such (another 4xx) would be refused again: its removals go.
+    const bool retry = !response.delivered() || response.status == 429 || response.status >= 500;
+    std::vector<QueuedRemoval> again;
+    if (retry) again = std::move(removals);
+    queueChanged(queue_.requeue(std::move(again)));
+    if (!queue_.empty()) flushSoon(kRetryDelay);
     return;
   }
   const auto answer = json::parse(response.body, nullptr, false);
   if (answer.is_object()) {
+    if (const auto ttl = answer.find("leaseTtlMs");
+        ttl != answer.end() && ttl->is_number_integer() && ttl->get<int64_t>() > 0) {
+      checkGatewayTtl(ttl->get<int64_t>());
+    }
     for (const auto& fenced : answer.value("fenced", json::array())) {
       if (!fenced.is_object() || !fenced.contains("account") || !fenced["account"].is_string())
         continue;
@@ -195,7 +193,30 @@ void GatewayLeaseWriter::answered(size_t renewed, std::vector<Removal> removals,
       if (onFenced_) onFenced_(fenced["account"].get<std::string>(), token);
     }
   }
-  if (!renewals_.empty() || !removals_.empty()) flushSoon(std::chrono::milliseconds(0));
+  if (!queue_.empty()) flushSoon(std::chrono::milliseconds(0));
+}
+
+void GatewayLeaseWriter::checkGatewayTtl(int64_t gatewayTtlMs) {
+  if (gatewayTtlMs == gatewayTtlMs_) return;
+  gatewayTtlMs_ = gatewayTtlMs;
+  m_.gatewayLeaseTtl.set(static_cast<double>(gatewayTtlMs) / 1000);
+  if (gatewayTtlMs == params_.leaseTtl.count()) return;
+  // The presence model's own rule (a lease outlives two renewal intervals) judges this agent's
+  // renewals against the TTL the gateway actually applies.
+  presence::Params atGateway = params_;
+  atGateway.leaseTtl = presence::Millis{gatewayTtlMs};
+  const auto errors = presence::validationErrors(atGateway);
+  if (errors.empty()) {
+    spdlog::warn("presence lease ttl differs: the gateway's is {} ms, presence.lease_ttl_ms is {} "
+                 "ms; renewals every {} ms still keep leases alive",
+                 gatewayTtlMs, params_.leaseTtl.count(), params_.renewInterval.count());
+  } else {
+    spdlog::error("presence lease ttl too short: the gateway's is {} ms (presence.lease_ttl_ms "
+                  "says {} ms), and renewals every {} ms let leases lapse between them: set "
+                  "presence.lease_ttl_ms and renew_interval_ms to match the gateway ({})",
+                  gatewayTtlMs, params_.leaseTtl.count(), params_.renewInterval.count(),
+                  errors.front());
+  }
 }
 
 }  // namespace zkagent::agent::detail

@@ -2,9 +2,11 @@
 // become POST /v1/presence/leases batches to the fencing-gateway (docs/presence-runtime.md).
 //
 // Everything runs on the device endpoint's own thread (its io_context's executor). Writes are
-// queued and flushed a few milliseconds later, so a removal rides with whatever else came in that
-// window; at most one request is in flight, so a lease's renewal and removal reach the gateway in
-// the order they were made. Right before a batch leaves, every entry is checked against the gate:
+// queued (lease_queue.hpp: coalesced per device, removals first, bounded at kQueuedBatches x
+// max_batch_entries entries) and flushed a few milliseconds later, so a removal rides with
+// whatever else came in that window; at most one request is in flight, so a lease's renewal and
+// removal reach the gateway in the order they were made. Right before a batch leaves, every
+// entry is checked against the gate:
 // an entry whose account this agent does not lead under the entry's token right now (lost,
 // suspended, drifted) is dropped and counted, so no lease write leaves a suspended agent.
 #pragma once
@@ -18,7 +20,9 @@
 #include <string_view>
 #include <vector>
 
+#include "lease_queue.hpp"
 #include "presence_metrics.hpp"
+#include "zkagent/presence/params.hpp"
 #include "zkagent/agent/config.hpp"
 #include "zkagent/election.hpp"
 #include "zkagent/http.hpp"
@@ -29,6 +33,11 @@ namespace zkagent::agent::detail {
 // The device endpoint's io_context, run by one thread: no strand needed.
 using PresenceExecutor = boost::asio::io_context::executor_type;
 using GateCheck = std::function<election::GateDecision(std::string_view account)>;
+
+// The lease queue holds this many batches' worth of entries (100 x 2000 = 200 000 by default: a
+// renewal for each connection the endpoint may hold, kMaxConnections). A gateway outage then
+// costs at most that much memory; beyond it renewals, then removals, are dropped and counted.
+inline constexpr std::size_t kQueuedBatches = 100;
 
 class GatewayLeaseWriter final : public presence::LeaseWriter,
                                  public std::enable_shared_from_this<GatewayLeaseWriter> {
@@ -49,14 +58,14 @@ class GatewayLeaseWriter final : public presence::LeaseWriter,
   void shutdown();
 
  private:
-  struct Removal {
-    presence::LeaseEntry entry;
-    presence::LeaveReason reason;
-    bool retried = false;
-  };
   void flushSoon(std::chrono::milliseconds delay);
   void flush();
-  void answered(size_t renewed, std::vector<Removal> removals, http::ClientResponse response);
+  // Counts the queue-full drops and sets the queue gauge.
+  void queueChanged(const LeaseDrops& drops = {});
+  void answered(size_t renewed, std::vector<QueuedRemoval> removals, http::ClientResponse response);
+  // The gateway's own lease TTL, from its answer: warned about once per value when it is not
+  // presence.lease_ttl_ms, loudly when this agent's renewals would let leases lapse under it.
+  void checkGatewayTtl(int64_t gatewayTtlMs);
 
   PresenceExecutor executor_;
   const std::string instanceId_;
@@ -65,11 +74,12 @@ class GatewayLeaseWriter final : public presence::LeaseWriter,
   GateCheck gate_;
   std::function<int64_t()> sessionId_;
   FencedHandler onFenced_;
+  const presence::Params params_;  // this agent's renewal timing, for checkGatewayTtl
+  int64_t gatewayTtlMs_ = 0;       // the last TTL the gateway reported (0: none yet)
   std::unique_ptr<http::Client> client_;  // its own kept-alive connection to the gateway
   boost::asio::steady_timer timer_;
   bool scheduled_ = false, inFlight_ = false, stopped_ = false;
-  std::vector<presence::LeaseEntry> renewals_;
-  std::vector<Removal> removals_;
+  LeaseQueue queue_;
 };
 
 }  // namespace zkagent::agent::detail

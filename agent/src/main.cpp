@@ -66,6 +66,15 @@ int run(const zkagent::agent::Config& config) {
     spdlog::warn("presence.insecure: devices connect over plain ws:// on {}",
                  agent.deviceEndpoint());
   }
+  if (config.presence.insecureNoDeviceAuth) {
+    spdlog::warn(
+        "presence.insecure_no_device_auth: devices connect without a token on {}: anyone who "
+        "reaches it can claim any device",
+        agent.deviceEndpoint());
+  } else if (config.presence.auth) {
+    spdlog::info("device tokens required on {} ({} key(s))", agent.deviceEndpoint(),
+                 config.presence.auth->keys.size());
+  }
 
   boost::asio::signal_set signals(io, SIGTERM, SIGINT);
   boost::asio::steady_timer deadline(io);
@@ -133,6 +142,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (checkOnly) {
+    if (config.presence.insecureNoDeviceAuth) {
+      std::cerr << "zk-agent: warning: presence.insecure_no_device_auth: devices connect without "
+                   "a token\n";
+    }
     std::cout << zkagent::agent::describe(config) << "\n";
     return 0;
   }

@@ -18,7 +18,12 @@ struct PresenceMetrics {
   metrics::Counter& leaderMovedCloses;   // connections closed with 4001
   metrics::CounterFamily& leaseBatches;  // {result}: sent, failed
   metrics::CounterFamily& leaseEntries;  // {kind, result}: renew|remove x sent|dropped|failed
+  metrics::CounterFamily& leaseDropped;  // {kind}: renew|remove dropped because the queue was full
+  metrics::Gauge& leaseQueued;           // entries in the lease queue now
   metrics::Counter& fencedAccounts;      // accounts the gateway fenced
+  metrics::Gauge& gatewayLeaseTtl;       // the lease TTL the gateway last reported, seconds
+  metrics::CounterFamily& authRefused;   // {reason}: 401 failures by auth::nameOf, 403 mismatches
+  metrics::Counter& tokenExpired;        // connections closed with 4003
 };
 
 }  // namespace zkagent::agent::detail

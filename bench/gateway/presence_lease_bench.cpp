@@ -60,10 +60,8 @@ std::vector<std::string> bodies(const Settings& settings, int perRequest) {
                      {"token", 1},
                      {"counter", i}});
     if (static_cast<int>(renew.size()) == perRequest || i + 1 == settings.connections) {
-      result.push_back(nlohmann::json{
-          {"instanceId", "bench-agent"},
-          {"sessionId", "0x1"},
-          {"renew", renew}}.dump());
+      result.push_back(
+          nlohmann::json{{"instanceId", "bench-agent"}, {"sessionId", 1}, {"renew", renew}}.dump());
       renew = nlohmann::json::array();
     }
   }

@@ -230,9 +230,11 @@ json renewalPeak(const std::string& zk, const std::filesystem::path& dir, Timing
           {"per_window", perWindow}};
 }
 
+constexpr const char* kUsage =
+    "usage: presence-e2e --out DIR [--scale 100] [--trials 7] [--agents 5]\n";
+
 int usage(const std::string& problem) {
-  std::cerr << "presence-e2e: " << problem
-            << "\nusage: presence-e2e --out DIR [--scale 100] [--trials 7] [--agents 5]\n";
+  std::cerr << "presence-e2e: " << problem << "\n" << kUsage;
   return 2;
 }
 
@@ -243,6 +245,10 @@ int main(int argc, char** argv) {
   int scale = 100, trials = 7, agentCount = 5;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::cout << kUsage;
+      return 0;
+    }
     if (i + 1 >= argc) return usage(flag + ": needs a value");
     const std::string value = argv[++i];
     try {

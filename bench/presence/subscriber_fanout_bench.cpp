@@ -190,7 +190,7 @@ int run(const Options& o) {
       if (std::string(kind) == "remove") entry["reason"] = "close";
       entries.push_back(entry);
     }
-    return json{{"instanceId", "bench"}, {"sessionId", "0x1"}, {kind, entries}}.dump();
+    return json{{"instanceId", "bench"}, {"sessionId", 1}, {kind, entries}}.dump();
   };
   auto renewed = gateway.post("/v1/presence/leases", leaseBatch("renew"));
   if (renewed.status != 200) throw std::runtime_error("renew refused: " + renewed.body);

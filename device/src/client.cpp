@@ -11,6 +11,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
+#include <algorithm>
 #include <charconv>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -76,6 +77,18 @@ std::optional<std::uint64_t> exactPong(std::string_view text) {
   return seq;
 }
 
+// The one-line reason of an agent's refusal body {"error": "..."}: the text, or the body itself
+// (cut to one line of at most 200 bytes) when it is not that JSON.
+std::string refusalReason(const std::string& body) {
+  const auto parsed = nlohmann::json::parse(body, nullptr, false);
+  if (parsed.is_object()) {
+    const auto error = parsed.find("error");
+    if (error != parsed.end() && error->is_string()) return error->get<std::string>();
+  }
+  std::string line = body.substr(0, std::min<std::size_t>(body.find('\n'), 200));
+  return line.empty() ? "no reason given" : line;
+}
+
 }  // namespace
 
 struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
@@ -113,6 +126,7 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
   std::uint64_t outstandingSeq = 0;
   SteadyClock::time_point outstandingSentAt;
   bool pingDue = false;  // a ping waits for the write in progress
+  bool refreshToken = false;  // the last token was refused (401) or expired (4003)
 
   DeviceStats stats;
   std::function<void(const ConnectedInfo&)> connectedCallback;
@@ -286,6 +300,22 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
     c->ws.read_message_max(kMaxFrame);
     c->ws.write_buffer_bytes(256);  // our frames are tiny; the default buffer is 4 KiB per device
     c->ws.auto_fragment(false);
+    if (options.tokenProvider) {
+      std::string token;
+      try {
+        token = options.tokenProvider(refreshToken);
+      } catch (const std::exception& e) {
+        failAttempt(std::string("token_unavailable: ") + e.what());
+        return;
+      }
+      refreshToken = false;
+      if (!token.empty()) {
+        c->ws.set_option(websocket::stream_base::decorator(
+            [bearer = "Bearer " + std::move(token)](websocket::request_type& request) {
+              request.set(beast::http::field::authorization, bearer);
+            }));
+      }
+    }
     c->response = std::make_unique<websocket::response_type>();
     c->ws.async_handshake(*c->response, c->url.hostHeader(), c->url.target,
                           [self = shared_from_this(), c](beast::error_code e) {
@@ -300,6 +330,13 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
       const unsigned status = response->result_int();
       if (status == 301 || status == 302 || status == 307 || status == 308) {
         redirect(std::string((*response)[beast::http::field::location]));
+        return;
+      }
+      if (status == 401 || status == 403) {
+        // The agent says why in the body's "error"; a 401 asks for a fresh token next time.
+        if (status == 401) refreshToken = true;
+        failAttempt((status == 401 ? "unauthorized: " : "forbidden: ") +
+                    refusalReason(response->body()));
         return;
       }
       failAttempt("upgrade_refused:" + std::to_string(status));
@@ -496,12 +533,16 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
       const auto code = static_cast<unsigned>(why.code);
       if (code == 4001) {
         reason = "leader_moved";
-        // The reason names the new leader's endpoint when the agent knows it.
-        if (auto url = parseWsUrl(std::string_view(why.reason.data(), why.reason.size()), false)) {
+        // The reason names the new leader's endpoint when the agent knows it, or its whole URL
+        // (an in-band redirect): a URL without a path gets ours.
+        if (auto url = parseWsUrl(std::string_view(why.reason.data(), why.reason.size()), true)) {
           preferred = std::move(url);
         }
       } else if (code == 4002) {
         reason = "ping_timeout";
+      } else if (code == 4003) {
+        reason = "token_expired";
+        refreshToken = true;
       } else {
         reason = "closed_by_agent:" + std::to_string(code);
       }

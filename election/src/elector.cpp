@@ -315,7 +315,7 @@ bool Elector::isOwnRecord(const ActiveInfo& a) const {
 GateDecision Elector::check() const {
   std::lock_guard lock(gateMu_);
   GateDecision d{GateDecision::Verdict::NotLeader, -1, keeper_.sessionId(), status_.leader};
-  if (!keeper_.usable()) {
+  if (!keeper_.usable() || !keeper_.heardRecently()) {
     d.verdict = GateDecision::Verdict::Suspended;
   } else if (gateToken_ >= 0 && gateLinkEpoch_ == keeper_.linkEpoch() &&
              gateSession_ == keeper_.sessionId()) {

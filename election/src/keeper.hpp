@@ -71,6 +71,11 @@ class Keeper {
   // Link facts, readable from any thread.
   // False from the instant the link is lost, true again once every listener heard "connected".
   virtual bool usable() const = 0;
+  // The server was heard from within two thirds of the session timeout (the C client's own bound
+  // before it calls the link lost; the idle ping answers every third). False after a pause of the
+  // process (SIGSTOP, a frozen VM) that may have cost the session before anyone said so: the gate
+  // must not open on such a session. Only the gate asks; the rest waits for link events.
+  virtual bool heardRecently() const = 0;
   // Counts link losses: a leader confirmed under an older count is not trusted until it confirms
   // again.
   virtual uint64_t linkEpoch() const = 0;

@@ -47,6 +47,7 @@ class ZkSession : public Session, public Keeper, public std::enable_shared_from_
   Millis negotiatedTimeout() const override { return Millis(negotiatedMs_.load()); }
   // False from the instant the C client reports a disconnect (set on its thread, before any post).
   bool usable() const override { return connected_.load(); }
+  bool heardRecently() const override;
   // Bumped on ZooKeeper's thread at the instant of a disconnect.
   uint64_t linkEpoch() const override { return linkEpoch_.load(); }
 

@@ -17,6 +17,12 @@ void ZkSession::armDeadline() {
   });
 }
 
+bool ZkSession::heardRecently() const {
+  const auto timeout = negotiatedTimeout().count() > 0 ? negotiatedTimeout() : options_.timeout;
+  const auto heard = Clock::time_point(Clock::duration(lastContactTicks_.load()));
+  return Clock::now() - heard < timeout * 2 / 3;
+}
+
 // A cheap read every third of the timeout keeps proof of contact fresh when the session is idle.
 void ZkSession::armPing() {
   const auto period = std::max(negotiatedTimeout() / 3, Millis(50));

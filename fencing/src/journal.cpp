@@ -30,7 +30,12 @@ struct SnapshotHeader {
   std::uint64_t logGeneration = 0;  // logs with a lower generation are folded into the snapshot
   std::uint64_t accounts = 0;
 };
-using Record = std::variant<AcceptedOp, AccountFenced, HwmReset, SnapshotHeader, AccountSnapshot>;
+// A snapshot account written before HWM holders were recorded (tag 17): read, never written.
+struct HolderlessAccountSnapshot {
+  AccountSnapshot account;
+};
+using Record =
+    std::variant<AcceptedOp, AccountFenced, HwmReset, HwmRaised, SnapshotHeader, AccountSnapshot>;
 
 // Each record's fields in on-disk order, one list serving both encoding and decoding.
 template <class R, class Record>
@@ -47,11 +52,19 @@ auto fieldsOf(RecordOf<AccountFenced> auto& r) {
 auto fieldsOf(RecordOf<HwmReset> auto& r) {
   return std::tie(r.account, r.hwm, r.actor, r.reason, r.unixMillis);
 }
+auto fieldsOf(RecordOf<HwmRaised> auto& r) {
+  return std::tie(r.account, r.hwm, r.instanceId, r.sessionId);
+}
 auto fieldsOf(RecordOf<SnapshotHeader> auto& r) {
   return std::tie(r.magic, r.logGeneration, r.accounts);
 }
 auto fieldsOf(RecordOf<AccountSnapshot> auto& r) {
-  return std::tie(r.account, r.hwm, r.accepted, r.fenced, r.fencedAtActiveSeq, r.recentOps);
+  return std::tie(r.account, r.hwm, r.accepted, r.fenced, r.fencedAtActiveSeq, r.recentOps,
+                  r.holderInstance, r.holderSession);
+}
+auto fieldsOf(RecordOf<HolderlessAccountSnapshot> auto& r) {
+  auto& a = r.account;
+  return std::tie(a.account, a.hwm, a.accepted, a.fenced, a.fencedAtActiveSeq, a.recentOps);
 }
 
 // Tags are the first body byte. Never renumber: they are on disk.
@@ -64,9 +77,13 @@ constexpr std::uint8_t kTag<AccountFenced> = 2;
 template <>
 constexpr std::uint8_t kTag<HwmReset> = 3;
 template <>
+constexpr std::uint8_t kTag<HwmRaised> = 4;
+template <>
 constexpr std::uint8_t kTag<SnapshotHeader> = 16;
 template <>
-constexpr std::uint8_t kTag<AccountSnapshot> = 17;
+constexpr std::uint8_t kTag<HolderlessAccountSnapshot> = 17;
+template <>
+constexpr std::uint8_t kTag<AccountSnapshot> = 18;
 
 std::uint32_t crc32(std::string_view bytes) {
   boost::crc_32_type crc;
@@ -162,7 +179,7 @@ std::string encode(const R& record) {
 }
 
 template <class R>
-Record decodeAs(Reader& in) {
+R decodeAs(Reader& in) {
   R record;
   std::apply([&](auto&... field) { (in.get(field), ...); }, fieldsOf(record));
   return record;
@@ -185,8 +202,14 @@ std::optional<Record> decodeBody(std::string_view body) {
       case kTag<HwmReset>:
         record = decodeAs<HwmReset>(in);
         break;
+      case kTag<HwmRaised>:
+        record = decodeAs<HwmRaised>(in);
+        break;
       case kTag<SnapshotHeader>:
         record = decodeAs<SnapshotHeader>(in);
+        break;
+      case kTag<HolderlessAccountSnapshot>:
+        record = decodeAs<HolderlessAccountSnapshot>(in).account;
         break;
       case kTag<AccountSnapshot>:
         record = decodeAs<AccountSnapshot>(in);

@@ -33,6 +33,28 @@ Outcome Rules::submit(const Operation& operation, const ActiveView& active) {
       return {Decision{Verdict::accepted, earlier->second, true, "retry of an accepted opId"}, {}};
     }
   }
+  if (auto refused = refusal(fencing, active, account)) return std::move(*refused);
+  AcceptedOp accepted{operation, fencing.token};
+  apply(accepted);
+  return {Decision{Verdict::accepted, fencing.token, false, {}}, std::move(accepted)};
+}
+
+Outcome Rules::admit(const FencingToken& fencing, const ActiveView& active) {
+  const auto found = accounts_.find(fencing.account);
+  Account* account = found == accounts_.end() ? nullptr : &found->second;
+  if (auto refused = refusal(fencing, active, account)) return std::move(*refused);
+  // Only a change of the HWM or of its holder is logged: a leader's steady renewals cost no fsync.
+  if (account != nullptr && fencing.token == account->status.hwm &&
+      !account->holder.instanceId.empty()) {
+    return {Decision{Verdict::accepted, fencing.token, false, {}}, {}};
+  }
+  HwmRaised raised{fencing.account, fencing.token, fencing.instanceId, fencing.sessionId};
+  apply(raised);
+  return {Decision{Verdict::accepted, fencing.token, false, {}}, std::move(raised)};
+}
+
+std::optional<Outcome> Rules::refusal(const FencingToken& fencing, const ActiveView& active,
+                                      Account* account) {
   // Unknown accounts get no entry on rejection: garbage must not grow memory.
   const std::uint64_t hwm = account != nullptr ? account->status.hwm : 0;
   const auto reject = [&](Verdict verdict, std::string detail) {
@@ -47,8 +69,8 @@ Outcome Rules::submit(const Operation& operation, const ActiveView& active) {
     AccountFenced fenced{fencing.account, active.seq, hwm, nowUnixMillis()};
     apply(fenced);
     ++account->status.rejected;  // hwm > 0 implies the account exists
-    return {Decision{Verdict::account_fenced, hwm, false, fenceDetail(active.seq, hwm)},
-            std::move(fenced)};
+    return Outcome{Decision{Verdict::account_fenced, hwm, false, fenceDetail(active.seq, hwm)},
+                   std::move(fenced)};
   }
   if (fencing.token < hwm) {
     return reject(Verdict::stale_token, "token " + std::to_string(fencing.token) +
@@ -62,16 +84,36 @@ Outcome Rules::submit(const Operation& operation, const ActiveView& active) {
                                                    " is not the active seq " +
                                                    std::to_string(active.seq));
   }
+  const auto heldBy = [&](const std::string& instance, std::int64_t session) {
+    return fencing.instanceId == instance && fencing.sessionId == session;
+  };
   if (active.state == ActiveView::State::present && !active.instanceId.empty() &&
-      (fencing.instanceId != active.instanceId || fencing.sessionId != active.sessionId)) {
+      !heldBy(active.instanceId, active.sessionId)) {
     return reject(Verdict::not_current_leader,
                   "instance " + fencing.instanceId + " session " +
                       std::to_string(fencing.sessionId) + " does not hold the active node (" +
                       active.instanceId + " session " + std::to_string(active.sessionId) + ")");
   }
-  AcceptedOp accepted{operation, fencing.token};
-  apply(accepted);
-  return {Decision{Verdict::accepted, fencing.token, false, {}}, std::move(accepted)};
+  // Without ZooKeeper the HWM's holder stands in for the active node: a token can be read by
+  // anyone, so at the HWM only the instance and session that wrote under it pass.
+  if (account != nullptr && fencing.token == hwm && !account->holder.instanceId.empty() &&
+      !heldBy(account->holder.instanceId, account->holder.sessionId)) {
+    return reject(Verdict::not_current_leader,
+                  "token " + std::to_string(fencing.token) + " is held by instance " +
+                      account->holder.instanceId + " session " +
+                      std::to_string(account->holder.sessionId) + ", not instance " +
+                      fencing.instanceId + " session " + std::to_string(fencing.sessionId));
+  }
+  return std::nullopt;
+}
+
+void Rules::raise(Account& account, std::uint64_t hwm, const std::string& instanceId,
+                  std::int64_t sessionId) {
+  if (hwm < account.status.hwm) return;
+  if (hwm > account.status.hwm || account.holder.instanceId.empty()) {
+    account.holder = {instanceId, sessionId};
+  }
+  account.status.hwm = hwm;
 }
 
 HwmReset Rules::reset(std::string_view account, std::uint64_t hwm, std::string_view actor,
@@ -87,19 +129,23 @@ void Rules::apply(const Event& event) {
       [this](const auto& change) {
         using Change = std::decay_t<decltype(change)>;
         if constexpr (std::is_same_v<Change, AcceptedOp>) {
-          Account& account = accounts_[change.operation.fencing.account];
-          account.status.hwm = std::max(account.status.hwm, change.hwm);
+          const FencingToken& fencing = change.operation.fencing;
+          Account& account = accounts_[fencing.account];
+          raise(account, change.hwm, fencing.instanceId, fencing.sessionId);
           ++account.status.accepted;
           remember(account.recent, change.operation.opId, change.hwm);
+        } else if constexpr (std::is_same_v<Change, HwmRaised>) {
+          raise(accounts_[change.account], change.hwm, change.instanceId, change.sessionId);
         } else if constexpr (std::is_same_v<Change, AccountFenced>) {
           AccountStatus& status = accounts_[change.account].status;
           status.fenced = true;
           status.fencedAtActiveSeq = change.activeSeq;
         } else {
-          AccountStatus& status = accounts_[change.account].status;
-          status.hwm = change.hwm;
-          status.fenced = false;
-          status.fencedAtActiveSeq = 0;
+          Account& account = accounts_[change.account];
+          account.status.hwm = change.hwm;
+          account.status.fenced = false;
+          account.status.fencedAtActiveSeq = 0;
+          account.holder = {};  // whoever writes first under the reset HWM holds it
         }
       },
       event);
@@ -120,6 +166,7 @@ void Rules::restore(AccountSnapshot snapshot) {
   account.status.accepted = snapshot.accepted;
   account.status.fenced = snapshot.fenced;
   account.status.fencedAtActiveSeq = snapshot.fencedAtActiveSeq;
+  account.holder = {std::move(snapshot.holderInstance), snapshot.holderSession};
   for (const auto& [opId, hwm] : snapshot.recentOps) remember(account.recent, opId, hwm);
 }
 
@@ -148,6 +195,8 @@ std::vector<AccountSnapshot> Rules::snapshot() const {
     saved.accepted = account.status.accepted;
     saved.fenced = account.status.fenced;
     saved.fencedAtActiveSeq = account.status.fencedAtActiveSeq;
+    saved.holderInstance = account.holder.instanceId;
+    saved.holderSession = account.holder.sessionId;
     saved.recentOps.reserve(account.recent.order.size());
     for (const std::string& opId : account.recent.order) {
       saved.recentOps.emplace_back(opId, account.recent.hwmByOpId.at(opId));

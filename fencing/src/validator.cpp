@@ -20,6 +20,8 @@ struct TokenValidator::Impl {
   // Queues `event` (already applied) and waits until it and every earlier record are durable.
   // Without an event it still waits for earlier records: no answer reveals undurable state.
   void logAndWait(std::unique_lock<std::mutex>& lock, const std::optional<detail::Event>& event);
+  void queue(const detail::Event& event);
+  void waitDurable(std::unique_lock<std::mutex>& lock);
   void throwIfFailed() const;
   void commitLoop();
 
@@ -73,16 +75,34 @@ void TokenValidator::Impl::throwIfFailed() const {
 
 void TokenValidator::Impl::logAndWait(std::unique_lock<std::mutex>& lock,
                                       const std::optional<detail::Event>& event) {
+  if (event) queue(*event);
+  waitDurable(lock);
+}
+
+void TokenValidator::Impl::queue(const detail::Event& event) {
   if (!journal) return;
-  if (event) {
-    queued.push_back(detail::encodeEvent(*event));
-    ++appendedLsn;
-    workReady.notify_one();
-  }
+  queued.push_back(detail::encodeEvent(event));
+  ++appendedLsn;
+  workReady.notify_one();
+}
+
+void TokenValidator::Impl::waitDurable(std::unique_lock<std::mutex>& lock) {
+  if (!journal) return;
   const std::uint64_t needed = appendedLsn;
   progress.wait(lock, [&] { return durableLsn >= needed || !failure.empty(); });
   if (durableLsn < needed) throwIfFailed();
 }
+
+namespace {
+
+void warnIfFenced(const std::optional<detail::Event>& event) {
+  if (!event || !std::holds_alternative<detail::AccountFenced>(*event)) return;
+  const auto& fenced = std::get<detail::AccountFenced>(*event);
+  spdlog::warn("account fenced account={} activeSeq={} hwm={} reason=hwm_ahead_of_zookeeper",
+               fenced.account, fenced.activeSeq, fenced.hwm);
+}
+
+}  // namespace
 
 void TokenValidator::Impl::commitLoop() {
   std::unique_lock lock(mutex);
@@ -149,12 +169,30 @@ Decision TokenValidator::submit(const Operation& operation, const ActiveView& ac
   detail::Outcome outcome = impl_->rules.submit(operation, active);
   impl_->logAndWait(lock, outcome.event);
   lock.unlock();
-  if (outcome.event && std::holds_alternative<detail::AccountFenced>(*outcome.event)) {
-    const auto& fenced = std::get<detail::AccountFenced>(*outcome.event);
-    spdlog::warn("account fenced account={} activeSeq={} hwm={} reason=hwm_ahead_of_zookeeper",
-                 fenced.account, fenced.activeSeq, fenced.hwm);
-  }
+  warnIfFenced(outcome.event);
   return std::move(outcome.decision);
+}
+
+std::vector<Decision> TokenValidator::admit(std::span<const FencedWrite> writes) {
+  for (const FencedWrite& write : writes) validateFencingToken(write.fencing);
+  std::vector<detail::Outcome> outcomes;
+  outcomes.reserve(writes.size());
+  std::unique_lock lock(impl_->mutex);
+  impl_->throwIfFailed();
+  // Every record of the batch is queued before the one wait: they share the committer's fsync.
+  for (const FencedWrite& write : writes) {
+    outcomes.push_back(impl_->rules.admit(write.fencing, write.active));
+    if (outcomes.back().event) impl_->queue(*outcomes.back().event);
+  }
+  impl_->waitDurable(lock);
+  lock.unlock();
+  std::vector<Decision> decisions;
+  decisions.reserve(outcomes.size());
+  for (detail::Outcome& outcome : outcomes) {
+    warnIfFenced(outcome.event);
+    decisions.push_back(std::move(outcome.decision));
+  }
+  return decisions;
 }
 
 AccountStatus TokenValidator::resetHighWaterMark(std::string_view account, std::uint64_t hwm,

@@ -62,11 +62,6 @@ void requireId(std::string_view id, const char* name) {
   }
 }
 
-void validateToken(const FencingToken& token) {
-  requireValidAccountId(token.account);
-  requireId(token.instanceId, "instanceId");
-}
-
 FencingToken tokenFrom(const json& object) {
   FencingToken token;
   token.account = requireString(object, "account");
@@ -76,17 +71,27 @@ FencingToken tokenFrom(const json& object) {
   }
   token.token = seq.get<std::uint64_t>();
   token.instanceId = requireString(object, "instanceId");
-  const json& session = requireField(object, "sessionId");
-  const bool fitsInt64 = session.is_number_integer() &&
-                         (!session.is_number_unsigned() ||
-                          session.get<std::uint64_t>() <= std::numeric_limits<std::int64_t>::max());
-  if (!fitsInt64) throw BadRequest("field 'sessionId' must be a 64-bit signed integer");
-  token.sessionId = session.get<std::int64_t>();
-  validateToken(token);
+  const auto session = sessionIdFrom(requireField(object, "sessionId"));
+  if (!session) throw BadRequest(std::string("field 'sessionId' ") + kSessionIdRule);
+  token.sessionId = *session;
+  validateFencingToken(token);
   return token;
 }
 
 }  // namespace
+
+std::optional<std::int64_t> sessionIdFrom(const json& value) {
+  const bool fitsInt64 = value.is_number_integer() &&
+                         (!value.is_number_unsigned() ||
+                          value.get<std::uint64_t>() <= std::numeric_limits<std::int64_t>::max());
+  if (!fitsInt64) return std::nullopt;
+  return value.get<std::int64_t>();
+}
+
+void validateFencingToken(const FencingToken& token) {
+  requireValidAccountId(token.account);
+  requireId(token.instanceId, "instanceId");
+}
 
 void requireValidAccountId(std::string_view account) {
   if (auto error = naming::accountIdError(account)) throw BadRequest("field 'account': " + *error);
@@ -107,7 +112,7 @@ Operation parseOperation(std::string_view text) {
 }
 
 void validateOperation(const Operation& operation) {
-  validateToken(operation.fencing);
+  validateFencingToken(operation.fencing);
   requireId(operation.opId, "opId");
   if (operation.payload.size() > kMaxOperationBytes) {
     throw BadRequest("field 'payload' is larger than " + std::to_string(kMaxOperationBytes) +

@@ -5,6 +5,8 @@
 // (ClientOptions::io): the same steps chained on connections of that context, no thread of
 // their own. With TLS, the connection is a TLS stream over the same TCP stream (the deadlines
 // stay on the TCP layer).
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/strand.hpp>
 #include <mutex>
 #include <optional>
 
@@ -32,13 +34,23 @@ struct Connection {
   std::optional<beast::ssl_stream<beast::tcp_stream>> tls;
   beast::flat_buffer buffer;
 
-  // On `shared` (asynchronous use), else on a private context.
+  // On a strand of `shared` (asynchronous use), else on a private context. The strand: several
+  // threads may run `shared`, and Beast's timeout handler closes the socket on the stream's
+  // executor; without one it could run beside the completion that reuses or destroys the
+  // connection on another thread (a data race ThreadSanitizer caught in the agent).
   Connection(asio::ssl::context* context, asio::io_context* shared) {
-    asio::io_context& io = shared != nullptr ? *shared : own.emplace();
-    if (context != nullptr) {
-      tls.emplace(io, *context);
+    if (shared != nullptr) {
+      open(context, asio::make_strand(*shared));
     } else {
-      plain.emplace(io);
+      open(context, own.emplace().get_executor());
+    }
+  }
+  template <typename Executor>
+  void open(asio::ssl::context* context, Executor executor) {
+    if (context != nullptr) {
+      tls.emplace(executor, *context);
+    } else {
+      plain.emplace(executor);
     }
   }
   beast::tcp_stream& tcp() { return tls ? beast::get_lowest_layer(*tls) : *plain; }
@@ -240,7 +252,10 @@ class Client::Impl::AsyncExchange : public std::enable_shared_from_this<AsyncExc
   void start() {
     connection_ = client_->takeIdle();
     reused_ = connection_ != nullptr;
-    if (reused_) return send();
+    // A reused connection's operations start on its strand, where its last timer may still run.
+    if (reused_)
+      return asio::dispatch(connection_->tcp().get_executor(),
+                            [self = shared_from_this()] { self->send(); });
     fresh();
   }
 

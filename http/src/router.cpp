@@ -236,6 +236,12 @@ const Router::Route* Router::resolve(Request& request, Response& refusal) const 
   return chosen;
 }
 
+std::optional<Response> Router::refusal(Request head) const {
+  Response refused;
+  if (resolve(head, refused) != nullptr) return std::nullopt;
+  return refused;
+}
+
 void Router::dispatch(Request request, Responder respond,
                       const std::function<void(std::function<void()>)>& runBlocking) const {
   Response refusal;

@@ -9,11 +9,13 @@
 
 #include "beast.hpp"
 #include "tls.hpp"
+#include "zkagent/http/accept_loop.hpp"
 
 namespace zkagent::http {
 namespace {
 
-Request toRequest(bhttp::request<bhttp::string_body>&& raw, const std::string& remote) {
+// The request line and headers; the body is added once read.
+Request headOf(const bhttp::request_header<>& raw, const std::string& remote) {
   Request request;
   request.method = methodOf(raw.method());
   request.target = std::string(raw.target());
@@ -25,7 +27,6 @@ Request toRequest(bhttp::request<bhttp::string_body>&& raw, const std::string& r
     for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     request.headers.emplace_back(std::move(name), std::string(field.value()));
   }
-  request.body = std::move(raw.body());
   request.remoteAddress = remote;
   return request;
 }
@@ -55,8 +56,7 @@ struct detail::ServerState {
   asio::io_context& io;
   ServerOptions options;
   Router router;
-  tcp::acceptor acceptor;
-  tcp::endpoint bound;  // kept: the acceptor's own endpoint is gone once it is closed
+  std::shared_ptr<AcceptLoop> listener;  // each connection on a strand of its own
   std::optional<asio::ssl::context> tls;
   std::optional<asio::thread_pool> handlerPool;
   std::mutex mutex;  // guards sessions and stopped
@@ -67,11 +67,16 @@ struct detail::ServerState {
       : io(context),
         options(std::move(serverOptions)),
         router(std::move(serverRouter)),
-        acceptor(asio::make_strand(context)) {
+        listener(std::make_shared<AcceptLoop>(
+            asio::make_strand(context),
+            tcp::endpoint{asio::ip::make_address(options.address), options.port},
+            AcceptLoop::Options{.name = "HTTP server", .socketExecutor = [&context] {
+                                  return asio::any_io_executor(asio::make_strand(context));
+                                }})) {
     if (options.tls) tls.emplace(detail::serverContext(*options.tls));
     if (options.handlerThreads > 0) handlerPool.emplace(options.handlerThreads);
   }
-  void accept(std::shared_ptr<ServerState> self);
+  void serve(const std::shared_ptr<ServerState>& self, tcp::socket socket);
   void forget(const std::shared_ptr<SessionBase>& session) {
     std::lock_guard lock(mutex);
     sessions.erase(session);
@@ -121,18 +126,22 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
  private:
   beast::tcp_stream& tcp() { return beast::get_lowest_layer(stream_); }
 
+  // The header first: a request the router refuses on its headers alone (no route, no or a wrong
+  // token, over the rate) is answered before its body is read, so a client without credentials
+  // cannot make the server take in a body.
   void read() {
     parser_.emplace();
     parser_->body_limit(server_->options.bodyLimit);
     parser_->header_limit(static_cast<std::uint32_t>(server_->options.headerLimit));
-    tcp().expires_after(server_->options.readTimeout);
-    bhttp::async_read(stream_, buffer_, *parser_,
-                      [self = this->shared_from_this()](beast::error_code error, size_t) {
-                        self->onRead(error);
-                      });
+    tcp().expires_after(server_->options.readTimeout);  // the header and the body together
+    bhttp::async_read_header(stream_, buffer_, *parser_,
+                             [self = this->shared_from_this()](beast::error_code error, size_t) {
+                               self->onHeader(error);
+                             });
   }
 
-  void onRead(beast::error_code error) {
+  // After an error reading a request: answer the limits, close on anything else.
+  void failed(beast::error_code error) {
     if (error == bhttp::error::body_limit || error == bhttp::error::header_limit) {
       const bool body = error == bhttp::error::body_limit;
       auto limit = std::to_string(body ? server_->options.bodyLimit : server_->options.headerLimit);
@@ -142,10 +151,17 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
                     11, false));
       return;
     }
-    if (error) return finish();  // closed by the peer, timed out or unparsable: just close
-    auto raw = parser_->release();
-    unsigned version = raw.version();
-    bool keepAlive = raw.keep_alive();
+    finish();  // closed by the peer, timed out or unparsable: just close
+  }
+
+  void onHeader(beast::error_code error) {
+    if (error) return failed(error);
+    const auto& head = parser_->get();
+    const unsigned version = head.version();
+    // Answered early with a body still to come: the connection closes after the answer.
+    const bool bodyPending = !parser_->is_done();
+    const bool keepAlive = head.keep_alive() && !bodyPending;
+    drainAfter_ = bodyPending;
     if (!withinRate()) {
       const auto& onLimited = server_->options.onRateLimited;
       if (onLimited) onLimited();
@@ -155,7 +171,23 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
       limited.headers.emplace_back("Retry-After", std::to_string(retryAfterSeconds()));
       return write(toBeast(std::move(limited), version, keepAlive));
     }
-    auto request = toRequest(std::move(raw), remote_);
+    if (auto refused = server_->router.refusal(headOf(head, remote_))) {
+      return write(toBeast(std::move(*refused), version, keepAlive));
+    }
+    drainAfter_ = false;
+    bhttp::async_read(stream_, buffer_, *parser_,
+                      [self = this->shared_from_this()](beast::error_code readError, size_t) {
+                        self->onRead(readError);
+                      });
+  }
+
+  void onRead(beast::error_code error) {
+    if (error) return failed(error);
+    auto raw = parser_->release();
+    unsigned version = raw.version();
+    bool keepAlive = raw.keep_alive();
+    auto request = headOf(raw, remote_);
+    request.body = std::move(raw.body());
     request.peerIdentities = peer_;
     // From whichever thread answers (the handler pool, a deferred handler's completion): the
     // write goes on the session's strand.
@@ -245,42 +277,26 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
   std::optional<std::chrono::steady_clock::time_point> lastRefill_;
 };
 
-void detail::ServerState::accept(std::shared_ptr<ServerState> self) {
-  acceptor.async_accept(asio::make_strand(io), [self](beast::error_code error, tcp::socket socket) {
-    if (error) {
-      if (error == asio::error::operation_aborted || !self->acceptor.is_open()) return;
-      return self->accept(self);  // e.g. too many open files: keep serving the others
-    }
-    std::shared_ptr<SessionBase> session;
-    if (self->tls) {
-      session = std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(std::move(socket),
-                                                                                self, *self->tls);
-    } else {
-      session = std::make_shared<Session<beast::tcp_stream>>(std::move(socket), self);
-    }
-    {
-      std::lock_guard lock(self->mutex);
-      if (self->stopped) return;
-      // Over the limit: closed at once (the session is dropped unstarted), so the open
-      // connections keep being served.
-      if (self->sessions.size() >= self->options.maxConnections) return self->accept(self);
-      self->sessions.insert(session);
-    }
-    session->start();
-    self->accept(self);
-  });
+void detail::ServerState::serve(const std::shared_ptr<ServerState>& self, tcp::socket socket) {
+  std::shared_ptr<SessionBase> session;
+  if (tls) {
+    session = std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(std::move(socket),
+                                                                              self, *tls);
+  } else {
+    session = std::make_shared<Session<beast::tcp_stream>>(std::move(socket), self);
+  }
+  {
+    std::lock_guard lock(mutex);
+    // Stopped, or over the limit: closed at once (the session is dropped unstarted), so the
+    // open connections keep being served.
+    if (stopped || sessions.size() >= options.maxConnections) return;
+    sessions.insert(session);
+  }
+  session->start();
 }
 
 Server::Server(asio::io_context& io, ServerOptions options, Router router)
-    : state_(std::make_shared<detail::ServerState>(io, std::move(options), std::move(router))) {
-  tcp::endpoint endpoint{asio::ip::make_address(state_->options.address), state_->options.port};
-  auto& acceptor = state_->acceptor;
-  acceptor.open(endpoint.protocol());
-  acceptor.set_option(asio::socket_base::reuse_address(true));
-  acceptor.bind(endpoint);
-  acceptor.listen(asio::socket_base::max_listen_connections);
-  state_->bound = acceptor.local_endpoint();
-}
+    : state_(std::make_shared<detail::ServerState>(io, std::move(options), std::move(router))) {}
 
 Server::~Server() {
   stop();
@@ -288,7 +304,9 @@ Server::~Server() {
 }
 
 void Server::start() {
-  asio::dispatch(state_->acceptor.get_executor(), [state = state_] { state->accept(state); });
+  state_->listener->start([weak = std::weak_ptr<detail::ServerState>(state_)](tcp::socket socket) {
+    if (auto self = weak.lock()) self->serve(self, std::move(socket));
+  });
 }
 
 void Server::stop() {
@@ -299,15 +317,14 @@ void Server::stop() {
     state_->stopped = true;
     open.swap(state_->sessions);
   }
-  asio::post(state_->acceptor.get_executor(), [state = state_] {
-    beast::error_code ignored;
-    state->acceptor.close(ignored);
-  });
+  state_->listener->stop();
   for (const auto& session : open) session->close();
 }
 
-uint16_t Server::port() const { return state_->bound.port(); }
+AcceptCounts Server::acceptCounts() const { return state_->listener->counts(); }
 
-std::string Server::address() const { return state_->bound.address().to_string(); }
+uint16_t Server::port() const { return state_->listener->port(); }
+
+std::string Server::address() const { return state_->listener->endpoint().address().to_string(); }
 
 }  // namespace zkagent::http

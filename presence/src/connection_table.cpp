@@ -1,5 +1,6 @@
 #include "zkagent/presence/connection_table.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <vector>
 
@@ -16,6 +17,9 @@ ConnectionTable::ConnectionTable(Clock& clock, const Params& params, GatewayIden
   validate(params_);
   if (identity_.name.empty()) throw std::invalid_argument("gateway name must not be empty");
   if (params_.pingTimeout > Millis{0}) {
+    // Deadlines are at most one ping timeout ahead of the last check: a lap of the wheel covers it.
+    wheel_.resize(static_cast<std::size_t>(params_.pingTimeout / params_.checkInterval) + 2);
+    checkedSlot_ = slotOf(timers_.now());
     timers_.after(params_.checkInterval, [this] { checkTimeouts(); });
   }
   scheduleRenewal(true);
@@ -28,9 +32,9 @@ Epoch ConnectionTable::connect(DeviceKey key, std::uint64_t leaderToken) {
   const Epoch epoch{leaderToken, ++lastCounter_};
   const LeaseEntry entry{key, epoch};
   byUser_[key.user].insert(epoch.connection);
-  auto it =
-      connections_.emplace(epoch.connection, Connection{std::move(key), leaderToken, {}}).first;
-  recordPing(epoch.connection, it->second);
+  const TimePoint now = timers_.now();
+  connections_.emplace(epoch.connection, Connection{std::move(key), leaderToken, now});
+  if (params_.pingTimeout > Millis{0}) schedule(epoch.connection, now + params_.pingTimeout);
   store_.renew(identity_.name, std::span(&entry, 1));
   return epoch;
 }
@@ -44,13 +48,23 @@ ConnectionTable::Connection* ConnectionTable::find(Epoch connection) {
 bool ConnectionTable::ping(Epoch connection) {
   Connection* found = find(connection);
   if (found == nullptr) return false;
-  recordPing(connection.connection, *found);
+  found->lastPing = timers_.now();
   return true;
 }
 
-void ConnectionTable::recordPing(std::uint64_t counter, Connection& connection) {
-  connection.lastPing = timers_.now();
-  if (params_.pingTimeout > Millis{0}) pings_.emplace_back(connection.lastPing, counter);
+std::int64_t ConnectionTable::slotOf(TimePoint t) const {
+  return t.time_since_epoch() / params_.checkInterval;
+}
+
+void ConnectionTable::schedule(std::uint64_t counter, TimePoint deadline) {
+  const std::int64_t slot = std::max(slotOf(deadline), checkedSlot_ + 1);
+  wheel_[static_cast<std::size_t>(slot) % wheel_.size()].push_back(counter);
+}
+
+std::size_t ConnectionTable::scheduled() const {
+  std::size_t entries = 0;
+  for (const auto& slot : wheel_) entries += slot.size();
+  return entries;
 }
 
 bool ConnectionTable::close(Epoch connection) {
@@ -67,7 +81,7 @@ std::vector<LeaseEntry> ConnectionTable::release(const std::string& user) {
     auto it = connections_.find(counter);
     released.push_back(
         LeaseEntry{std::move(it->second.key), Epoch{it->second.leaderToken, counter}});
-    connections_.erase(it);  // its entries in pings_ are skipped as unknown
+    connections_.erase(it);  // its schedule entry is skipped as unknown
   }
   byUser_.erase(owned);
   return released;
@@ -77,7 +91,7 @@ void ConnectionTable::crash() {
   timers_.cancelAll();
   connections_.clear();
   byUser_.clear();
-  pings_.clear();
+  for (auto& slot : wheel_) slot.clear();
   crashed_ = true;
 }
 
@@ -96,14 +110,31 @@ void ConnectionTable::end(std::uint64_t counter, LeaveReason reason) {
 
 void ConnectionTable::checkTimeouts() {
   const TimePoint now = timers_.now();
-  std::vector<std::uint64_t> due;
-  for (; !pings_.empty() && now - pings_.front().first > params_.pingTimeout; pings_.pop_front()) {
-    const auto [pingedAt, counter] = pings_.front();
-    auto it = connections_.find(counter);
-    if (it != connections_.end() && it->second.lastPing == pingedAt) due.push_back(counter);
+  const std::int64_t upTo = slotOf(now);
+  const std::int64_t from = checkedSlot_ + 1;
+  // A late check (a stalled loop, a clock jump) looks at each slot once: entries of a later lap
+  // are looked at early and filed again.
+  const std::int64_t last = std::min(upTo, from + static_cast<std::int64_t>(wheel_.size()) - 1);
+  checkedSlot_ = std::max(checkedSlot_, upTo);
+  std::vector<std::pair<TimePoint, std::uint64_t>> due;
+  for (std::int64_t slot = from; slot <= last; ++slot) {
+    examining_.clear();
+    examining_.swap(wheel_[static_cast<std::size_t>(slot) % wheel_.size()]);
+    for (std::uint64_t counter : examining_) {
+      auto it = connections_.find(counter);
+      if (it == connections_.end()) continue;
+      const TimePoint deadline = it->second.lastPing + params_.pingTimeout;
+      if (now > deadline) {
+        due.emplace_back(it->second.lastPing, counter);
+      } else {
+        schedule(counter, deadline);
+      }
+    }
   }
+  // Oldest silence first, as they fell silent.
+  std::sort(due.begin(), due.end());
   // The timeout handler may close connections or even crash the table: look each one up again.
-  for (std::uint64_t counter : due) {
+  for (const auto& [pingedAt, counter] : due) {
     if (connections_.contains(counter)) end(counter, LeaveReason::PingTimeout);
   }
   if (!crashed_) timers_.after(params_.checkInterval, [this] { checkTimeouts(); });

@@ -267,11 +267,28 @@ TEST_F(AgentProcessTest, APlainDeviceEndpointOffLoopbackNeedsPresenceInsecureAnd
       std::string::npos)
       << refused.transcript();
   config["presence"]["insecure"] = true;
+  // Plain ws:// allowed, but off loopback device tokens are required too (or the explicit flag).
+  ChildProcess noTokens(zktest::binaryPath("zk-agent").string(),
+                        {"--config", writeConfig("host-a", config).string()});
+  EXPECT_EQ(noTokens.wait(10s).code, 2) << noTokens.transcript();
+  EXPECT_NE(noTokens.stderrText().find("presence.auth: is required when presence.listen"),
+            std::string::npos)
+      << noTokens.transcript();
+  config["presence"]["insecure_no_device_auth"] = true;
+  ChildProcess check(zktest::binaryPath("zk-agent").string(),
+                     {"--config", writeConfig("host-a", config).string(), "--check-config"});
+  EXPECT_EQ(check.wait(10s).code, 0) << check.transcript();
+  EXPECT_NE(check.stderrText().find("warning: presence.insecure_no_device_auth"),
+            std::string::npos)
+      << check.transcript();
   auto& a = startAgent(config);
   EXPECT_TRUE(eventually(
       [&] {
-        return a.process->stderrText().find(
-                   "presence.insecure: devices connect over plain ws://") != std::string::npos;
+        const auto text = a.process->stderrText();
+        return text.find("presence.insecure: devices connect over plain ws://") !=
+                   std::string::npos &&
+               text.find("presence.insecure_no_device_auth: devices connect without a token") !=
+                   std::string::npos;
       },
       5s))
       << a.process->transcript();

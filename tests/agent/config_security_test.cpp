@@ -46,6 +46,19 @@ TEST(AgentSecurityConfig, AnHttpsGatewayTakesItsTlsFiles) {
   EXPECT_NE(describe(config).find("https://127.0.0.1:8480"), std::string::npos);
 }
 
+// --check-config prints what the agent will use: an unset advertise is the listen address, not "".
+TEST(AgentSecurityConfig, TheEffectiveConfigShowsTheDefaultAdvertisedEndpoints) {
+  auto input = baseConfig(tlsGateway());
+  input["admin"] = {{"listen", "127.0.0.1:8471"}, {"token", "t0ken-t0ken"}};
+  input["presence"] = {{"listen", "127.0.0.1:8472"}};
+  const auto shown = json::parse(describe(parseConfig(input.dump())));
+  EXPECT_EQ(shown["admin"]["advertise"], "http://127.0.0.1:8471");
+  EXPECT_EQ(shown["presence"]["advertise"], "ws://127.0.0.1:8472");
+  input["presence"]["advertise"] = "ws://devices.example:443";
+  EXPECT_EQ(json::parse(describe(parseConfig(input.dump())))["presence"]["advertise"],
+            "ws://devices.example:443");
+}
+
 TEST(AgentSecurityConfig, BadTlsSettingsAreRejectedNamingTheField) {
   auto noTls = tlsGateway();
   noTls.erase("tls");
@@ -159,6 +172,7 @@ TEST(AgentSecurityConfig, TheDeviceEndpointOffLoopbackNeedsInsecure) {
   config["presence"] = {{"listen", "0.0.0.0:8471"}};
   EXPECT_EQ(rejectedField(config), "presence.listen");
   config["presence"]["insecure"] = true;
+  config["presence"]["insecure_no_device_auth"] = true;  // tokens are the test below's
   const auto parsed = parseConfig(config.dump());
   EXPECT_TRUE(parsed.presence.insecure);
   config["presence"] = {{"listen", "[::1]:8471"}};
@@ -166,3 +180,77 @@ TEST(AgentSecurityConfig, TheDeviceEndpointOffLoopbackNeedsInsecure) {
   config["presence"] = {{"listen", "localhost:8471"}};
   EXPECT_EQ(rejectedField(config), "");
 }
+
+namespace device_auth {
+
+json deviceKeys(const std::string& file = "tokens/hs256.secret") {
+  return {{"keys", {{{"kid", "k1"}, {"alg", "HS256"}, {"file", file}}}}, {"audience", "zkagent"}};
+}
+
+std::string rejection(const json& config, const std::filesystem::path& baseDir) {
+  try {
+    parseConfig(config.dump(), baseDir);
+    return "";
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+}
+
+// Off loopback anyone who reaches the port could claim any device: device tokens are required
+// there unless the insecure choice is explicit.
+TEST(AgentDeviceAuthConfig, OffLoopbackTheDeviceEndpointNeedsTokensOrTheExplicitInsecureFlag) {
+  const auto& certs = zktest::testCertificates();
+  auto config = baseConfig({{"url", "http://127.0.0.1:8480"}});
+  config["presence"] = {{"listen", "0.0.0.0:8471"}, {"insecure", true}};
+  EXPECT_EQ(rejectedField(config, certs), "presence.auth");
+  EXPECT_NE(rejection(config, certs).find("presence.insecure_no_device_auth"), std::string::npos)
+      << rejection(config, certs);
+
+  config["presence"]["insecure_no_device_auth"] = true;
+  auto parsed = parseConfig(config.dump(), certs);
+  EXPECT_TRUE(parsed.presence.insecureNoDeviceAuth);
+  EXPECT_FALSE(parsed.presence.auth);
+  EXPECT_EQ(json::parse(describe(parsed))["presence"]["insecure_no_device_auth"], true);
+
+  config["presence"].erase("insecure_no_device_auth");
+  config["presence"]["auth"] = deviceKeys();
+  parsed = parseConfig(config.dump(), certs);
+  ASSERT_TRUE(parsed.presence.auth);
+  ASSERT_EQ(parsed.presence.auth->keys.size(), 1u);
+  EXPECT_EQ(parsed.presence.auth->keys[0].material, zktest::tokenKey("hs256.secret"));
+  EXPECT_EQ(parsed.presence.auth->audience, "zkagent");
+  EXPECT_EQ(json::parse(describe(parsed))["presence"]["auth"], "(set)");
+
+  // Both at once is a contradiction, not a preference.
+  config["presence"]["insecure_no_device_auth"] = true;
+  EXPECT_EQ(rejectedField(config, certs), "presence.insecure_no_device_auth");
+
+  // On loopback no token is asked for unless presence.auth is set.
+  config["presence"] = {{"listen", "127.0.0.1:8471"}};
+  parsed = parseConfig(config.dump(), certs);
+  EXPECT_FALSE(parsed.presence.auth);
+  EXPECT_FALSE(parsed.presence.insecureNoDeviceAuth);
+}
+
+TEST(AgentDeviceAuthConfig, BadDeviceKeysAreRefusedNamingTheField) {
+  const auto& certs = zktest::testCertificates();
+  auto config = baseConfig({{"url", "http://127.0.0.1:8480"}});
+  config["presence"] = {{"auth", deviceKeys("tokens/missing.secret")}};
+  EXPECT_EQ(rejectedField(config, certs), "presence.auth.keys[0].file");
+  config["presence"]["auth"] = deviceKeys("tokens/rs256.pub");  // not an HS256 secret? still bytes
+  config["presence"]["auth"]["keys"][0]["alg"] = "ES256";       // an RSA key for ES256
+  EXPECT_EQ(rejectedField(config, certs), "presence.auth.keys[0].file");
+  config["presence"]["auth"] = deviceKeys();
+  config["presence"]["auth"]["keys"][0]["alg"] = "none";
+  EXPECT_EQ(rejectedField(config, certs), "presence.auth.keys[0].alg");
+  config["presence"]["auth"] = deviceKeys();
+  config["presence"]["auth"]["leeway"] = 601;
+  EXPECT_EQ(rejectedField(config, certs), "presence.auth.leeway");
+  config["presence"]["auth"] = deviceKeys();
+  config["presence"]["auth"]["issuer"] = "x";
+  EXPECT_EQ(rejectedField(config, certs), "presence.auth.issuer");
+  config["presence"]["auth"] = {{"keys", json::array()}};
+  EXPECT_EQ(rejectedField(config, certs), "presence.auth.keys");
+}
+
+}  // namespace device_auth

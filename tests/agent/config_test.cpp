@@ -275,4 +275,37 @@ TEST(AgentPresenceConfig, DeviceListenerMustDifferFromTheAdminListener) {
   EXPECT_THROW(parseConfig(config.dump()), ConfigError);
 }
 
+// Another agent's 4001 close names this endpoint in its reason (at most 123 bytes), followed by
+// the device's path and query when they fit: the endpoint may take 60 bytes.
+TEST(AgentPresenceConfig, AdvertisedEndpointMustLeaveRoomForThePathInACloseReason) {
+  auto config = validConfig();
+  const std::string sixty = "ws://" + std::string(50, 'h') + ":8471";  // 5 + 50 + 5 bytes
+  ASSERT_EQ(sixty.size(), 60u);
+  config["presence"] = {{"advertise", sixty}};
+  EXPECT_EQ(parseConfig(config.dump()).presence.advertise, sixty);
+  config["presence"] = {{"advertise", "ws://" + std::string(51, 'h') + ":8471"}};
+  try {
+    parseConfig(config.dump());
+    ADD_FAILURE() << "a 61-byte advertise was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.field(), "presence.advertise");
+    EXPECT_NE(std::string(e.what()).find("61 bytes"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("at most 60"), std::string::npos) << e.what();
+  }
+  // Without advertise, the default ws://{listen host}:{port} is judged, with the longest port.
+  config["presence"] = {{"listen", std::string(44, 'h') + ":0"},
+                        {"insecure", true},
+                        {"insecure_no_device_auth", true}};
+  EXPECT_NO_THROW(parseConfig(config.dump()));  // ws:// + 44 + :65535 = 55
+  config["presence"] = {{"listen", std::string(50, 'h') + ":0"},
+                        {"insecure", true},
+                        {"insecure_no_device_auth", true}};
+  try {
+    parseConfig(config.dump());
+    ADD_FAILURE() << "a 61-byte default endpoint was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.field(), "presence.listen") << e.what();
+  }
+}
+
 }  // namespace

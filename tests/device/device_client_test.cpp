@@ -81,6 +81,48 @@ TEST(DeviceClient, RetriesAfterServiceUnavailableUntilALeaderIsKnown) {
   ASSERT_TRUE(device.waitFor("CONNECTED"));
 }
 
+// The provider is asked before every connect; a 401 says why and makes the next call a refresh,
+// whose fresh token connects.
+TEST(DeviceClient, TokenProviderIsSentAsBearerAndRefreshedAfterA401) {
+  FakeAgent agent;
+  agent.requireToken("fresh");
+  auto options = optionsFor({agent.endpoint()});
+  auto calls = std::make_shared<std::vector<bool>>();  // the client's thread only
+  options.tokenProvider = [calls](bool refresh) {
+    calls->push_back(refresh);
+    return refresh ? std::string("fresh") : std::string("stale");
+  };
+  DeviceHarness device(options);
+  ASSERT_TRUE(device.waitFor("CONNECTED"));
+  EXPECT_EQ(device.eventsStartingWith("DISCONNECTED"),
+            std::vector<std::string>{"DISCONNECTED unauthorized: token: expired 5 s ago"});
+  EXPECT_EQ(agent.authorizations(), (std::vector<std::string>{"Bearer stale", "Bearer fresh"}));
+  EXPECT_EQ(device.onClient([calls](DeviceClient&) { return *calls; }),
+            (std::vector<bool>{false, true}));
+  // A 4003 (token expired) is reported as such and asks for a fresh token too.
+  agent.closeAll(4003, "token expired");
+  ASSERT_TRUE(device.waitFor("CONNECTED", 2));
+  EXPECT_EQ(device.eventsStartingWith("DISCONNECTED").back(), "DISCONNECTED token_expired");
+  EXPECT_EQ(device.onClient([calls](DeviceClient&) { return calls->back(); }), true);
+}
+
+TEST(DeviceClient, AForbiddenTokenIsReportedWithTheAgentsReason) {
+  FakeAgent agent;
+  agent.requireToken("mine", 403);
+  auto options = optionsFor({agent.endpoint()});
+  options.tokenProvider = [](bool) { return std::string("someone-elses"); };
+  DeviceHarness device(options);
+  ASSERT_TRUE(device.waitFor("DISCONNECTED forbidden: token: its sub is not device"));
+  EXPECT_TRUE(device.eventsStartingWith("CONNECTED").empty());
+}
+
+TEST(DeviceClient, WithoutAProviderNoAuthorizationIsSent) {
+  FakeAgent agent;
+  DeviceHarness device(optionsFor({agent.endpoint()}));
+  ASSERT_TRUE(device.waitFor("CONNECTED"));
+  EXPECT_EQ(agent.authorizations(), std::vector<std::string>{""});
+}
+
 TEST(DeviceClient, MovesOnToTheNextEndpointWhenOneIsDown) {
   FakeAgent agent("agent-a", 7);
   DeviceHarness device(optionsFor({deadEndpoint(), agent.endpoint()}));
@@ -101,6 +143,19 @@ TEST(DeviceClient, LeaderMovedCloseReconnectsToTheReasonsEndpointFirst) {
             std::vector<std::string>{"DISCONNECTED leader_moved"});
   // The old leader, first in the list, was not asked again.
   EXPECT_EQ(oldLeader.upgradeRequests(), 1);
+}
+
+// A 4001 reason may be a whole URL (an in-band redirect, docs/device-protocol.md): it is used as
+// it is, path and query included.
+TEST(DeviceClient, LeaderMovedCloseNamingAWholeUrlIsFollowedToThatUrl) {
+  FakeAgent oldLeader("agent-a", 7);
+  FakeAgent newLeader("agent-b", 8);
+  DeviceHarness device(optionsFor({oldLeader.endpoint()}));
+  ASSERT_TRUE(device.waitFor("CONNECTED agent-a"));
+  const std::string target = "/v1/devices?account=acme&device=phone-1&app=7";
+  oldLeader.closeAll(4001, newLeader.endpoint() + target);
+  ASSERT_TRUE(device.waitFor("CONNECTED agent-b"));
+  EXPECT_EQ(newLeader.targets(), std::vector<std::string>{target});
 }
 
 TEST(DeviceClient, AgentClosesAreReportedByTheirMeaningAndReconnected) {

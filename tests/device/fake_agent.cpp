@@ -63,6 +63,9 @@ struct FakeAgent::State : std::enable_shared_from_this<State> {
   int requests = 0;
   std::uint64_t counter = 0;
   std::vector<std::string> targets;
+  std::vector<std::string> authorizations;
+  std::string requiredToken;
+  int tokenStatus = 401;
   std::map<std::string, std::vector<std::uint64_t>> pings;
   std::vector<std::uint16_t> closeCodes;
 
@@ -95,8 +98,12 @@ struct Session : std::enable_shared_from_this<Session> {
     std::unique_lock lock(state->mutex);
     ++state->requests;
     state->targets.push_back(target);
+    const std::string authorization(request[http::field::authorization]);
+    state->authorizations.push_back(authorization);
+    const bool tokenRefused =
+        !state->requiredToken.empty() && authorization != "Bearer " + state->requiredToken;
     const Answer answer = state->answer;
-    if (answer == Answer::Accept) {
+    if (answer == Answer::Accept && !tokenRefused) {
       const std::uint64_t counter = ++state->counter;
       lock.unlock();
       ws.emplace(std::move(socket));
@@ -107,7 +114,11 @@ struct Session : std::enable_shared_from_this<Session> {
     }
     refusal.version(request.version());
     refusal.keep_alive(false);
-    if (answer == Answer::Redirect) {
+    if (tokenRefused) {
+      refusal.result(static_cast<unsigned>(state->tokenStatus));
+      refusal.body() = state->tokenStatus == 401 ? R"({"error":"token: expired 5 s ago"})"
+                                                 : R"({"error":"token: its sub is not device"})";
+    } else if (answer == Answer::Redirect) {
       refusal.result(http::status::temporary_redirect);
       refusal.set(http::field::location, state->location);
       refusal.body() = R"({"error":"not the leader"})";
@@ -237,6 +248,17 @@ void FakeAgent::refuse(int status) {
   std::lock_guard lock(state_->mutex);
   state_->answer = Answer::Refuse;
   state_->status = status;
+}
+
+void FakeAgent::requireToken(const std::string& token, int status) {
+  std::lock_guard lock(state_->mutex);
+  state_->requiredToken = token;
+  state_->tokenStatus = status;
+}
+
+std::vector<std::string> FakeAgent::authorizations() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->authorizations;
 }
 
 void FakeAgent::answerPings(bool answer) {

@@ -30,6 +30,9 @@ class FakeAgent {
   void redirect(const std::string& location);  // 307 with this Location
   void refuse(int status);                     // e.g. 503 with Retry-After: 1
   void answerPings(bool answer);               // false: a silent (half-open) agent
+  // Upgrades whose Authorization is not "Bearer <token>" get a 401 {"error": "token: ..."} (or a
+  // 403 when `status` is 403); empty: no check (the default).
+  void requireToken(const std::string& token, int status = 401);
   // After accepting, send `frame` instead of the welcome; an empty frame sends nothing.
   void replaceWelcome(const std::string& frame);
   // Closes every open device connection with `code` and `reason`.
@@ -39,6 +42,7 @@ class FakeAgent {
   int accepted() const;         // welcomes sent
   int openConnections() const;
   std::vector<std::string> targets() const;  // request targets, in order
+  std::vector<std::string> authorizations() const;  // their Authorization headers, in order
   std::vector<std::uint64_t> pingSeqs(const std::string& device) const;
   std::vector<std::uint16_t> closeCodesFromDevices() const;  // close frames devices sent
 

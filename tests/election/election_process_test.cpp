@@ -6,6 +6,7 @@
 
 #include "zktest/child_process.hpp"
 #include "zktest/deadline.hpp"
+#include "zktest/znode.hpp"
 #include "zktest/zookeeper_server.hpp"
 
 namespace zktest {
@@ -45,6 +46,14 @@ int64_t unixNanosOf(const std::string& line) {
 std::string gate(ChildProcess& p, const std::string& account) {
   p.writeLine("check " + account);
   return p.waitForLine("GATE " + account, 5s);
+}
+
+std::vector<std::string> linesStartingWith(const ChildProcess& p, std::string_view prefix) {
+  std::vector<std::string> found;
+  for (std::string& line : p.stdoutLines()) {
+    if (line.starts_with(prefix)) found.push_back(std::move(line));
+  }
+  return found;
 }
 
 class ZkElectProcessTest : public ::testing::Test {
@@ -97,14 +106,25 @@ TEST_F(ZkElectProcessTest, SigstoppedLeaderLosesToSuccessorAndFindsItsGateClosed
   auto b = startElect(root, "host-b", "acct");
   a->signal(SIGSTOP);
   std::string bLeads = b->waitForLine("LEADER acct", 15s);
+  const size_t sessionsBefore = linesStartingWith(*a, "SESSION").size();
   a->signal(SIGCONT);
-  std::string lost = a->waitForLine("LOST acct", 10s);
+  // The first question a resumed old leader answers: its gate is shut already, whatever ZooKeeper
+  // has or has not told it since (its own clock says its session may have expired).
+  EXPECT_NE(gate(*a, "acct").find("refused"), std::string::npos) << "the gate was open on SIGCONT";
+  // LOST and the new SESSION come in either order, and gate() may have read past them: look them
+  // up in everything a printed.
+  ASSERT_TRUE(eventually(
+      [&] {
+        return !linesStartingWith(*a, "LOST acct").empty() &&
+               linesStartingWith(*a, "SESSION").size() > sessionsBefore;
+      },
+      10s))
+      << a->transcript();
+  const std::string lost = linesStartingWith(*a, "LOST acct").front();
   EXPECT_TRUE(lost.find(" suspended ") != std::string::npos ||
               lost.find(" session_expired ") != std::string::npos)
       << lost;
-  EXPECT_NE(gate(*a, "acct").find("refused"), std::string::npos);
-  // a registers again on a new session and waits behind b; b keeps leading.
-  a->waitForLine("SESSION", 10s);
+  // a registered again on a new session and waits behind b; b keeps leading.
   EXPECT_EQ(gate(*b, "acct"), "GATE acct allowed " + std::to_string(tokenOf(bLeads)));
   EXPECT_NE(gate(*a, "acct").find("refused"), std::string::npos);
 }
@@ -121,9 +141,13 @@ TEST_F(ZkElectProcessTest, BadAccountIdIsRejectedWithExitTwoAndNothingWritten) {
   ChildProcess noZk(std::string(ZKAGENT_BIN_DIR) + "/zk-elect", {"--accounts", "a"});
   EXPECT_TRUE(noZk.wait(10s).exitedWith(2));
   EXPECT_NE(noZk.stderrText().find("--zk is required"), std::string::npos);
-  // Nothing was created under the root.
-  auto dump = sharedZooKeeper().fourLetter("dump");
-  EXPECT_EQ(dump.find(root), std::string::npos);
+  // Nothing was created: not even the root, which a persistent node would be (ZooKeeper's `dump`
+  // lists only sessions and ephemeral nodes, so it cannot tell).
+  EXPECT_EQ(readZNode(sharedZooKeeper().connectString(), root).state, ZNode::State::absent);
+  // The same read sees the root once a valid account registered under it.
+  auto valid = startElect(root, "host-a", "acct", false);
+  valid->waitForLine("LEADER acct", 10s);
+  EXPECT_EQ(readZNode(sharedZooKeeper().connectString(), root).state, ZNode::State::found);
 }
 
 TEST_F(ZkElectProcessTest, ManyAccountsAreLedByTheFirstAndMoveOnKill) {

@@ -94,6 +94,7 @@ class FakeKeeper : public detail::Keeper {
 
   // Keeper.
   bool usable() const override { return connected_; }
+  bool heardRecently() const override { return connected_; }  // no clock: heard while linked
   uint64_t linkEpoch() const override { return linkEpoch_; }
   int64_t sessionId() const override { return session_; }
   void createOn(Executor ex, std::string path, std::string data, NodeKind kind,

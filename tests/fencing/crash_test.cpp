@@ -1,6 +1,7 @@
 // Real faults in a forked child that reports each answer on a pipe: SIGKILL in the middle of a
-// burst, and a write that fails part-way. Every operation reported as accepted must be in the
-// log afterwards, and none reported as rejected.
+// burst, a power cut (SIGKILL, then every write no sync covered is lost), and a write that fails
+// part-way. Every operation reported as accepted must be in the log afterwards, and none reported
+// as rejected.
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
@@ -9,14 +10,18 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <functional>
+#include <map>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 #include <zkagent/fencing.hpp>
 
+#include "sync_recorder.hpp"
 #include "temp_dir.hpp"
 
 namespace zkagent::fencing {
@@ -167,6 +172,63 @@ TEST(FencingCrash, AcknowledgedOperationsSurviveSigkillMidBurst) {
   const std::uint64_t token = someAccepted.starts_with("0-") ? 1 : 2;
   EXPECT_TRUE(
       reopened.submit(Operation{{"acct", token, "host", 1}, someAccepted, "null"}).replayed);
+}
+
+// A power cut, which SIGKILL alone is not: after SIGKILL the kernel still writes out what the
+// child wrote, synced or not, so a log that never synced would pass the test above. Here the child
+// reports every completed sync ("S <path> <bytes>", before the answers that rely on it), and after
+// the kill each log file is cut to what its last sync covered, as a disk losing power keeps only
+// that. (Only the logs' contents are cut; a power cut can also lose directory entries that were
+// not synced, which this does not model.)
+TEST(FencingCrash, AcknowledgedOperationsSurviveAPowerCutThatLosesEveryUnsyncedWrite) {
+  namespace fs = std::filesystem;
+  testing::TempDir dir;
+  ForkedChild child([&](int out) {
+    testing::recordSyncsTo(out);
+    submitUntilKilled(dir.path(), out);
+  });
+  std::size_t acceptedSeen = 0;
+  std::size_t linesCounted = 0;
+  const auto enoughAccepted = [&](const std::vector<std::string>& lines) {
+    for (; linesCounted < lines.size(); ++linesCounted)
+      acceptedSeen += lines[linesCounted][0] == 'A';
+    return acceptedSeen >= 400;
+  };
+  child.readLinesUntil(enoughAccepted, 30s);
+  child.kill();
+  // Whatever the child wrote before it died is in the pipe: read it to the end.
+  const auto& lines = child.readLinesUntil([](const auto&) { return false; }, 10s);
+  std::set<std::string> accepted;
+  std::map<fs::path, std::uintmax_t> synced;  // per file: the bytes its last sync covered
+  for (const std::string& line : lines) {
+    if (line[0] == 'A') accepted.insert(line.substr(2));
+    if (line[0] != 'S') continue;
+    std::istringstream fields(line.substr(2));
+    std::string path;
+    std::uintmax_t bytes = 0;
+    fields >> path >> bytes;
+    synced[fs::path(path)] = bytes;
+  }
+  ASSERT_GE(accepted.size(), 400u) << "the child did not acknowledge enough operations in time";
+
+  std::size_t logs = 0;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir.path())) {
+    if (!entry.path().filename().string().starts_with("log.")) continue;
+    ++logs;
+    const auto kept = synced.find(entry.path());
+    const std::uintmax_t size = fs::file_size(entry.path());
+    fs::resize_file(entry.path(), kept == synced.end() ? 0 : std::min(kept->second, size));
+  }
+  ASSERT_GE(logs, 1u) << "no log in " << dir.path();
+
+  std::set<std::string> logged;
+  for (const LoggedOperation& operation : readLoggedOperations(dir.path())) {
+    logged.insert(operation.operation.opId);
+  }
+  std::size_t lost = 0;
+  for (const std::string& id : accepted) lost += logged.count(id) == 0;
+  EXPECT_EQ(lost, 0u) << "acknowledged operations no completed sync covered, of "
+                      << accepted.size();
 }
 
 // A real write failure: the file size limit (RLIMIT_FSIZE) makes a write stop part-way and the

@@ -13,7 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   gateway::LeaseBatch batch;
   try {
-    batch = gateway::parseLeaseBatch(text, {});
+    batch = gateway::parseLeaseBatch(text);
   } catch (const fencing::BadRequest& error) {
     if (std::string_view(error.what()).find(": ") == std::string_view::npos) __builtin_trap();
     return 0;

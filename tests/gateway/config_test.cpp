@@ -173,22 +173,26 @@ TEST(GatewayConfig, SubscriberSettingsHaveDefaultsComeFromTheFileAndFlagsAndAreC
   EXPECT_EQ(defaults.config->subscribePort, 8481) << "the HTTP port's neighbour";
   EXPECT_EQ(defaults.config->coalesceMs, 100);
   EXPECT_EQ(defaults.config->subscriberQueue, 64);
+  EXPECT_EQ(defaults.config->maxSubscribers, 10000);
   auto anyPort = parse({"--data-dir", "d", "--listen", "127.0.0.1:0"});
   ASSERT_TRUE(anyPort.config) << anyPort.message;
   EXPECT_EQ(anyPort.config->subscribePort, 0);
   zkagent::fencing::testing::TempDir dir;
   auto file = dir.path() / "gateway.json";
-  std::ofstream(file) << R"({"dataDir":"d","presence":{"debounce_ms":500,"coalesce_ms":10,)"
-                         R"("subscriber_queue":4,"subscribe_listen":"127.0.0.1:9000"}})";
+  std::ofstream(file)
+      << R"({"dataDir":"d","presence":{"debounce_ms":500,"coalesce_ms":10,)"
+         R"("subscriber_queue":4,"max_subscribers":3,"subscribe_listen":"127.0.0.1:9000"}})";
   auto fromFile = parse({"--config", file.string()});
   ASSERT_TRUE(fromFile.config) << fromFile.message;
   EXPECT_EQ(fromFile.config->debounceMs, 500);
   EXPECT_EQ(fromFile.config->coalesceMs, 10);
   EXPECT_EQ(fromFile.config->subscriberQueue, 4);
+  EXPECT_EQ(fromFile.config->maxSubscribers, 3);
   EXPECT_EQ(fromFile.config->subscribePort, 9000);
-  auto overridden = parse(
-      {"--config", file.string(), "--debounce-ms", "0", "--subscribe-listen", "127.0.0.1:9001"});
+  auto overridden = parse({"--config", file.string(), "--debounce-ms", "0", "--subscribe-listen",
+                           "127.0.0.1:9001", "--max-subscribers", "7"});
   ASSERT_TRUE(overridden.config) << overridden.message;
+  EXPECT_EQ(overridden.config->maxSubscribers, 7);
   EXPECT_EQ(overridden.config->debounceMs, 0);
   EXPECT_EQ(overridden.config->subscribePort, 9001);
 
@@ -196,6 +200,12 @@ TEST(GatewayConfig, SubscriberSettingsHaveDefaultsComeFromTheFileAndFlagsAndAreC
             std::string::npos);
   EXPECT_NE(
       errorOf({"--data-dir", "d", "--subscriber-queue", "0"}).find("--subscriber-queue: must be"),
+      std::string::npos);
+  EXPECT_NE(
+      errorOf({"--data-dir", "d", "--max-subscribers", "0"}).find("--max-subscribers: must be"),
+      std::string::npos);
+  EXPECT_NE(
+      error(R"({"presence":{"max_subscribers":-3}})").find("presence.max_subscribers: must be"),
       std::string::npos);
   EXPECT_NE(error(R"({"presence":{"debounce_ms":"20s"}})").find("presence.debounce_ms: must be"),
             std::string::npos);

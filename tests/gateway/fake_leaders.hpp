@@ -24,6 +24,11 @@ class FakeLeaders final : public LeaderSource {
     std::lock_guard lock(mutex_);
     active_[account] = fencing::ActiveView::present(seq);
   }
+  void setHeldBy(const std::string& account, uint64_t seq, const std::string& instance,
+                 int64_t session) {
+    std::lock_guard lock(mutex_);
+    active_[account] = fencing::ActiveView::heldBy(seq, instance, session);
+  }
   // The cache answers for this account, but cannot tell (a read that timed out).
   void setUnknown(const std::string& account) {
     std::lock_guard lock(mutex_);

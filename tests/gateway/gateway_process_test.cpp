@@ -12,11 +12,11 @@
 #include <thread>
 
 #include "temp_dir.hpp"
-#include "zk_read.hpp"
 #include "zkagent/fencing.hpp"
 #include "zkagent/http.hpp"
 #include "zktest/child_process.hpp"
 #include "zktest/deadline.hpp"
+#include "zktest/znode.hpp"
 #include "zktest/zookeeper_server.hpp"
 
 using namespace zkagent;
@@ -66,8 +66,8 @@ std::string op(std::string_view account, uint64_t token, std::string_view opId,
 
 // The account's active node as ZooKeeper holds it.
 json activeNode(const std::string& connect, const std::string& root, const std::string& account) {
-  auto data = gateway::testing::readZNode(connect, root + "/" + account + "/active");
-  return data ? json::parse(*data) : json();
+  const auto node = zktest::readZNode(connect, root + "/" + account + "/active");
+  return node.state == zktest::ZNode::State::found ? json::parse(node.data) : json();
 }
 
 // The token printed by zk-elect in "LEADER <account> <token> <unix_ns>".
@@ -312,7 +312,7 @@ TEST(GatewayProcess, PresenceLeaseBatchOfTwoThousandEntriesIsHeldThenExpires) {
                      {"token", 4},
                      {"counter", i}});
   }
-  auto body = json{{"instanceId", "host-a"}, {"sessionId", "0x1"}, {"renew", renew}}.dump();
+  auto body = json{{"instanceId", "host-a"}, {"sessionId", 1}, {"renew", renew}}.dump();
   ASSERT_GT(body.size(), fencing::kMaxOperationBytes) << "the batch must exceed an op's limit";
   auto answer = client.post("/v1/presence/leases", body);
   ASSERT_EQ(answer.status, 200) << answer.body << answer.transportError;
@@ -337,4 +337,30 @@ TEST(GatewayProcess, PresenceLeaseBatchOfTwoThousandEntriesIsHeldThenExpires) {
   // The store's sweep timers do not keep a stopping gateway alive.
   gateway.process().signal(SIGTERM);
   EXPECT_TRUE(gateway.process().wait(10s).exitedWith(0));
+}
+
+// A gateway serving two accounts: a batch that also names a third gets that entry refused and the
+// others applied.
+TEST(GatewayProcess, ALeaseBatchNamingAnAccountNotServedAppliesTheOtherEntries) {
+  fencing::testing::TempDir dir;
+  const auto config = dir.path() / "gateway.json";
+  std::ofstream(config) << R"({"accounts":["acc-1","acc-2"]})";
+  GatewayProcess gateway(dir.path() / "data", {"--config", config.string()});
+  auto client = gateway.client();
+  json renew = json::array();
+  for (const char* account : {"acc-1", "acc-9", "acc-2"}) {
+    renew.push_back({{"account", account}, {"device", "phone"}, {"token", 4}, {"counter", 1}});
+  }
+  auto answer =
+      client.post("/v1/presence/leases",
+                  json{{"instanceId", "host-a"}, {"sessionId", 1}, {"renew", renew}}.dump());
+  ASSERT_EQ(answer.status, 200) << answer.body << answer.transportError;
+  const auto counts = json::parse(answer.body);
+  EXPECT_EQ(counts["renewed"], 2) << answer.body;
+  EXPECT_EQ(
+      counts["refused"],
+      (json{
+          {{"index", 1}, {"list", "renew"}, {"account", "acc-9"}, {"reason", "unknown_account"}}}))
+      << answer.body;
+  EXPECT_EQ(json::parse(client.get("/v1/presence/acc-2").body)["online"], true);
 }

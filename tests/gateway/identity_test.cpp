@@ -28,6 +28,7 @@ std::string op(std::string_view instance, std::string_view opId) {
 
 std::string leases(std::string_view instance) {
   return json{{"instanceId", instance},
+              {"sessionId", 42},
               {"renew", {{{"account", "acc"}, {"device", "d1"}, {"token", 5}, {"counter", 1}}}}}
       .dump();
 }

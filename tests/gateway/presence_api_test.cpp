@@ -33,9 +33,12 @@ json removal(std::string_view account, std::string_view device, uint64_t token, 
   return removed;
 }
 
-std::string batch(json renew, json remove = json::array(), std::string_view instance = "host-a") {
+constexpr int64_t kSession = 0x1000abc;
+
+std::string batch(json renew, json remove = json::array(), std::string_view instance = "host-a",
+                  int64_t session = kSession) {
   return json{{"instanceId", instance},
-              {"sessionId", "0x1000abc"},
+              {"sessionId", session},
               {"renew", std::move(renew)},
               {"remove", std::move(remove)}}
       .dump();
@@ -115,7 +118,12 @@ using Epochs = std::map<std::string, std::pair<uint64_t, uint64_t>>;
 TEST_F(PresenceApi, RenewedLeaseIsShownWithItsAgentEpochAndAge) {
   start();
   EXPECT_EQ(leases(batch({entry("A", "phone", 7, 12), entry("A", "laptop", 7, 13)})),
-            (json{{"renewed", 2}, {"removed", 0}, {"stale", 0}, {"fenced", json::array()}}));
+            (json{{"renewed", 2},
+                  {"removed", 0},
+                  {"stale", 0},
+                  {"fenced", json::array()},
+                  {"refused", json::array()},
+                  {"leaseTtlMs", 150000}}));
   auto shown = presenceOf("A");
   EXPECT_EQ(shown["account"], "A");
   EXPECT_EQ(shown["online"], true);
@@ -137,28 +145,36 @@ TEST_F(PresenceApi, AgeCountsFromTheLastRenewal) {
   leases(batch({entry("A", "phone", 7, 12)}));
   ASSERT_TRUE(zktest::eventually(
       [&] { return presenceOf("A")["devices"][0]["age_ms"].get<int64_t>() >= 50; }, 5s));
-  leases(batch({entry("A", "phone", 7, 12)}, json::array(), "host-b"));
+  leases(batch({entry("A", "phone", 8, 12)}, json::array(), "host-b"));
   const auto renewed = presenceOf("A")["devices"][0];
   EXPECT_LT(renewed["age_ms"].get<int64_t>(), 50);
-  EXPECT_EQ(renewed["agent"], "host-b") << "the lease follows the agent that renewed it last";
+  EXPECT_EQ(renewed["agent"], "host-b") << "the lease follows the leader that renewed it last";
 }
 
 TEST_F(PresenceApi, RenewalWithAnOlderEpochIsStaleAndKeepsTheCurrentLease) {
   start();
   leases(batch({entry("A", "phone", 7, 12)}));
-  EXPECT_EQ(leases(batch({entry("A", "phone", 7, 11), entry("A", "phone", 6, 99)}))["stale"], 2);
+  auto older = leases(batch({entry("A", "phone", 7, 11), entry("A", "phone", 6, 99)}));
+  EXPECT_EQ(older["stale"], 1);
+  // An older leader's token does not even reach the store: the lease write raised the HWM to 7.
+  EXPECT_EQ(older["fenced"], (json{{{"account", "A"}, {"token", 6}}}));
   EXPECT_EQ(epochs("A"), (Epochs{{"phone", {7, 12}}}));
   EXPECT_EQ(leases(batch({entry("A", "phone", 8, 1)}))["renewed"], 1) << "a new leader outranks";
   EXPECT_EQ(epochs("A"), (Epochs{{"phone", {8, 1}}}));
   EXPECT_TRUE(
-      hasMetric(R"(zkagent_gateway_presence_lease_entries_total{op="renew",result="stale"} 2)"));
+      hasMetric(R"(zkagent_gateway_presence_lease_entries_total{op="renew",result="stale"} 1)"));
 }
 
 TEST_F(PresenceApi, RemoveWithTheCurrentEpochEndsTheLeaseAndAnOlderEpochIsStale) {
   start();
   leases(batch({entry("A", "phone", 7, 12)}));
   EXPECT_EQ(leases(batch(json::array(), {removal("A", "phone", 7, 11)})),
-            (json{{"renewed", 0}, {"removed", 0}, {"stale", 1}, {"fenced", json::array()}}));
+            (json{{"renewed", 0},
+                  {"removed", 0},
+                  {"stale", 1},
+                  {"fenced", json::array()},
+                  {"refused", json::array()},
+                  {"leaseTtlMs", 150000}}));
   EXPECT_EQ(epochs("A"), (Epochs{{"phone", {7, 12}}}));
   EXPECT_EQ(leases(batch(json::array(), {removal("A", "phone", 7, 12, "ping_timeout")}))["removed"],
             1);
@@ -186,6 +202,14 @@ TEST_F(PresenceApi, ZooKeeperModeFencesEveryTokenButTheActiveSeq) {
   EXPECT_EQ(answer["fenced"], (json{{{"account", "A"}, {"token", 7}},
                                     {{"account", "A"}, {"token", 9}},
                                     {{"account", "B"}, {"token", 3}}}));
+  auto refusal = [](int index, const char* list, const char* account, const char* reason) {
+    return json{{"index", index}, {"list", list}, {"account", account}, {"reason", reason}};
+  };
+  EXPECT_EQ(answer["refused"], (json{refusal(0, "renew", "A", "not_current_leader"),
+                                     refusal(2, "renew", "A", "not_current_leader"),
+                                     refusal(3, "renew", "A", "not_current_leader"),
+                                     refusal(4, "renew", "B", "not_current_leader"),
+                                     refusal(0, "remove", "A", "not_current_leader")}));
   EXPECT_EQ(epochs("A"), (Epochs{{"new", {8, 1}}}));
   EXPECT_EQ(presenceOf("B")["online"], false);
   EXPECT_TRUE(
@@ -208,17 +232,110 @@ TEST_F(PresenceApi, EachAccountIsLookedUpOncePerBatch) {
   EXPECT_EQ(leaders_.lookups() - before, 2);
 }
 
-TEST_F(PresenceApi, HwmModeFencesTokensBelowTheAccountsHwm) {
+TEST_F(PresenceApi, HwmModeFencesLeaseWritesByTheOperationsRuleAndTheyRaiseTheHwm) {
   start();
-  auto op = json{{"account", "A"}, {"token", 9},   {"instanceId", "host-a"},
-                 {"sessionId", 1}, {"opId", "o1"}, {"payload", nullptr}};
+  auto op = json{{"account", "A"},        {"token", 9},   {"instanceId", "host-a"},
+                 {"sessionId", kSession}, {"opId", "o1"}, {"payload", nullptr}};
   ASSERT_EQ(call(http::Method::Post, "/v1/ops", op.dump()).status, 200);  // HWM of A: 9
   auto answer = leases(batch({entry("A", "old", 8, 1), entry("A", "now", 9, 1),
                               entry("A", "next", 10, 1), entry("B", "phone", 1, 1)}));
   EXPECT_EQ(answer["renewed"], 3);
   EXPECT_EQ(answer["fenced"], (json{{{"account", "A"}, {"token", 8}}}));
+  EXPECT_EQ(answer["refused"],
+            (json{{{"index", 0}, {"list", "renew"}, {"account", "A"}, {"reason", "stale_token"}}}));
   EXPECT_EQ(epochs("A"), (Epochs{{"next", {10, 1}}, {"now", {9, 1}}}));
-  EXPECT_EQ(validator_->status("A")->hwm, 9u) << "lease writes do not move the HWM";
+  EXPECT_EQ(validator_->status("A")->hwm, 10u) << "an accepted lease write raises the HWM";
+  EXPECT_EQ(validator_->status("B")->hwm, 1u);
+  op["opId"] = "o2";
+  EXPECT_EQ(call(http::Method::Post, "/v1/ops", op.dump()).status, 409)
+      << "the lease write's raise fences operations under the older token too";
+}
+
+// Without ZooKeeper, agent B (valid credentials, not the leader) uses the leader's token: the
+// HWM's holder is A's instance and session, so B can neither renew nor remove A's lease, while
+// A's own writes still pass.
+TEST_F(PresenceApi, HwmModeRefusesAnotherAgentUnderTheLeadersTokenAndKeepsTheLeadersLease) {
+  start();
+  ASSERT_EQ(leases(batch({entry("A", "phone", 7, 3)}))["renewed"], 1);
+  for (const auto& [instance, session] :
+       std::vector<std::pair<std::string, int64_t>>{{"host-b", kSession}, {"host-a", 99}}) {
+    auto answer = leases(
+        batch({entry("A", "ghost", 7, 9)}, {removal("A", "phone", 7, 3)}, instance, session));
+    EXPECT_EQ(answer["renewed"], 0) << instance;
+    EXPECT_EQ(answer["removed"], 0) << instance;
+    EXPECT_EQ(answer["fenced"], (json{{{"account", "A"}, {"token", 7}}})) << instance;
+    ASSERT_EQ(answer["refused"].size(), 2u) << answer.dump();
+    EXPECT_EQ(answer["refused"][1]["reason"], "not_current_leader");
+  }
+  EXPECT_EQ(epochs("A"), (Epochs{{"phone", {7, 3}}}));
+  EXPECT_TRUE(
+      hasMetric(R"(zkagent_gateway_presence_lease_entries_total{op="remove",result="fenced"} 2)"));
+  EXPECT_EQ(leases(batch(json::array(), {removal("A", "phone", 7, 3)}))["removed"], 1);
+}
+
+// In ZooKeeper mode the active node names its holder: B's batch under A's token is refused
+// entry by entry, before A wrote anything (so no HWM holder stands in) and after; A's lease stays
+// and A's own batch passes.
+TEST_F(PresenceApi, ZooKeeperModeRefusesAnotherAgentUnderTheLeadersToken) {
+  start({}, true);
+  leaders_.setHeldBy("A", 7, "host-a", kSession);
+  auto ghost = leases(batch({entry("A", "ghost", 7, 9)}, json::array(), "host-b"));
+  EXPECT_EQ(ghost["renewed"], 0);
+  EXPECT_EQ(ghost["fenced"], (json{{{"account", "A"}, {"token", 7}}}));
+  ASSERT_EQ(leases(batch({entry("A", "phone", 7, 3)}))["renewed"], 1);
+  auto answer =
+      leases(batch({entry("A", "ghost", 7, 9)}, {removal("A", "phone", 7, 3)}, "host-b", kSession));
+  EXPECT_EQ(answer["renewed"], 0);
+  EXPECT_EQ(answer["removed"], 0);
+  EXPECT_EQ(answer["fenced"], (json{{{"account", "A"}, {"token", 7}}}));
+  EXPECT_EQ(epochs("A"), (Epochs{{"phone", {7, 3}}}));
+  EXPECT_EQ(leases(batch(json::array(), {removal("A", "phone", 7, 3)}))["removed"], 1);
+}
+
+// The deposed leader's writes after its successor's first lease write, with no operation in
+// between: refused on the HWM that write raised.
+TEST_F(PresenceApi, HwmModeRefusesTheDeposedLeaderOnceTheSuccessorsLeaseWriteRaisedTheHwm) {
+  start();
+  ASSERT_EQ(leases(batch({entry("A", "phone", 7, 3)}))["renewed"], 1);
+  ASSERT_EQ(leases(batch({entry("A", "phone", 8, 1)}, json::array(), "host-b", 22))["renewed"], 1);
+  EXPECT_EQ(validator_->status("A")->hwm, 8u);
+  auto deposed = leases(batch({entry("A", "phone", 7, 4)}, {removal("A", "phone", 8, 1)}));
+  EXPECT_EQ(deposed["renewed"], 0);
+  EXPECT_EQ(deposed["removed"], 0);
+  EXPECT_EQ(deposed["refused"][0]["reason"], "stale_token");
+  EXPECT_EQ(deposed["refused"][1]["reason"], "not_current_leader") << "8 is held by host-b";
+  EXPECT_EQ(epochs("A"), (Epochs{{"phone", {8, 1}}}));
+}
+
+// An entry for an account the gateway does not serve is refused alone: the batch's other
+// entries are applied and the answer names each refused entry.
+TEST_F(PresenceApi, AnEntryForAnAccountNotServedIsRefusedAloneAndTheOthersApplied) {
+  gateway::Config config;
+  config.accounts = {"A", "B"};
+  start(config);
+  auto answer = leases(
+      batch({entry("A", "phone", 7, 1), entry("C", "phone", 7, 1), entry("B", "phone", 3, 1)},
+            {removal("C", "tablet", 7, 2)}));
+  EXPECT_EQ(
+      answer,
+      (json{{"renewed", 2},
+            {"removed", 0},
+            {"stale", 0},
+            {"fenced", json::array()},
+            {"refused",
+             {{{"index", 1}, {"list", "renew"}, {"account", "C"}, {"reason", "unknown_account"}},
+              {{"index", 0},
+               {"list", "remove"},
+               {"account", "C"},
+               {"reason", "unknown_account"}}}},
+            {"leaseTtlMs", 150000}}));
+  EXPECT_EQ(epochs("A"), (Epochs{{"phone", {7, 1}}}));
+  EXPECT_EQ(epochs("B"), (Epochs{{"phone", {3, 1}}}));
+  EXPECT_FALSE(validator_->status("C").has_value()) << "nothing is kept for an unknown account";
+  EXPECT_TRUE(hasMetric(
+      R"(zkagent_gateway_presence_lease_entries_total{op="renew",result="unknown_account"} 1)"));
+  EXPECT_TRUE(hasMetric(
+      R"(zkagent_gateway_presence_lease_entries_total{op="remove",result="unknown_account"} 1)"));
 }
 
 TEST_F(PresenceApi, RefusingModeAnswers503AndAppliesNothing) {
@@ -259,17 +376,19 @@ TEST_F(PresenceApi, MalformedBatchGets400NamingTheFieldAndAppliesNone) {
       {"not json", "body: not valid JSON"},
       {"[1]", "body: must be a JSON object"},
       {R"({"renew":[]})", "instanceId: missing"},
+      {R"({"instanceId":"h","renew":[]})", "sessionId: missing"},
+      {R"({"instanceId":"h","sessionId":"0x1"})", "sessionId: must be a 64-bit signed integer"},
+      {R"({"instanceId":"h","sessionId":9223372036854775808})", "sessionId: must be a 64-bit"},
       {batch(json::array({good}), json::array(), "has space"), "instanceId: must be 1 to 128"},
       {batch(json::array({good}), json::array(), std::string(129, 'x')), "instanceId: must be"},
-      {R"({"instanceId":"h","renew":{}})", "renew: must be an array"},
-      {R"({"instanceId":"h","remove":"x"})", "remove: must be an array"},
-      {R"({"instanceId":"h","sessionId":[1]})", "sessionId: must be a string or an integer"},
+      {R"({"instanceId":"h","sessionId":1,"renew":{}})", "renew: must be an array"},
+      {R"({"instanceId":"h","sessionId":1,"remove":"x"})", "remove: must be an array"},
+      {R"({"instanceId":"h","sessionId":[1]})", "sessionId: must be a 64-bit signed integer"},
       {batch({good, 5}), "renew[1]: must be a JSON object"},
       {batch({good, good, good, without(good, "device")}), "renew[3].device: missing"},
       {batch({good, withField(good, "device", "a/b")}), "renew[1].device: must match"},
       {batch({good, withField(good, "device", "..")}), "renew[1].device: must match"},
       {batch({good, withField(good, "account", "")}), "renew[1].account: must match"},
-      {batch({good, withField(good, "account", "C")}), "renew[1].account: unknown account 'C'"},
       {batch({good, withField(good, "token", -1)}), "renew[1].token: must be a non-negative"},
       {batch({good, withField(good, "counter", "1")}), "renew[1].counter: must be a non-negative"},
       {batch({good, without(good, "token")}), "renew[1].token: missing"},

@@ -39,7 +39,7 @@ class TlsGateway {
   }
   // A client presenting `certificate` (empty: none) and trusting the test CA.
   http::ClientResponse submit(const std::string& certificate, std::string_view instance,
-                              std::string_view opId) {
+                              std::string_view opId, uint64_t token = 3) {
     http::ClientTls tls{.ca = certFile("ca.pem")};
     if (!certificate.empty()) {
       tls.cert = certFile(certificate + ".pem");
@@ -47,7 +47,7 @@ class TlsGateway {
     }
     http::Client client({.port = port_, .tls = tls});
     return client.post("/v1/ops", json{{"account", "acc"},
-                                       {"token", 3},
+                                       {"token", token},
                                        {"instanceId", instance},
                                        {"sessionId", 9},
                                        {"opId", opId},
@@ -69,7 +69,8 @@ TEST(GatewayTlsProcess, OnlyTheCertificatesOwnInstanceGetsThrough) {
   EXPECT_EQ(own.status, 200) << own.body;
   auto foreign = gateway.submit("agent-a", "agent-b", "b-1");
   EXPECT_EQ(foreign.status, 403) << foreign.body;
-  EXPECT_EQ(gateway.submit("agent-b", "agent-b", "b-1").status, 200);
+  // Under a token of its own: token 3 is agent-a's (the HWM's holder).
+  EXPECT_EQ(gateway.submit("agent-b", "agent-b", "b-1", 4).status, 200);
 }
 
 TEST(GatewayTlsProcess, NoForeignOrExpiredCertificateIsServed) {

@@ -21,7 +21,8 @@ namespace {
 
 class RunningServer {
  public:
-  explicit RunningServer(ServerOptions options) : server_(io_, std::move(options), router()) {
+  explicit RunningServer(ServerOptions options, Router router = pingRouter())
+      : server_(io_, std::move(options), std::move(router)) {
     server_.start();
     thread_ = std::thread([this] { io_.run(); });
   }
@@ -32,7 +33,7 @@ class RunningServer {
   uint16_t port() const { return server_.port(); }
 
  private:
-  static Router router() {
+  static Router pingRouter() {
     Router r;
     r.add(Method::Get, "/ping", [](const Request&) { return Response::text(200, "pong"); });
     return r;
@@ -195,6 +196,36 @@ TEST(HttpLimits, AConnectionOverItsRequestRateGets429WithRetryAfter) {
   EXPECT_NE(last.find("429 Too Many Requests"), std::string::npos) << last;
   EXPECT_NE(last.find("Retry-After: 1"), std::string::npos) << last;
   EXPECT_TRUE(zktest::eventually([&] { return flooding.get("/ping").status == 200; }, 5s));
+}
+
+// The bearer token is checked on the headers: a client without it that announces a 10 MB body and
+// never sends it gets its 401 at once (not at the read deadline), no handler runs, and the
+// connection closes; with the token the same route takes the body.
+TEST(HttpLimits, AMissingOrWrongTokenGets401BeforeTheBodyIsRead) {
+  std::atomic<int> handled{0};
+  Router router({.bearerToken = "s3cret"});
+  router.add(Method::Post, "/upload", [&](const Request& request) {
+    ++handled;
+    return Response::text(200, std::to_string(request.body.size()));
+  });
+  RunningServer server({.bodyLimit = 16 * 1024 * 1024, .readTimeout = 60000ms}, std::move(router));
+  const std::string announced = "Content-Length: " + std::to_string(10 * 1024 * 1024) + "\r\n";
+  for (const std::string authorization : {"", "Authorization: Bearer wrong\r\n"}) {
+    RawClient client(server.port());
+    ASSERT_TRUE(
+        client.send("POST /upload HTTP/1.1\r\nHost: x\r\n" + authorization + announced + "\r\n"));
+    const std::string answer = client.receive(10s);
+    EXPECT_NE(answer.find("401 Unauthorized"), std::string::npos) << authorization << answer;
+    EXPECT_NE(answer.find("Connection: close"), std::string::npos) << answer;
+    EXPECT_TRUE(client.closedByServer(10s)) << "the connection waited for a body after the 401";
+  }
+  EXPECT_EQ(handled.load(), 0);
+
+  Client honest({.port = server.port(), .bearerToken = "s3cret"});
+  auto taken = honest.post("/upload", std::string(64 * 1024, 'x'));
+  EXPECT_EQ(taken.status, 200) << taken.transportError;
+  EXPECT_EQ(taken.body, std::to_string(64 * 1024));
+  EXPECT_EQ(handled.load(), 1);
 }
 
 TEST(HttpLimits, ARateOfZeroLimitsNothing) {

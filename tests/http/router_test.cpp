@@ -111,6 +111,27 @@ TEST(Router, OperatorRoutesNeedTheOperatorToken) {
   EXPECT_EQ(routes({.openOperatorActions = true}).handle(make(Method::Post, "/drain")).status, 200);
 }
 
+// What a server asks before reading a body: the refusals dispatch would give, and nothing for a
+// request a handler would get (the handler does not run either way).
+TEST(Router, RefusalOnTheHeadersAloneIsWhatDispatchWouldRefuse) {
+  Router router({.bearerToken = "s3cret"});
+  int handled = 0;
+  router.add(Method::Post, "/upload", [&](const Request&) {
+    ++handled;
+    return Response::text(200, "ok");
+  });
+  router.add(
+      Method::Get, "/healthz", [&](const Request&) { return Response::text(200, "ok"); },
+      Access::Public);
+  EXPECT_EQ(router.refusal(make(Method::Post, "/upload"))->status, 401);
+  EXPECT_EQ(router.refusal(make(Method::Post, "/upload", "Bearer s3cre"))->status, 401);
+  EXPECT_EQ(router.refusal(make(Method::Post, "/nowhere", "Bearer s3cret"))->status, 404);
+  EXPECT_EQ(router.refusal(make(Method::Get, "/upload", "Bearer s3cret"))->status, 405);
+  EXPECT_FALSE(router.refusal(make(Method::Post, "/upload", "Bearer s3cret")).has_value());
+  EXPECT_FALSE(router.refusal(make(Method::Get, "/healthz")).has_value());
+  EXPECT_EQ(handled, 0);
+}
+
 TEST(Router, HandlerExceptionBecomes500WithMessage) {
   Router router;
   router.add(Method::Get, "/boom",

@@ -2,10 +2,12 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <future>
@@ -313,6 +315,42 @@ TEST(HttpClientOnIo, TimeoutsAndRefusedConnectionsAreReported) {
   ASSERT_TRUE(runUntil(io, done, 5s));
   EXPECT_NE(refused.transportError.find("cannot connect"), std::string::npos)
       << refused.transportError;
+}
+
+// The agent runs its io_context on several threads. A request timeout closes the socket from
+// Beast's timer handler while the failed read completes and drops the connection: both must
+// run on the connection's strand. Under ThreadSanitizer (scripts/run-sanitizers) this failed
+// with a data race in the socket's close when connections were on the bare io_context.
+TEST(HttpClientOnIo, TimeoutsOnAContextRunByManyThreadsAreEachReportedOnce) {
+  std::promise<void> release;
+  RunningServer server(slowRouter(release.get_future().share()),
+                       ServerOptions{.handlerThreads = 1});
+  boost::asio::io_context io;
+  auto work = boost::asio::make_work_guard(io);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) threads.emplace_back([&io] { io.run(); });
+  auto options = server.client();
+  options.io = &io;
+  options.requestTimeout = 20ms;
+  options.maxIdleConnections = 4;
+  constexpr int kRequests = 100;
+  std::atomic<int> answers{0}, timeouts{0};
+  std::promise<void> allAnswered;
+  {
+    Client client(options);
+    for (int i = 0; i < kRequests; ++i) {
+      client.asyncRequest(Method::Get, "/slow", "", [&](ClientResponse r) {
+        if (!r.delivered() && r.transportError.find("no answer") != std::string::npos) ++timeouts;
+        if (++answers == kRequests) allAnswered.set_value();
+      });
+    }
+    EXPECT_EQ(allAnswered.get_future().wait_for(30s), std::future_status::ready) << answers;
+    release.set_value();
+    work.reset();
+    for (auto& thread : threads) thread.join();
+  }
+  EXPECT_EQ(answers, kRequests);
+  EXPECT_EQ(timeouts, kRequests);
 }
 
 // ---- deferred routes: handlers that answer later, holding no thread meanwhile ----

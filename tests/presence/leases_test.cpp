@@ -31,7 +31,10 @@ struct StoreWorld {
 TEST(Epoch, OrdersByLeaderTokenBeforeTheConnectionCounter) {
   EXPECT_LT((Epoch{1, 1000}), (Epoch{2, 1}));
   EXPECT_LT((Epoch{2, 1}), (Epoch{2, 2}));
-  EXPECT_EQ((Epoch{3, 4}), (Epoch{3, 4}));
+  // Equal only when both parts are: neither is before the other.
+  EXPECT_FALSE((Epoch{3, 4}) < (Epoch{3, 4}));
+  EXPECT_NE((Epoch{3, 4}), (Epoch{3, 5}));
+  EXPECT_NE((Epoch{3, 4}), (Epoch{4, 4}));
 }
 
 TEST(LeaseStore, FirstRenewalCreatesTheLeaseAndReportsTheDeviceOnline) {
@@ -114,21 +117,72 @@ TEST(CrossLeader, LateOfflineFromAnOldLeaderNeverRemovesTheNewLeadersLease) {
   EXPECT_EQ(world.changesOf("alice").size(), 1u);
 }
 
-TEST(ConnectionTable, TimedOutConnectionIsRemovedAndReportedToItsOwner) {
+// A table on the default params (ping timeout 75 s, checked every 5 s) recording its timeouts.
+struct TimeoutWorld {
   Params params;
   VirtualClock clock;
-  PresenceService service(clock, params);
-  std::vector<Epoch> timedOut;
-  ConnectionTable gateway(clock, params, {"gateway-a", 1}, service.leases(),
-                          [&](const DeviceKey&, Epoch epoch) { timedOut.push_back(epoch); });
-  const Epoch silent = gateway.connect({"alice", "phone"});
-  clock.runUntil(at(75));
-  EXPECT_TRUE(timedOut.empty());  // 75 s without a ping is not yet more than the timeout
-  clock.runUntil(at(80));
-  ASSERT_EQ(timedOut.size(), 1u);
-  EXPECT_EQ(timedOut[0], silent);
-  EXPECT_FALSE(gateway.ping(silent));
-  EXPECT_EQ(service.leases().find({"alice", "phone"}), nullptr);
+  PresenceService service{clock, params};
+  std::vector<std::pair<Epoch, TimePoint>> timedOut;
+  ConnectionTable gateway{
+      clock, params, {"gateway-a", 1}, service.leases(), [this](const DeviceKey&, Epoch epoch) {
+        timedOut.emplace_back(epoch, clock.now());
+      }};
+};
+
+TEST(ConnectionTable, TimedOutConnectionIsRemovedAndReportedToItsOwner) {
+  TimeoutWorld world;
+  const Epoch silent = world.gateway.connect({"alice", "phone"});
+  world.clock.runUntil(at(75));
+  EXPECT_TRUE(world.timedOut.empty());  // 75 s without a ping is not yet more than the timeout
+  world.clock.runUntil(at(80));
+  ASSERT_EQ(world.timedOut.size(), 1u);
+  EXPECT_EQ(world.timedOut[0].first, silent);
+  EXPECT_FALSE(world.gateway.ping(silent));
+  EXPECT_EQ(world.service.leases().find({"alice", "phone"}), nullptr);
+}
+
+// A device that pings as fast as it can costs the table nothing more than a quiet one: the timeout
+// schedule keeps one entry per connection (it kept one per ping, for a whole ping timeout), and
+// the flooding connection still times out once it stops while the quiet one stays.
+TEST(ConnectionTable, APingFloodDoesNotGrowTheTimeoutSchedule) {
+  TimeoutWorld world;
+  auto& gateway = world.gateway;
+  const Epoch flood = gateway.connect({"alice", "phone"});
+  const Epoch quiet = gateway.connect({"bob", "phone"});
+  // 70 000 pings over 70 virtual seconds from one device, one every 30 s from the other.
+  for (int ms = 10; ms <= 70'000; ms += 10) {
+    world.clock.runFor(Millis{10});
+    for (int i = 0; i < 10; ++i) {
+      ASSERT_TRUE(gateway.ping(flood));
+    }
+    if (ms % 30'000 == 0) {
+      ASSERT_TRUE(gateway.ping(quiet));
+    }
+  }
+  EXPECT_LE(gateway.scheduled(), 2u);
+  // The flood stops; the quiet device goes on pinging every 30 s.
+  for (int s = 1; s <= 90 && world.timedOut.empty(); ++s) {
+    world.clock.runFor(Millis{1000});
+    if (s % 30 == 0) gateway.ping(quiet);
+  }
+  ASSERT_EQ(world.timedOut.size(), 1u);
+  EXPECT_EQ(world.timedOut[0].first, flood);
+  EXPECT_TRUE(gateway.ping(quiet));
+  EXPECT_EQ(gateway.scheduled(), 1u);
+}
+
+// The deadline is the same as without the wheel: more than pingTimeout after the last ping, at
+// the first check after it, whichever slot the connection was filed in before.
+TEST(ConnectionTable, AConnectionThatPingedLateTimesOutAtTheFirstCheckPastItsNewDeadline) {
+  TimeoutWorld world;
+  const Epoch phone = world.gateway.connect({"alice", "phone"});
+  world.clock.runUntil(at(74));
+  ASSERT_TRUE(world.gateway.ping(phone));  // deadline now 74 + 75 = 149 s
+  world.clock.runUntil(at(149));
+  EXPECT_TRUE(world.timedOut.empty());
+  world.clock.runUntil(at(160));
+  ASSERT_EQ(world.timedOut.size(), 1u);
+  EXPECT_EQ(world.timedOut[0].second, at(150));  // the check at 150 s: 76 s of silence
 }
 
 TEST(ConnectionTable, TimeoutHandlerMayCrashTheTableWithoutBreakingTheCheck) {

@@ -6,6 +6,10 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/websocket.hpp>
 #include <chrono>
 #include <map>
 #include <string>
@@ -24,6 +28,36 @@ using zktest::presence::Cluster;
 using zktest::presence::json;
 using zktest::presence::parseWatchLine;
 using zktest::presence::WatchLine;
+
+// A WebSocket upgrade to the subscriber listener, as a raw client makes it: the status (101 when
+// it was upgraded) and what a refusal said. Closed again at once.
+struct UpgradeAnswer {
+  int status = 0;  // 0: no answer within 5 s
+  std::string retryAfter, body;
+};
+UpgradeAnswer tryUpgrade(uint16_t port, const std::string& target) {
+  namespace beast = boost::beast;
+  namespace websocket = beast::websocket;
+  boost::asio::io_context io;
+  websocket::stream<beast::tcp_stream> ws(io);
+  ws.set_option(websocket::stream_base::decorator([](websocket::request_type& request) {
+    request.set(beast::http::field::authorization,
+                std::string("Bearer ") + zktest::presence::kGatewayToken);
+  }));
+  websocket::response_type response;
+  UpgradeAnswer answer;
+  beast::get_lowest_layer(ws).expires_after(5s);
+  beast::get_lowest_layer(ws).async_connect(
+      {boost::asio::ip::make_address("127.0.0.1"), port}, [&](beast::error_code error) {
+        if (error) return;
+        ws.async_handshake(response, "127.0.0.1", target, [&](beast::error_code refused) {
+          answer = {refused ? static_cast<int>(response.result_int()) : 101,
+                    std::string(response[beast::http::field::retry_after]), response.body()};
+        });
+      });
+  io.run_for(5s);
+  return answer;
+}
 
 int64_t unixNanosNow() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -181,8 +215,11 @@ TEST_F(PresenceSubscriberTest, VersionsNeverGoBackAcrossAGatewayRestartAndALeade
   // Leader failover: the device moves to host-b; any change published carries a higher version.
   a.process->signal(SIGTERM);
   ASSERT_TRUE(a.process->wait(10s).exitedWith(0));
-  phone.waitForLine([](std::string_view l) { return l.starts_with("CONNECTED ") && l.find(" host-b ") != l.npos; },
-                    10s, "CONNECTED to host-b");
+  phone.waitForLine(
+      [](std::string_view l) {
+        return l.starts_with("CONNECTED ") && l.find(" host-b ") != l.npos;
+      },
+      10s, "CONNECTED to host-b");
   uint64_t highest = before;
   while (auto line = watch->tryReadLine(3 * milliseconds(cluster_->timing().debounceMs))) {
     const auto change = parseWatchLine(*line);
@@ -241,18 +278,18 @@ TEST_F(PresenceSubscriberTest, BadSubscribeRequestsAndMessagesAreRefusedAndChang
   EXPECT_NE(badTarget.body.find("targets[1]"), std::string::npos) << badTarget.body;
   EXPECT_EQ(raw.get("/v1/presence/elsewhere").status, 404);
   EXPECT_EQ(raw.get("/v1/presence/subscribe?viewer=bob&targets=a").status, 426);
-  ChildProcess badArgs(zktest::binaryPath("zk-presence-watch").string(),
-                       {"--gateway", cluster_->subscribeUrl(), "--viewer", "b b", "--targets", "a"});
+  ChildProcess badArgs(
+      zktest::binaryPath("zk-presence-watch").string(),
+      {"--gateway", cluster_->subscribeUrl(), "--viewer", "b b", "--targets", "a"});
   EXPECT_TRUE(badArgs.wait(5s).exitedWith(2));
 }
 
 TEST_F(PresenceSubscriberTest, ASlowSubscriberIsDroppedWithResubscribeWhileOthersKeepReceiving) {
   // Its own gateway: no debounce, one message per 2 ms at most, 4 unsent messages at most.
   cluster_.reset();
-  cluster_ = std::make_unique<Cluster>(
-      "", zktest::uniqueTestRoot(), dir_ / "slow",
-      zktest::presence::Timing{.debounceMs = 0, .coalesceMs = 2},
-      std::vector<std::string>{"--subscriber-queue", "4"});
+  cluster_ = std::make_unique<Cluster>("", zktest::uniqueTestRoot(), dir_ / "slow",
+                                       zktest::presence::Timing{.debounceMs = 0, .coalesceMs = 2},
+                                       std::vector<std::string>{"--subscriber-queue", "4"});
   std::vector<std::string> accounts;
   std::string targets;
   for (int i = 0; i < 200; ++i) {
@@ -266,7 +303,8 @@ TEST_F(PresenceSubscriberTest, ASlowSubscriberIsDroppedWithResubscribeWhileOther
   Cluster::waitSnapshot(fast, 10s);
   slow.signal(SIGSTOP);  // never reads again: its socket buffers fill, then its queue
 
-  // Lease writes straight to the gateway (without ZooKeeper it fences by HWM only): every batch turns all 200 accounts online or offline at once.
+  // Lease writes straight to the gateway (without ZooKeeper it fences by HWM only): every batch
+  // turns all 200 accounts online or offline at once.
   auto batch = [&](bool online) {
     json entries = json::array();
     for (const auto& account : accounts) {
@@ -274,7 +312,8 @@ TEST_F(PresenceSubscriberTest, ASlowSubscriberIsDroppedWithResubscribeWhileOther
       if (!online) entry["reason"] = "close";
       entries.push_back(entry);
     }
-    return json{{"instanceId", "host-x"}, {online ? "renew" : "remove", entries}}.dump();
+    return json{{"instanceId", "host-x"}, {"sessionId", 1}, {online ? "renew" : "remove", entries}}
+        .dump();
   };
   auto dropped = [&] {
     auto r = cluster_->gateway().get("/metrics");
@@ -312,6 +351,46 @@ TEST_F(PresenceSubscriberTest, ASlowSubscriberIsDroppedWithResubscribeWhileOther
   slow.signal(SIGCONT);
   EXPECT_EQ(slow.waitForLine("CLOSED ", 10s).rfind("CLOSED 4008", 0), 0u)
       << "the slow one learns it must resubscribe (or finds the socket cut)";
+}
+
+TEST_F(PresenceSubscriberTest,
+       SubscribersBeyondTheCapGet503WithRetryAfterAndTheOnesInKeepReceiving) {
+  // Its own gateway (lease writes by hand, no debounce), two subscriber connections at most.
+  cluster_.reset();
+  cluster_ = std::make_unique<Cluster>("", zktest::uniqueTestRoot(), dir_ / "capped",
+                                       zktest::presence::Timing{.debounceMs = 0},
+                                       std::vector<std::string>{"--max-subscribers", "2"});
+  const auto port = static_cast<uint16_t>(std::stoi(cluster_->subscribeUrl().substr(15)));
+  const std::string target = "/v1/presence/subscribe?viewer=bob&targets=acct-0";
+  letBobSee({"acct-0"});
+  auto& first = cluster_->startWatch("bob", "acct-0");
+  auto& second = cluster_->startWatch("bob", "acct-0");
+  ASSERT_EQ(Cluster::waitSnapshot(first, 10s).size(), 1u);
+  ASSERT_EQ(Cluster::waitSnapshot(second, 10s).size(), 1u);
+
+  const auto refused = tryUpgrade(port, target);
+  EXPECT_EQ(refused.status, 503) << refused.body;
+  EXPECT_EQ(refused.retryAfter, "5");
+  EXPECT_NE(refused.body.find("at most 2 (presence.max_subscribers)"), std::string::npos)
+      << refused.body;
+  EXPECT_NE(cluster_->gateway()
+                .get("/metrics")
+                .body.find("zkagent_gateway_presence_refused_subscribes_total{code=\"503\"} 1\n"),
+            std::string::npos);
+
+  // The two inside still get what happens.
+  const json renew{
+      {"instanceId", "host-x"},
+      {"sessionId", 1},
+      {"renew", {{{"account", "acct-0"}, {"device", "phone"}, {"token", 1}, {"counter", 1}}}}};
+  ASSERT_EQ(cluster_->gateway().post("/v1/presence/leases", renew.dump()).status, 200);
+  EXPECT_EQ(nextChange(first, 5s).status(), "online");
+  EXPECT_EQ(nextChange(second, 5s).status(), "online");
+
+  // One leaves: its place is taken again (once the gateway has seen it go).
+  first.signal(SIGTERM);
+  first.wait(5s);
+  EXPECT_TRUE(eventually([&] { return tryUpgrade(port, target).status == 101; }, 5s));
 }
 
 }  // namespace

@@ -24,6 +24,9 @@
 //   reports "agent_silent" and reconnects. An agent's close is reported by its meaning
 //   ("leader_moved" for 4001, whose reason endpoint is then tried first; "ping_timeout" for 4002;
 //   "closed_by_agent:<code>" otherwise) and is followed by a reconnect as well.
+// - With a `tokenProvider`, every upgrade carries `Authorization: Bearer <token>`; a 401
+//   ("unauthorized: <reason>") or a 4003 close ("token_expired") makes the next call ask for a
+//   fresh token.
 // - Every reconnect waits first: full jitter, U[0, min(backoffMax, backoffInitial x 2^attempt)],
 //   also before the first retry, so that the devices of a dead agent spread their reconnects
 //   over the window instead of arriving in the same millisecond. `attempt` counts failed rounds
@@ -68,6 +71,12 @@ struct DeviceOptions {
   unsigned maxRedirects = 3;     // 307s followed per endpoint before giving up on it
   std::string localAddress;      // bind this local IP before connecting; empty: any
   std::uint64_t seed = 0;        // mixed into the jitter seed
+  // The device's token (docs/auth.md), sent as `Authorization: Bearer <token>` on every upgrade;
+  // empty: none (an agent on loopback without presence.auth). Called before every connect
+  // (redirects included) with `refresh` true when the agent refused the last token (401) or
+  // closed its connection because it expired (4003): a cached token must not be handed back
+  // then. An exception from it fails the attempt ("token_unavailable: <what>").
+  std::function<std::string(bool refresh)> tokenProvider;
 };
 
 // Empty when `options` is valid; else "<field>: <problem>" for the first bad field, e.g.
@@ -132,7 +141,10 @@ class DeviceClient {
   // After a connection ended or an attempt failed, e.g. "leader_moved", "ping_timeout",
   // "agent_silent", "closed_by_agent:1001", "connection_lost: End of file",
   // "connect_failed: Connection refused", "connect_timeout", "welcome_timeout",
-  // "upgrade_refused:503", "too_many_redirects", "bad_frame: ...". Not called for stop().
+  // "upgrade_refused:503", "too_many_redirects", "bad_frame: ...", "token_expired" (4003),
+  // "unauthorized: <agent's reason>" (401: the token; a fresh one is asked for next),
+  // "forbidden: <agent's reason>" (403: the token is another account's or device's). Not called
+  // for stop().
   void onDisconnected(std::function<void(std::string_view reason)> callback);
   // Every answered ping whose round trip is known (the pong of the latest ping).
   void onHeartbeatAnswered(std::function<void(Micros rtt)> callback);

@@ -9,11 +9,15 @@
 //   * per account it keeps the highest token it has accepted, the high-water mark (HWM);
 //     an operation is accepted iff token >= HWM, and acceptance raises the HWM;
 //   * when the caller knows the account's current `active` node (a watched ZooKeeper cache),
-//     it also requires token == active seq: a paused old leader is refused as soon as a
-//     successor exists, and a forged future token is refused;
+//     it also requires token == active seq (and the holder's instance and session): a paused
+//     old leader is refused as soon as a successor exists, and a forged future token is refused;
+//   * without that view, the instance and session that wrote under the HWM's token hold it: at
+//     token == HWM nobody else passes (a token is readable by anyone who can read ZooKeeper);
 //   * if ZooKeeper's active seq is below the HWM (the members node was recreated and its
 //     counter restarted), the account fails closed until an operator resets its HWM;
 //   * an operation retried with the same opId gets the first answer and is not applied twice;
+//   * a write that has no opId (a presence lease) is decided by the same rule through admit():
+//     accepted, it raises the HWM like an operation, logging only a raise or a new holder;
 //   * with a data directory, every accepted operation, fence and reset is in an fsynced
 //     append-only log before the call returns (concurrent callers share one fsync).
 //
@@ -28,6 +32,7 @@
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -73,6 +78,11 @@ void requireValidAccountId(std::string_view account);
 // Parsing checks everything validateOperation checks; unknown fields are ignored.
 Operation parseOperation(std::string_view json);        // throws BadRequest
 FencingToken parseFencingToken(std::string_view json);  // throws BadRequest
+// A sessionId as the wire carries it (a JSON integer that fits int64_t); nullopt otherwise.
+inline constexpr const char* kSessionIdRule = "must be a 64-bit signed integer";
+std::optional<std::int64_t> sessionIdFrom(const nlohmann::json& value);
+// Valid account id and instanceId (see validateOperation). Throws BadRequest.
+void validateFencingToken(const FencingToken& token);
 // For operations built in code: valid account id, opId and instanceId of 1 to 128 printable
 // ASCII characters without spaces, payload within kMaxOperationBytes. Throws BadRequest.
 void validateOperation(const Operation& operation);
@@ -126,10 +136,16 @@ struct Decision {
 // {"accepted":true,"hwm":N} or {"accepted":false,"reason":"stale_token","hwm":N,"detail":...}
 nlohmann::json toJson(const Decision& decision);
 
+// One write without an opId to decide (admit): who writes, and what ZooKeeper says now.
+struct FencedWrite {
+  FencingToken fencing;
+  ActiveView active = ActiveView::unknown();
+};
+
 struct AccountStatus {
   std::uint64_t hwm = 0;
-  std::uint64_t accepted = 0;  // since the account was first seen (durable)
-  std::uint64_t rejected = 0;  // since this process started (rejections are not logged)
+  std::uint64_t accepted = 0;  // operations, since the account was first seen (durable)
+  std::uint64_t rejected = 0;  // operations and writes, since this process started (not logged)
   bool fenced = false;
   std::uint64_t fencedAtActiveSeq = 0;  // the active seq that was found below the HWM
 };
@@ -186,6 +202,13 @@ class TokenValidator {
   // Decides and, for accepted operations, logs before returning. Every answer only reflects
   // state that is on disk. Throws BadRequest for an invalid operation, StorageError on I/O.
   Decision submit(const Operation& operation, const ActiveView& active = ActiveView::unknown());
+
+  // Decides writes that carry a fencing token but no opId (presence leases), one Decision each in
+  // order, by submit's rule without the opId replay. An accepted token above the HWM raises it
+  // (or, at an HWM whose holder is unknown, claims it): one log record, and every record of the
+  // call shares one commit. A write by the holder at the HWM logs nothing. Throws BadRequest for
+  // an invalid token (nothing decided), StorageError on I/O.
+  std::vector<Decision> admit(std::span<const FencedWrite> writes);
 
   // Operator action: sets the account's HWM (lower or higher) and lifts a fence; logged
   // durably with who and why. Returns the status after the reset.

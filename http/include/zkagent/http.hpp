@@ -114,6 +114,9 @@ class Router {
   // it is empty. Refusals (404, 405, 401, 403) are answered here.
   void dispatch(Request request, Responder respond,
                 const std::function<void(std::function<void()>)>& runBlocking = {}) const;
+  // The refusal dispatch would answer from the request line and headers alone (404, 405, 401,
+  // 403), so that a server answers it before reading the body; nullopt when a handler would run.
+  std::optional<Response> refusal(Request head) const;
 
   bool requiresToken() const { return !options_.bearerToken.empty(); }
 
@@ -159,6 +162,14 @@ struct ServerOptions {
   std::function<void()> onRateLimited{};  // called for every 429, e.g. to count it
 };
 
+// What a listener's accept loop (zkagent/http/accept_loop.hpp) has done so far.
+struct AcceptCounts {
+  uint64_t attempts = 0;  // accepts started
+  uint64_t accepted = 0;
+  uint64_t failures = 0;     // accepts that failed, each followed by a pause (no busy retry)
+  uint64_t failureRuns = 0;  // runs of failures between successes (one warning each)
+};
+
 namespace detail {
 struct ServerState;
 }
@@ -177,6 +188,7 @@ class Server {
   void stop();
   uint16_t port() const;
   std::string address() const;
+  AcceptCounts acceptCounts() const;  // from any thread
 
  private:
   std::shared_ptr<detail::ServerState> state_;

@@ -34,8 +34,9 @@ namespace {}  // namespace
 GatewayProcess::GatewayProcess(const std::filesystem::path& dir, const std::string& zkHosts,
                                const std::string& root, std::vector<std::string> extraArgs) {
   std::filesystem::create_directories(dir / "gateway");
-  std::vector<std::string> args{"--listen", "127.0.0.1:0", "--data-dir", (dir / "gateway").string(),
-                                "--zk",     zkHosts,       "--root",     root + "/accounts"};
+  std::vector<std::string> args{"--listen", "127.0.0.1:0", "--data-dir",
+                                (dir / "gateway").string()};
+  if (!zkHosts.empty()) args.insert(args.end(), {"--zk", zkHosts, "--root", root + "/accounts"});
   args.insert(args.end(), extraArgs.begin(), extraArgs.end());
   const auto log = dir / "gateway.log";
   process_ = std::make_unique<ChildProcess>(binaryPath("fencing-gateway").string(), args, log);
@@ -143,6 +144,23 @@ std::set<std::string> AgentProcess::leading() const {
   return out;
 }
 
+int64_t AgentProcess::sessionId() const {
+  const auto s = status();
+  if (!s.is_object() || !s.contains("session")) return 0;
+  // Shown as "0x..." (hexadecimal); the wire carries it as a signed 64-bit integer.
+  return static_cast<int64_t>(std::stoull(s["session"].value("id", std::string("0")), nullptr, 16));
+}
+
+std::optional<double> metricSample(const std::string& exposition, const std::string& series) {
+  std::istringstream in(exposition);
+  for (std::string line; std::getline(in, line);) {
+    if (line.size() > series.size() && line.starts_with(series) && line[series.size()] == ' ') {
+      return std::stod(line.substr(series.size() + 1));
+    }
+  }
+  return std::nullopt;
+}
+
 std::string AgentProcess::metrics() const {
   auto r = admin->get("/metrics");
   return r.delivered() ? r.body : std::string();
@@ -154,8 +172,9 @@ zkagent::http::ClientResponse AgentProcess::op(const std::string& account, const
                      json{{"opId", opId}, {"payload", payload}}.dump());
 }
 
-AgentProcessFixture::AgentProcessFixture(std::string name, std::vector<std::string> gatewayArgs)
-    : name_(std::move(name)), gatewayArgs_(std::move(gatewayArgs)) {}
+AgentProcessFixture::AgentProcessFixture(std::string name, std::vector<std::string> gatewayArgs,
+                                         GatewayChecks checks)
+    : name_(std::move(name)), gatewayArgs_(std::move(gatewayArgs)), checks_(checks) {}
 
 void AgentProcessFixture::SetUp() {
   static int tests = 0;  // each test of the process gets a directory of its own
@@ -163,7 +182,9 @@ void AgentProcessFixture::SetUp() {
   root_ = uniqueTestRoot();
   dir_ = std::filesystem::temp_directory_path() /
          (name_ + "-" + std::to_string(::getpid()) + "-" + std::to_string(tests++));
-  gateway_ = std::make_unique<GatewayProcess>(dir_, zk_->connectString(), root_, gatewayArgs_);
+  gateway_ = std::make_unique<GatewayProcess>(
+      dir_, checks_ == GatewayChecks::ZooKeeper ? zk_->connectString() : std::string(), root_,
+      gatewayArgs_);
 }
 
 void AgentProcessFixture::TearDown() {

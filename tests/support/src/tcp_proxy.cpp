@@ -8,8 +8,10 @@
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -43,6 +45,7 @@ struct Flow {
 };
 
 struct Connection {
+  std::size_t id = 0;  // accept order
   UniqueFd client, upstream;
   bool connecting = false;      // upstream connect in progress
   bool silenced = false;        // blackholed: read and drop everything, forever
@@ -67,11 +70,13 @@ bool readInto(int from, Flow& flow) {
   return true;
 }
 
-// Writes what it can of `flow` to `to` and passes EOF on once all is written.
-bool writeFrom(Flow& flow, int to) {
+// Writes what it can of `flow` to `to` and passes EOF on once all is written; what was written
+// goes to `written` when given.
+bool writeFrom(Flow& flow, int to, const std::function<void(std::string_view)>& written = {}) {
   if (!flow.pending.empty()) {
     const ssize_t sent = ::send(to, flow.pending.data(), flow.pending.size(), MSG_NOSIGNAL);
     if (sent < 0) return errno == EAGAIN || errno == EINTR;
+    if (written && sent > 0) written({flow.pending.data(), static_cast<std::size_t>(sent)});
     flow.pending.erase(0, static_cast<std::size_t>(sent));
   }
   if (flow.pending.empty() && flow.sourceEnded && !flow.shutDown) {
@@ -112,6 +117,15 @@ class TcpProxy::Loop {
 
   std::uint16_t port() const { return port_; }
   std::size_t openConnections() const { return openConnections_.load(); }
+
+  void record() {
+    std::lock_guard lock(recordMutex_);
+    recording_ = true;
+  }
+  std::vector<Forwarded> forwarded() const {
+    std::lock_guard lock(recordMutex_);
+    return forwarded_;
+  }
 
   Mode mode() const {
     std::lock_guard lock(mutex_);
@@ -228,6 +242,7 @@ class TcpProxy::Loop {
       UniqueFd client(::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
       if (!client) return;
       auto connection = std::make_unique<Connection>();
+      connection->id = accepted_++;
       connection->client = std::move(client);
       if (current_ == Mode::blackhole) {
         connection->silenced = true;
@@ -264,7 +279,8 @@ class TcpProxy::Loop {
         (!(clientEvents & POLLIN) || readInto(connection.client.get(), connection.toUpstream)) &&
         (!(upstreamEvents & POLLIN) || readInto(connection.upstream.get(), connection.toClient)) &&
         (!connection.repliesDropped || (connection.toClient.pending.clear(), true)) &&
-        writeFrom(connection.toUpstream, connection.upstream.get()) &&
+        writeFrom(connection.toUpstream, connection.upstream.get(),
+                  [&](std::string_view bytes) { keep(connection.id, bytes); }) &&
         writeFrom(connection.toClient, connection.client.get());
     if (!ok) return Outcome::reset;
     if (connection.toUpstream.shutDown && connection.toClient.shutDown) return Outcome::close;
@@ -272,6 +288,11 @@ class TcpProxy::Loop {
     const bool hungUp = ((clientEvents & gone) && !(clientEvents & POLLIN)) ||
                         ((upstreamEvents & gone) && !(upstreamEvents & POLLIN));
     return hungUp ? Outcome::close : Outcome::keep;
+  }
+
+  void keep(std::size_t connection, std::string_view bytes) {
+    std::lock_guard lock(recordMutex_);
+    if (recording_) forwarded_.push_back({connection, std::string(bytes)});
   }
 
   // Blackhole: swallow whatever arrives; close our end once the peer has gone.
@@ -288,6 +309,7 @@ class TcpProxy::Loop {
   UniqueFd wakeRead_, wakeWrite_;
   std::vector<std::unique_ptr<Connection>> connections_;  // loop thread only
   Mode current_ = Mode::pass;                             // loop thread only
+  std::size_t accepted_ = 0;                              // loop thread only
   std::atomic<std::size_t> openConnections_{0};
 
   mutable std::mutex mutex_;  // guards the requests below
@@ -297,6 +319,10 @@ class TcpProxy::Loop {
   std::uint64_t appliedCount_ = 0;
   std::string applyError_;
   bool stopping_ = false;
+
+  mutable std::mutex recordMutex_;
+  bool recording_ = false;
+  std::vector<Forwarded> forwarded_;
 
   std::thread thread_;
 };
@@ -309,5 +335,7 @@ std::string TcpProxy::connectString() const { return "127.0.0.1:" + std::to_stri
 void TcpProxy::setMode(Mode mode) { loop_->setMode(mode); }
 TcpProxy::Mode TcpProxy::mode() const { return loop_->mode(); }
 std::size_t TcpProxy::openConnections() const { return loop_->openConnections(); }
+void TcpProxy::record() { loop_->record(); }
+std::vector<TcpProxy::Forwarded> TcpProxy::forwarded() const { return loop_->forwarded(); }
 
 }  // namespace zktest

@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -23,6 +25,16 @@ const std::filesystem::path& testCertificates() {
     dir = where;
   });
   return dir;
+}
+
+std::string tokenKey(const std::string& name) {
+  std::ifstream in(testCertificates() / "tokens" / name, std::ios::binary);
+  if (!in) throw std::runtime_error("no test token key " + name);
+  std::ostringstream text;
+  text << in.rdbuf();
+  std::string key = text.str();
+  while (!key.empty() && key.back() == '\n') key.pop_back();
+  return key;
 }
 
 }  // namespace zktest

@@ -17,6 +17,8 @@
 #include <string_view>
 #include <vector>
 
+#include "zkagent/auth.hpp"
+
 namespace zkagent::agent {
 
 using Millis = std::chrono::milliseconds;
@@ -73,6 +75,11 @@ struct Config {
     HostPort listen{"127.0.0.1", 8471};  // the WebSocket listener for devices
     std::string advertise;               // deviceEndpoint in member/active; default ws://listen
     bool insecure = false;               // allow plain ws:// off loopback (no TLS here yet)
+    // Device tokens (presence.auth, docs/auth.md): when set, every upgrade needs a token whose
+    // sub/account are the request's device/account. Required off loopback unless
+    // insecureNoDeviceAuth (presence.insecure_no_device_auth) says otherwise.
+    std::optional<auth::VerifierSettings> auth;
+    bool insecureNoDeviceAuth = false;
     Millis heartbeat{30000};             // the devices' heartbeat, told them in the welcome frame
     Millis pingTimeout{75000};           // close a device silent this long; 0 disables the check
     Millis checkInterval{5000};

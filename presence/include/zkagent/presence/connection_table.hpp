@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <string>
 #include <unordered_map>
@@ -55,6 +54,9 @@ class ConnectionTable {
 
   std::size_t size() const { return connections_.size(); }
   const GatewayIdentity& identity() const { return identity_; }
+  // Entries of the timeout schedule: at most one per connection that existed within the last
+  // ping timeout, however often each pings (read by tests).
+  std::size_t scheduled() const;
 
  private:
   struct Connection {
@@ -64,7 +66,9 @@ class ConnectionTable {
   };
 
   Connection* find(Epoch connection);
-  void recordPing(std::uint64_t counter, Connection& connection);
+  std::int64_t slotOf(TimePoint t) const;
+  // Files the connection under the check slot of `deadline`, or the next unchecked slot.
+  void schedule(std::uint64_t counter, TimePoint deadline);
   void end(std::uint64_t counter, LeaveReason reason);
   void checkTimeouts();
   void scheduleRenewal(bool first);
@@ -81,9 +85,15 @@ class ConnectionTable {
   std::unordered_map<std::uint64_t, Connection> connections_;  // by Epoch::connection
   // Epoch::connection of every connection, by user, so release() touches only that account.
   std::unordered_map<std::string, std::unordered_set<std::uint64_t>> byUser_;
-  // (ping time, connection) in time order, so a check touches only connections that may be due;
-  // an entry is stale once that connection pinged again.
-  std::deque<std::pair<TimePoint, std::uint64_t>> pings_;
+  // The timeout schedule, a wheel of checkInterval-wide slots: each connection sits in the slot of
+  // its deadline as of when it was filed (last ping + pingTimeout). A ping only moves lastPing; a
+  // check looks at the slots that came due and files the connections that pinged since under
+  // their new deadline. So a check touches only connections that may be due, and the schedule
+  // holds one entry per connection, not one per ping (a ping flood used to grow it by an entry a
+  // ping, kept for a whole ping timeout). A closed connection's entry goes when its slot comes.
+  std::vector<std::vector<std::uint64_t>> wheel_;
+  std::int64_t checkedSlot_ = 0;          // every slot up to this one has been looked at
+  std::vector<std::uint64_t> examining_;  // the slot being looked at (its capacity is reused)
 };
 
 }  // namespace zkagent::presence

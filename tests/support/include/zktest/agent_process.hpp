@@ -40,8 +40,9 @@ std::optional<uint16_t> awaitListeningPort(const std::filesystem::path& log, mil
 
 // A fencing-gateway on a loopback port of its own, its data in {dir}/gateway and its output in
 // {dir}/gateway.log (read on failure). `extraArgs` follow the common ones (--listen, --data-dir,
-// --zk, --root {root}/accounts): lease timings, TLS. The constructor returns once it listens
-// (30 s) and throws with its output when it does not.
+// --zk, --root {root}/accounts): lease timings, TLS. An empty `zkHosts` runs it without
+// ZooKeeper (hwm_only checks). The constructor returns once it listens (30 s) and throws with
+// its output when it does not.
 class GatewayProcess {
  public:
   GatewayProcess(const std::filesystem::path& dir, const std::string& zkHosts,
@@ -70,6 +71,11 @@ struct AgentSite {
 nlohmann::json agentConfig(const AgentSite& site, const std::string& instanceId,
                            const std::vector<std::string>& accounts,
                            const nlohmann::json& patch = nlohmann::json::object());
+
+// The value of one series in a Prometheus text exposition, named exactly as exposed (the family
+// and its labels: `zkagent_presence_lease_dropped_total{kind="renew"}`), or nullopt when absent.
+// Exact, so that "..._total 5" never matches "..._total 50".
+std::optional<double> metricSample(const std::string& exposition, const std::string& series);
 
 // Writes `config` to {dir}/{name}.json (for zk-agent --config) and returns that path.
 std::filesystem::path writeAgentConfig(const std::filesystem::path& dir, const std::string& name,
@@ -104,6 +110,9 @@ struct AgentProcess {
   bool leads(const std::string& name) const;
   // The accounts it leads by its own status (none when it does not answer).
   std::set<std::string> leading() const;
+  // Its ZooKeeper session id as its status shows it (what its operations and lease writes
+  // carry); 0 when it does not answer.
+  int64_t sessionId() const;
   // GET /metrics: Prometheus text ("" when the agent does not answer).
   std::string metrics() const;
   // POST /v1/accounts/{account}/ops: one operation for the leader to forward.
@@ -121,6 +130,10 @@ struct AgentProcess {
   AgentStartOptions options_;
 };
 
+// Which checks a fixture's gateway applies: ZooKeeper's `active` nodes, or the HWM only (the
+// gateway gets no ZooKeeper; the agents still elect through it).
+enum class GatewayChecks { ZooKeeper, HwmOnly };
+
 // The fixture of a process test of agents: the shared ZooKeeper and a root of its own
 // (sharedZooKeeper, uniqueTestRoot), a temporary directory for the processes' files and one
 // fencing-gateway in it. At the end the agents stop (by PID), then the gateway, and the
@@ -128,7 +141,8 @@ struct AgentProcess {
 class AgentProcessFixture : public ::testing::Test {
  protected:
   // `name` starts the directory's name; `gatewayArgs` as GatewayProcess's.
-  explicit AgentProcessFixture(std::string name, std::vector<std::string> gatewayArgs = {});
+  explicit AgentProcessFixture(std::string name, std::vector<std::string> gatewayArgs = {},
+                               GatewayChecks checks = GatewayChecks::ZooKeeper);
   void SetUp() override;
   void TearDown() override;
 
@@ -146,6 +160,7 @@ class AgentProcessFixture : public ::testing::Test {
  private:
   std::string name_;
   std::vector<std::string> gatewayArgs_;
+  GatewayChecks checks_;
 };
 
 }  // namespace zktest

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace zktest {
 
@@ -45,6 +46,16 @@ class TcpProxy {
   Mode mode() const;
   // Client connections the proxy holds open right now.
   std::size_t openConnections() const;
+
+  // What reached the target (client-to-server bytes only), one entry per write in the order
+  // written, with the client connection it came from (numbered in accept order). Only what is
+  // written after record() is kept; blackholed bytes never reach the target.
+  struct Forwarded {
+    std::size_t connection;
+    std::string bytes;
+  };
+  void record();
+  std::vector<Forwarded> forwarded() const;
 
  private:
   class Loop;

@@ -37,6 +37,8 @@ Options:
                             (default 100)
   --subscriber-queue N      unsent messages a subscriber may have before it is closed with 4008
                             (resubscribe) (default 64)
+  --max-subscribers N       subscriber connections at once; more get 503 with Retry-After
+                            (default 10000)
   --tls-cert FILE           serve HTTPS with this certificate (PEM); needs --tls-key and
                             --tls-client-ca
   --tls-key FILE            the certificate's private key (PEM)
@@ -72,6 +74,7 @@ constexpr int64_t kMaxLeaseMs = 86400000;  // a day; longer means a lease outliv
 constexpr int64_t kMinLeaseTtlMs = 3;
 constexpr int64_t kMaxCoalesceMs = 60000;
 constexpr int64_t kMaxSubscriberQueue = 65536;
+constexpr int64_t kMaxSubscribers = 1000000;
 constexpr int64_t kMaxRequestsPerSecond = 1000000;
 
 // A token file holds the token alone; one trailing newline (as editors write it) is not part of it.
@@ -234,6 +237,7 @@ Config parseConfigJson(std::string_view text, Config config) {
     }
     integer("coalesce_ms", 0, kMaxCoalesceMs, config.coalesceMs);
     integer("subscriber_queue", 1, kMaxSubscriberQueue, config.subscriberQueue);
+    integer("max_subscribers", 1, kMaxSubscribers, config.maxSubscribers);
     integer("lease_ttl_ms", kMinLeaseTtlMs, kMaxLeaseMs, config.leaseTtlMs);
     integer("sweep_ms", 1, kMaxLeaseMs, config.leaseSweepMs);
     presence.rejectUnknown();
@@ -307,6 +311,8 @@ CommandLine parseCommandLine(const std::vector<std::string>& args,
       } else if (flag == "--subscriber-queue") {
         config.subscriberQueue =
             static_cast<int>(parseInteger(flag, value, 1, kMaxSubscriberQueue));
+      } else if (flag == "--max-subscribers") {
+        config.maxSubscribers = static_cast<int>(parseInteger(flag, value, 1, kMaxSubscribers));
       } else if (flag == "--log-level") {
         config.logLevel = config::logLevel(flag, value);
       } else if (flag == "--tls-cert") {

@@ -107,9 +107,9 @@ int run(const gateway::Config& config) {
                config.leaseTtlMs, config.leaseSweepMs);
   spdlog::info(
       "presence subscribers on ws://{}:{}/v1/presence/subscribe: debounce {} ms, "
-      "coalesce {} ms, queue {} messages, versions from restart {}",
+      "coalesce {} ms, queue {} messages, at most {} subscribers, versions from restart {}",
       bracketed(subscribers.address()), subscribers.port(), config.debounceMs, config.coalesceMs,
-      config.subscriberQueue, presence.versionBase() >> 32);
+      config.subscriberQueue, config.maxSubscribers, presence.versionBase() >> 32);
 
   boost::asio::steady_timer refresh(io);
   refreshPeriodically(refresh, gateway);

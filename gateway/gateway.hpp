@@ -4,6 +4,7 @@
 // API as a Router.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -65,8 +66,16 @@ struct Config {
   bool subscribeListenSet = false;
   int coalesceMs = 100;
   int subscriberQueue = 64;
+  // Subscriber connections at once; upgrades beyond get 503 with Retry-After.
+  int maxSubscribers = 10000;
   std::string logLevel = "info";
   bool jsonLogs = false;
+
+  // Whether the gateway serves `account` (in `accounts`, or any when that is empty).
+  bool serves(std::string_view account) const {
+    return accounts.empty() ||
+           std::find(accounts.begin(), accounts.end(), account) != accounts.end();
+  }
 };
 
 // The outcome of reading the command line: run with a config, or print and exit.
@@ -133,6 +142,10 @@ class Gateway {
   http::Response presenceLeases(const http::Request& request);
   http::Response presenceOf(const http::Request& request);
   http::Response presencePrivacy(const http::Request& request);
+  // The view a write for `account` is decided on under `mode`: ZooKeeper's in ZooKeeper mode,
+  // unknown() in hwm_only. A cache that cannot answer for the account in time leaves it to the
+  // untrusted policy, which `mode` then says (hwm_only: unknown(); refuse: nullopt).
+  std::optional<fencing::ActiveView> activeView(const std::string& account, CheckMode& mode);
   // 400 for an invalid account id, 404 for one outside config.accounts; nullopt when served.
   std::optional<http::Response> refusedAccount(const std::string& account) const;
 

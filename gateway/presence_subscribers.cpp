@@ -21,6 +21,7 @@
 #include "gateway.hpp"
 #include "presence_store.hpp"
 #include "zkagent/fencing.hpp"
+#include "zkagent/http/accept_loop.hpp"
 #include "zkagent/naming.hpp"
 
 namespace zkagent::gateway {
@@ -37,6 +38,7 @@ namespace {
 constexpr std::size_t kHeaderLimit = 16 * 1024;
 constexpr auto kUpgradeTimeout = std::chrono::seconds(5);  // reading the upgrade request
 constexpr auto kCloseGrace = std::chrono::seconds(2);      // a close frame, then the socket goes
+constexpr int kFullRetryAfterSeconds = 5;  // a 503 for a gateway at presence.max_subscribers
 
 [[noreturn]] void fail(const std::string& field, std::string_view problem) {
   throw fencing::BadRequest(field + ": " + std::string(problem));
@@ -151,9 +153,13 @@ struct SubscriberEndpoint::Core : std::enable_shared_from_this<Core> {
       : strand(presenceStore.executor()),
         store(presenceStore),
         router({.bearerToken = config.bearerToken}),
-        acceptor(strand),
+        listener(std::make_shared<http::AcceptLoop>(
+            strand,
+            tcp::endpoint{asio::ip::make_address(config.subscribeAddress), config.subscribePort},
+            http::AcceptLoop::Options{.name = "subscriber listener"})),
         coalesce(config.coalesceMs),
         queueLimit(static_cast<std::size_t>(config.subscriberQueue)),
+        maxSubscribers(static_cast<std::size_t>(config.maxSubscribers)),
         subscribers(registry
                         .gauge("zkagent_gateway_presence_subscribers",
                                "Subscriber WebSocket sessions with a live subscription.")
@@ -196,23 +202,18 @@ struct SubscriberEndpoint::Core : std::enable_shared_from_this<Core> {
       upgrade.status = 101;
       return upgrade;
     });
-    tcp::endpoint endpoint{asio::ip::make_address(config.subscribeAddress), config.subscribePort};
-    acceptor.open(endpoint.protocol());
-    acceptor.set_option(asio::socket_base::reuse_address(true));
-    acceptor.bind(endpoint);
-    acceptor.listen(asio::socket_base::max_listen_connections);
-    bound = acceptor.local_endpoint();
   }
 
-  void accept();
+  void admit(tcp::socket socket);
 
   asio::any_io_executor strand;
   PresenceStore& store;
   http::Router router;
-  tcp::acceptor acceptor;
-  tcp::endpoint bound;
+  std::shared_ptr<http::AcceptLoop> listener;
   const std::chrono::milliseconds coalesce;
   const std::size_t queueLimit;
+  const std::size_t maxSubscribers;
+  std::size_t admitted = 0;  // sessions past the cap check (upgrading or open), on the strand
   bool stopping = false;
   std::unordered_set<std::shared_ptr<Session>> sessions;
 
@@ -297,7 +298,15 @@ class Session : public std::enable_shared_from_this<Session> {
       answer = http::Response::error(426, "not a WebSocket upgrade");
       answer.headers.emplace_back("Upgrade", "websocket");
     }
+    if (answer.status == 101 && core_->admitted >= core_->maxSubscribers) {
+      answer = http::Response::error(503, "too many subscribers: this gateway serves at most " +
+                                              std::to_string(core_->maxSubscribers) +
+                                              " (presence.max_subscribers); retry");
+      answer.headers.emplace_back("Retry-After", std::to_string(kFullRetryAfterSeconds));
+    }
     if (answer.status != 101) return refuse(std::move(answer));
+    admitted_ = true;  // counted against the cap until the session ends
+    ++core_->admitted;
     subscribeRequest_ = parseSubscribeQuery(request.query);
     viewer_ = subscribeRequest_.viewer;
     beast::get_lowest_layer(ws_).expires_never();
@@ -492,6 +501,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void finish() {
     if (done_) return;
     done_ = true;
+    if (admitted_) --core_->admitted;
     unsubscribe();
     pending_.clear();
     queue_.clear();
@@ -510,7 +520,8 @@ class Session : public std::enable_shared_from_this<Session> {
   SubscribeRequest subscribeRequest_;
   std::string viewer_;
   presence::SubscriptionId id_ = 0;
-  bool subscribed_ = false, open_ = false, closing_ = false, closeSent_ = false, done_ = false;
+  bool admitted_ = false, subscribed_ = false, open_ = false, closing_ = false, closeSent_ = false,
+       done_ = false;
   bool writing_ = false, flushArmed_ = false;
   SteadyClock::time_point lastFlush_{};
   std::map<std::string, presence::ChangeEvent> pending_;   // merged by target until the flush
@@ -518,19 +529,11 @@ class Session : public std::enable_shared_from_this<Session> {
   websocket::close_reason close_;
 };
 
-void SubscriberEndpoint::Core::accept() {
-  acceptor.async_accept(
-      strand, [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
-        if (ec) {
-          if (ec == asio::error::operation_aborted || !self->acceptor.is_open()) return;
-          return self->accept();  // e.g. too many open files: keep serving the others
-        }
-        if (self->stopping) return;
-        auto session = std::make_shared<Session>(self, std::move(socket));
-        self->sessions.insert(session);
-        session->start();
-        self->accept();
-      });
+void SubscriberEndpoint::Core::admit(tcp::socket socket) {
+  if (stopping) return;
+  auto session = std::make_shared<Session>(shared_from_this(), std::move(socket));
+  sessions.insert(session);
+  session->start();
 }
 
 SubscriberEndpoint::SubscriberEndpoint(asio::io_context& io, const Config& config,
@@ -540,21 +543,24 @@ SubscriberEndpoint::SubscriberEndpoint(asio::io_context& io, const Config& confi
 SubscriberEndpoint::~SubscriberEndpoint() = default;
 
 void SubscriberEndpoint::start() {
-  asio::post(core_->strand, [core = core_] { core->accept(); });
+  core_->listener->start([weak = std::weak_ptr<Core>(core_)](tcp::socket socket) {
+    if (auto self = weak.lock()) self->admit(std::move(socket));
+  });
 }
 
 void SubscriberEndpoint::stop() {
   asio::post(core_->strand, [core = core_] {
     core->stopping = true;
-    beast::error_code ignored;
-    core->acceptor.close(ignored);
+    core->listener->stop();
     const auto sessions = core->sessions;
     for (const auto& session : sessions) session->closeWith(kGoingAwayCode, "gateway stopping");
   });
 }
 
-std::uint16_t SubscriberEndpoint::port() const { return core_->bound.port(); }
+std::uint16_t SubscriberEndpoint::port() const { return core_->listener->port(); }
 
-std::string SubscriberEndpoint::address() const { return core_->bound.address().to_string(); }
+std::string SubscriberEndpoint::address() const {
+  return core_->listener->endpoint().address().to_string();
+}
 
 }  // namespace zkagent::gateway

@@ -1,6 +1,6 @@
 // POST /v1/presence/leases bodies: parsed and checked whole before anything is applied, each
-// error naming its field. Apart from the store so that it can be fuzzed without sockets.
-#include <algorithm>
+// error naming its field. Whether an entry's account is served is the store's per-entry decision,
+// not a malformed body. Apart from the store so that it can be fuzzed without sockets.
 #include <nlohmann/json.hpp>
 
 #include "presence_store.hpp"
@@ -24,18 +24,12 @@ const json& member(const json& object, const std::string& where, const char* key
   return *it;
 }
 
-std::string idField(const json& object, const std::string& where, const char* key,
-                    const std::vector<std::string>* accounts) {
+std::string idField(const json& object, const std::string& where, const char* key) {
   const json& value = member(object, where, key);
   if (!value.is_string() || naming::accountIdError(value.get<std::string>())) {
     fail(where + key, naming::kIdRule);
   }
-  auto id = value.get<std::string>();
-  if (accounts && !accounts->empty() &&
-      std::find(accounts->begin(), accounts->end(), id) == accounts->end()) {
-    fail(where + key, "unknown account '" + id + "': not in the gateway's accounts list");
-  }
-  return id;
+  return value.get<std::string>();
 }
 
 std::uint64_t unsignedField(const json& object, const std::string& where, const char* key) {
@@ -44,12 +38,11 @@ std::uint64_t unsignedField(const json& object, const std::string& where, const 
   return value.get<std::uint64_t>();
 }
 
-presence::LeaseEntry entryFrom(const json& object, const std::string& where,
-                               const std::vector<std::string>& accounts) {
+presence::LeaseEntry entryFrom(const json& object, const std::string& where) {
   if (!object.is_object()) fail(where.substr(0, where.size() - 1), "must be a JSON object");
   presence::LeaseEntry entry;
-  entry.key.user = idField(object, where, "account", &accounts);
-  entry.key.device = idField(object, where, "device", nullptr);
+  entry.key.user = idField(object, where, "account");
+  entry.key.device = idField(object, where, "device");
   entry.epoch.leaderToken = unsignedField(object, where, "token");
   entry.epoch.connection = unsignedField(object, where, "counter");
   return entry;
@@ -64,7 +57,7 @@ const json* optionalArray(const json& body, const char* key) {
 
 }  // namespace
 
-LeaseBatch parseLeaseBatch(std::string_view text, const std::vector<std::string>& accounts) {
+LeaseBatch parseLeaseBatch(std::string_view text) {
   json body;
   try {
     body = json::parse(text.begin(), text.end(), [](int depth, json::parse_event_t, json&) {
@@ -83,21 +76,20 @@ LeaseBatch parseLeaseBatch(std::string_view text, const std::vector<std::string>
     fail("instanceId", naming::kPrintableIdRule);
   }
   batch.instanceId = instance.get<std::string>();
-  if (auto session = body.find("sessionId");
-      session != body.end() && !session->is_string() && !session->is_number_integer()) {
-    fail("sessionId", "must be a string or an integer");
-  }
+  const auto session = fencing::sessionIdFrom(member(body, "", "sessionId"));
+  if (!session) fail("sessionId", fencing::kSessionIdRule);
+  batch.sessionId = *session;
   if (const json* renew = optionalArray(body, "renew")) {
     batch.renew.reserve(renew->size());
     for (size_t i = 0; i < renew->size(); ++i) {
-      batch.renew.push_back(entryFrom((*renew)[i], "renew[" + std::to_string(i) + "].", accounts));
+      batch.renew.push_back(entryFrom((*renew)[i], "renew[" + std::to_string(i) + "]."));
     }
   }
   if (const json* remove = optionalArray(body, "remove")) {
     batch.remove.reserve(remove->size());
     for (size_t i = 0; i < remove->size(); ++i) {
       const std::string where = "remove[" + std::to_string(i) + "].";
-      LeaseRemoval removal{entryFrom((*remove)[i], where, accounts)};
+      LeaseRemoval removal{entryFrom((*remove)[i], where)};
       const json& reason = member((*remove)[i], where, "reason");
       if (reason == "close") {
         removal.reason = presence::LeaveReason::Close;

@@ -5,8 +5,8 @@
 //
 // The model is single-threaded: HTTP handlers run on the server's handler threads, so each one
 // parses and fences its request where it runs, posts the model work onto the strand and waits for
-// the answer. Fencing stays with the Gateway, which knows the check mode; this file only asks it
-// once per account of a batch.
+// the answer. Fencing stays with the Gateway, which knows the check mode: this file asks it once
+// per batch, for every account and token the batch names.
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
@@ -15,8 +15,10 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "zkagent/fencing.hpp"
@@ -42,31 +44,24 @@ struct LeaseRemoval {
 
 // One POST /v1/presence/leases body.
 struct LeaseBatch {
-  std::string instanceId;  // the agent that holds the connections
+  std::string instanceId;      // the agent that holds the connections
+  std::int64_t sessionId = 0;  // its ZooKeeper session: with instanceId, what the fence checks
   std::vector<presence::LeaseEntry> renew;
   std::vector<LeaseRemoval> remove;
 };
 
 // Parses and checks a whole batch; throws fencing::BadRequest whose message starts with the field
-// (`renew[3].device: ...`). `accounts`, when not empty, is the only accounts allowed.
-LeaseBatch parseLeaseBatch(std::string_view body, const std::vector<std::string>& accounts);
-
-// What a lease write for one account must carry, decided once per batch by the Gateway.
-struct AccountFence {
-  fencing::ActiveView active;  // present: token must equal its seq; absent: nothing passes
-  std::uint64_t hwm = 0;       // token must not be below it
-
-  bool accepts(std::uint64_t token) const {
-    if (token < hwm) return false;
-    if (active.state == fencing::ActiveView::State::absent) return false;
-    return active.state == fencing::ActiveView::State::unknown || token == active.seq;
-  }
-};
+// (`renew[3].device: ...`).
+LeaseBatch parseLeaseBatch(std::string_view body);
 
 class PresenceStore {
  public:
-  // The account's fence; nullopt refuses the whole batch with 503 (the gateway cannot tell now).
-  using FenceLookup = std::function<std::optional<AccountFence>(const std::string& account)>;
+  // Decides the batch's writes (fencing::TokenValidator::admit): one token per account and
+  // token the batch names, with the batch's instance and session, in order of first appearance;
+  // one Decision each, or why the whole batch is refused with 503 (the gateway cannot tell now,
+  // or its durable log failed).
+  using LeaseFence = std::function<std::variant<std::vector<fencing::Decision>, std::string>(
+      std::span<const fencing::FencingToken> writes)>;
 
   // Builds the model and starts its sweep on a new strand of `io`: construct it before `io` runs,
   // and destroy it after stop() once `io` no longer runs. Throws std::invalid_argument for bad
@@ -76,9 +71,10 @@ class PresenceStore {
   PresenceStore(const PresenceStore&) = delete;
   PresenceStore& operator=(const PresenceStore&) = delete;
 
-  // POST /v1/presence/leases: 200 with the counts, 400 naming the field (nothing applied), 413,
-  // 503 when the fence lookup cannot tell or the store does not answer in time.
-  http::Response postLeases(std::string_view body, const FenceLookup& fence);
+  // POST /v1/presence/leases: 200 with the counts and each refused entry (an account not served,
+  // a write the fence refuses: the others are applied), 400 naming the field (nothing applied),
+  // 413, 503 when the fence refuses the batch or the store does not answer in time.
+  http::Response postLeases(std::string_view body, const LeaseFence& fence);
   // The 503 of a gateway that refuses every write right now (counted as refused).
   http::Response refuseLeases(std::string_view why);
   // GET /v1/presence/{account}, account already checked.

@@ -13,7 +13,6 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <unordered_map>
 
 #include "gateway.hpp"
 #include "presence_privacy.hpp"
@@ -40,7 +39,7 @@ http::Response unavailable(std::string_view why) {
 struct PresenceStore::Impl {
   Impl(boost::asio::io_context& io, const Config& config, metrics::Registry& registry)
       : strand(boost::asio::make_strand(io)),
-        accounts(config.accounts),
+        gatewayConfig(config),
         params(paramsFrom(config)),
         clock(strand),
         service(std::make_unique<presence::PresenceService>(clock, params)),
@@ -58,8 +57,9 @@ struct PresenceStore::Impl {
                                   {"result"})),
         entries(registry.counter("zkagent_gateway_presence_lease_entries_total",
                                  "Lease entries by op (renew, remove) and result: accepted, stale "
-                                 "(epoch below the lease's, or not equal for a removal) or fenced "
-                                 "(token not the account's leader).",
+                                 "(epoch below the lease's, or not equal for a removal), fenced "
+                                 "(refused by the fencing rule: not the account's leader) or "
+                                 "unknown_account (not served by this gateway).",
                                  {"op", "result"})),
         expirations(registry
                         .counter("zkagent_gateway_presence_lease_expirations_total",
@@ -81,7 +81,9 @@ struct PresenceStore::Impl {
     }
     for (const char* result : {"ok", "bad_request", "refused"}) requests.with({result});
     for (const char* op : {"renew", "remove"}) {
-      for (const char* result : {"accepted", "stale", "fenced"}) entries.with({op, result});
+      for (const char* result : {"accepted", "stale", "fenced", "unknown_account"}) {
+        entries.with({op, result});
+      }
     }
   }
 
@@ -133,7 +135,7 @@ struct PresenceStore::Impl {
   }
 
   boost::asio::strand<boost::asio::io_context::executor_type> strand;
-  std::vector<std::string> accounts;
+  const Config gatewayConfig;  // a copy, for which accounts it serves (Config::serves)
   presence::Params params;
   presence::AsioClock clock;
   // Everything below up to the metrics is touched only on the strand.
@@ -179,7 +181,7 @@ http::Response PresenceStore::refuseLeases(std::string_view why) {
   return unavailable(why);
 }
 
-http::Response PresenceStore::postLeases(std::string_view body, const FenceLookup& fence) {
+http::Response PresenceStore::postLeases(std::string_view body, const LeaseFence& fence) {
   Impl& impl = *impl_;
   if (body.size() > kMaxLeaseBatchBytes) {
     impl.requests.with({"bad_request"}).inc();
@@ -188,41 +190,67 @@ http::Response PresenceStore::postLeases(std::string_view body, const FenceLooku
   }
   LeaseBatch batch;
   try {
-    batch = parseLeaseBatch(body, impl.accounts);
+    batch = parseLeaseBatch(body);
   } catch (const BadRequest& error) {
     impl.requests.with({"bad_request"}).inc();
     return http::Response::error(400, error.what());
   }
 
-  // One fence lookup per account of the batch, then each entry is checked against it.
-  std::unordered_map<std::string, std::optional<AccountFence>> fences;
-  auto fenceOf = [&](const std::string& account) -> const AccountFence* {
-    auto it = fences.find(account);
-    if (it == fences.end()) it = fences.emplace(account, fence(account)).first;
-    return it->second ? &*it->second : nullptr;
-  };
-  std::set<std::pair<std::string, std::uint64_t>> fencedPairs;
-  size_t fencedRenewals = 0, fencedRemovals = 0;
-  bool undecided = false;
-  auto keep = [&](const presence::LeaseEntry& entry, size_t& fencedCount) {
-    const AccountFence* accountFence = fenceOf(entry.key.user);
-    if (!accountFence) {
-      undecided = true;
-      return false;
+  // One write to decide per account and token of the batch, in order of first appearance, and
+  // each entry's write (kNotServed: an account this gateway does not serve).
+  constexpr size_t kNotServed = SIZE_MAX;
+  std::map<std::pair<std::string_view, std::uint64_t>, size_t> writeOf;
+  std::vector<fencing::FencingToken> writes;
+  auto writeFor = [&](const presence::LeaseEntry& entry) {
+    if (!impl.gatewayConfig.serves(entry.key.user)) return kNotServed;
+    auto [it, fresh] =
+        writeOf.try_emplace({entry.key.user, entry.epoch.leaderToken}, writes.size());
+    if (fresh) {
+      writes.push_back(
+          {entry.key.user, entry.epoch.leaderToken, batch.instanceId, batch.sessionId});
     }
-    if (accountFence->accepts(entry.epoch.leaderToken)) return true;
-    ++fencedCount;
-    fencedPairs.emplace(entry.key.user, entry.epoch.leaderToken);
+    return it->second;
+  };
+  std::vector<size_t> renewWrites, removeWrites;
+  renewWrites.reserve(batch.renew.size());
+  removeWrites.reserve(batch.remove.size());
+  for (const auto& entry : batch.renew) renewWrites.push_back(writeFor(entry));
+  for (const auto& removal : batch.remove) removeWrites.push_back(writeFor(removal.entry));
+  std::vector<fencing::Decision> decisions;
+  if (!writes.empty()) {
+    auto decided = fence(writes);
+    if (auto* why = std::get_if<std::string>(&decided)) return refuseLeases(*why);
+    decisions = std::get<std::vector<fencing::Decision>>(std::move(decided));
+  }
+
+  // Each entry the fence refuses, or whose account is not served, is refused alone.
+  using ordered = nlohmann::ordered_json;
+  auto refused = ordered::array();
+  std::set<size_t> fencedWrites;
+  std::map<std::pair<std::string, std::string>, std::uint64_t> refusedCounts;  // (op, result)
+  auto keep = [&](const presence::LeaseEntry& entry, size_t write, const char* list, size_t index) {
+    std::string reason = "unknown_account", result = "unknown_account";
+    if (write != kNotServed) {
+      if (decisions[write].accepted()) return true;
+      reason = std::string(fencing::reasonCode(decisions[write].verdict));
+      result = "fenced";
+      fencedWrites.insert(write);
+    }
+    ++refusedCounts[{list, result}];
+    refused.push_back(
+        {{"index", index}, {"list", list}, {"account", entry.key.user}, {"reason", reason}});
     return false;
   };
-  std::erase_if(batch.renew, [&](const auto& entry) { return !keep(entry, fencedRenewals); });
-  std::erase_if(batch.remove,
-                [&](const auto& removal) { return !keep(removal.entry, fencedRemovals); });
-  if (undecided) {
-    return refuseLeases(
-        "ZooKeeper cannot tell the leader of an account of this batch now and the "
-        "gateway is configured to refuse meanwhile; nothing applied");
-  }
+  size_t index = 0;
+  std::erase_if(batch.renew, [&](const auto& entry) {
+    const size_t at = index++;
+    return !keep(entry, renewWrites[at], "renew", at);
+  });
+  index = 0;
+  std::erase_if(batch.remove, [&](const auto& removal) {
+    const size_t at = index++;
+    return !keep(removal.entry, removeWrites[at], "remove", at);
+  });
 
   struct Applied {
     std::uint64_t renewed, staleRenewals, removed, staleRemovals;
@@ -244,28 +272,34 @@ http::Response PresenceStore::postLeases(std::string_view body, const FenceLooku
     return refuseLeases("presence store stopped or did not answer in time; retry the batch");
   }
 
-  auto count = [&](const char* op, const char* result, std::uint64_t n) {
+  auto count = [&](const std::string& op, const std::string& result, std::uint64_t n) {
     if (n > 0) impl.entries.with({op, result}).inc(static_cast<double>(n));
   };
   count("renew", "accepted", applied->renewed);
   count("renew", "stale", applied->staleRenewals);
-  count("renew", "fenced", fencedRenewals);
   count("remove", "accepted", applied->removed);
   count("remove", "stale", applied->staleRemovals);
-  count("remove", "fenced", fencedRemovals);
+  for (const auto& [opAndResult, n] : refusedCounts) {
+    count(opAndResult.first, opAndResult.second, n);
+  }
   impl.requests.with({"ok"}).inc();
 
-  auto fenced = nlohmann::ordered_json::array();
-  for (const auto& [account, token] : fencedPairs) {
-    spdlog::info("presence lease writes fenced account={} token={}", account, token);
-    fenced.push_back({{"account", account}, {"token", token}});
+  auto fenced = ordered::array();
+  for (const size_t write : fencedWrites) {
+    const fencing::FencingToken& refusedWrite = writes[write];
+    spdlog::info("presence lease writes fenced account={} token={} instance={} reason={} detail={}",
+                 refusedWrite.account, refusedWrite.token, refusedWrite.instanceId,
+                 fencing::reasonCode(decisions[write].verdict), decisions[write].detail);
+    fenced.push_back({{"account", refusedWrite.account}, {"token", refusedWrite.token}});
   }
-  return http::Response::json(
-      200, nlohmann::ordered_json{{"renewed", applied->renewed},
-                                  {"removed", applied->removed},
-                                  {"stale", applied->staleRenewals + applied->staleRemovals},
-                                  {"fenced", std::move(fenced)}}
-               .dump());
+  return http::Response::json(200,
+                              ordered{{"renewed", applied->renewed},
+                                      {"removed", applied->removed},
+                                      {"stale", applied->staleRenewals + applied->staleRemovals},
+                                      {"fenced", std::move(fenced)},
+                                      {"refused", std::move(refused)},
+                                      {"leaseTtlMs", impl.params.leaseTtl.count()}}
+                                  .dump());
 }
 
 http::Response PresenceStore::accountPresence(const std::string& account) {

@@ -183,9 +183,7 @@ http::Response Gateway::submitOperation(const http::Request& request) {
   fencing::Operation operation;
   try {
     operation = fencing::parseOperation(request.body);
-    if (!config_.accounts.empty() &&
-        std::find(config_.accounts.begin(), config_.accounts.end(), operation.fencing.account) ==
-            config_.accounts.end()) {
+    if (!config_.serves(operation.fencing.account)) {
       throw fencing::BadRequest("unknown account '" + operation.fencing.account +
                                 "': not in the gateway's accounts list");
     }
@@ -199,16 +197,8 @@ http::Response Gateway::submitOperation(const http::Request& request) {
   const auto& account = operation.fencing.account;
 
   CheckMode mode = refreshCheckMode();
-  fencing::ActiveView active;
-  if (mode == CheckMode::ZooKeeper) {
-    active = leaders_->active(account);
-    if (active.state == fencing::ActiveView::State::unknown) {
-      // The cache could not answer for this account in time: the untrusted policy decides.
-      mode =
-          config_.untrusted == UntrustedPolicy::Refuse ? CheckMode::Refusing : CheckMode::HwmOnly;
-    }
-  }
-  if (mode == CheckMode::Refusing) {
+  const auto active = activeView(account, mode);
+  if (!active) {
     ops_.with({"zookeeper_unavailable", std::string(toString(mode))}).inc();
     auto hwm = validator_.status(account).value_or(fencing::AccountStatus{}).hwm;
     return jsonResponse(503, {{"accepted", false},
@@ -221,7 +211,7 @@ http::Response Gateway::submitOperation(const http::Request& request) {
 
   fencing::Decision decision;
   try {
-    decision = validator_.submit(operation, active);
+    decision = validator_.submit(operation, *active);
   } catch (const fencing::BadRequest& error) {
     badRequests_.inc();
     return http::Response::error(400, error.what());
@@ -362,7 +352,22 @@ http::Response Gateway::agents() {
   return jsonResponse(200, {{"agents", list}, {"timeout_ms", config_.agentTimeoutMs}});
 }
 
+std::optional<fencing::ActiveView> Gateway::activeView(const std::string& account,
+                                                       CheckMode& mode) {
+  if (mode == CheckMode::ZooKeeper) {
+    auto active = leaders_->active(account);
+    if (active.state != fencing::ActiveView::State::unknown) return active;
+    // The cache could not answer for this account in time: the untrusted policy decides.
+    mode = config_.untrusted == UntrustedPolicy::Refuse ? CheckMode::Refusing : CheckMode::HwmOnly;
+  }
+  if (mode == CheckMode::Refusing) return std::nullopt;
+  return fencing::ActiveView::unknown();
+}
+
 http::Response Gateway::presenceLeases(const http::Request& request) {
+  if (storageFailed_) {
+    return presence_->refuseLeases("durable log failed; restart the gateway to recover");
+  }
   const CheckMode mode = refreshCheckMode();
   if (mode == CheckMode::Refusing) {
     return presence_->refuseLeases(
@@ -371,21 +376,36 @@ http::Response Gateway::presenceLeases(const http::Request& request) {
   if (auto refused = refuseForeignInstance(config_, request, topLevelInstanceIds(request.body))) {
     return *refused;
   }
-  // Lease writes are fenced like operations (an old leader can write neither), but they do not
-  // raise the HWM: presence is soft state and leaves nothing in the durable log.
+  // Lease writes are decided by the operations' rule, and raise the HWM as operations do: a
+  // deposed leader can write neither, whatever the check mode.
   return presence_->postLeases(
-      request.body, [this, mode](const std::string& account) -> std::optional<AccountFence> {
-        AccountFence fence{
-            .active = fencing::ActiveView::unknown(),
-            .hwm = validator_.status(account).value_or(fencing::AccountStatus{}).hwm};
-        if (mode == CheckMode::ZooKeeper) {
-          fence.active = leaders_->active(account);
-          if (fence.active.state == fencing::ActiveView::State::unknown &&
-              config_.untrusted == UntrustedPolicy::Refuse) {
-            return std::nullopt;
+      request.body,
+      [this, mode](std::span<const fencing::FencingToken> tokens)
+          -> std::variant<std::vector<fencing::Decision>, std::string> {
+        std::vector<fencing::FencedWrite> writes;
+        writes.reserve(tokens.size());
+        std::map<std::string, fencing::ActiveView, std::less<>> views;  // one look-up per account
+        for (const auto& token : tokens) {
+          auto view = views.find(token.account);
+          if (view == views.end()) {
+            CheckMode accountMode = mode;
+            auto active = activeView(token.account, accountMode);
+            if (!active) {
+              return "ZooKeeper cannot tell the leader of account " + token.account +
+                     " now and the gateway is configured to refuse meanwhile; nothing applied";
+            }
+            view = views.emplace(token.account, std::move(*active)).first;
           }
+          writes.push_back({token, view->second});
         }
-        return fence;
+        try {
+          return validator_.admit(writes);
+        } catch (const fencing::StorageError& error) {
+          storageFailed_ = true;
+          storageErrors_.inc();
+          spdlog::error("durable log failed, refusing every write until restart: {}", error.what());
+          return std::string("durable log failed: ") + error.what();
+        }
       });
 }
 
@@ -393,8 +413,7 @@ std::optional<http::Response> Gateway::refusedAccount(const std::string& account
   if (auto error = naming::accountIdError(account)) {
     return http::Response::error(400, "account: " + *error);
   }
-  if (!config_.accounts.empty() && std::find(config_.accounts.begin(), config_.accounts.end(),
-                                             account) == config_.accounts.end()) {
+  if (!config_.serves(account)) {
     return http::Response::error(404, "account " + account + " is not served by this gateway");
   }
   return std::nullopt;

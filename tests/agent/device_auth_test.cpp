@@ -1,0 +1,253 @@
+// Device identity at the agent's device endpoint, tried as an attacker would: real ZooKeeper, a
+// real fencing-gateway, real zk-agent processes with presence.auth, tokens signed with the keys of
+// scripts/make-test-certs. Every forged upgrade is refused before the handshake and before the
+// leader/redirect decision, and next to each the real device stays online with its lease
+// untouched at the gateway (same epoch, never removed).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "device_socket.hpp"
+#include "zkagent/auth.hpp"
+#include "zkagent/http.hpp"
+#include "zktest/agent_process.hpp"
+#include "zktest/deadline.hpp"
+#include "zktest/test_certs.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using zktest::Device;
+using zktest::eventually;
+using zktest::metricSample;
+namespace auth = zkagent::auth;
+using Agent = zktest::AgentProcess;
+
+std::string devicePath(const std::string& account, const std::string& device) {
+  return "/v1/devices?account=" + account + "&device=" + device;
+}
+
+struct Mint {
+  std::string subject = "phone";
+  std::string account = "acct-0";
+  std::string scope = "device";
+  std::string audience = "zkagent";
+  int64_t ttl = 600;  // seconds from now; negative: already expired
+  std::string secret = "hs256.secret";
+};
+
+std::string mint(const Mint& m) {
+  auth::SigningKey key{"k1", auth::Algorithm::HS256, zktest::tokenKey(m.secret)};
+  return auth::mint(key, {.subject = m.subject,
+                          .account = m.account,
+                          .scope = m.scope,
+                          .audience = m.audience,
+                          .expiresAt = auth::unixNow() + m.ttl,
+                          .notBefore = std::nullopt});
+}
+
+class DeviceAuthTest : public zktest::AgentProcessFixture {
+ protected:
+  DeviceAuthTest()
+      : AgentProcessFixture("zk-device-auth-test",
+                            {"--lease-ttl-ms", "1200", "--lease-sweep-ms", "100"}) {}
+  void SetUp() override {
+    AgentProcessFixture::SetUp();
+    zkagent::http::ClientOptions options;
+    options.port = gateway_->port();
+    gatewayClient_ = std::make_unique<zkagent::http::Client>(options);
+  }
+
+  json config(const std::string& id, const std::vector<std::string>& accounts, int leeway = 30) {
+    const auto tokens = zktest::testCertificates() / "tokens";
+    return zktest::agentConfig(
+        site(), id, accounts,
+        {{"admin", {{"open_operator_actions", true}}},
+         {"presence",
+          {{"heartbeat_ms", 200},
+           {"ping_timeout_ms", 0},
+           {"check_interval_ms", 100},
+           {"renew_interval_ms", 400},
+           {"lease_ttl_ms", 1200},
+           {"auth",
+            {{"keys",
+              {{{"kid", "k1"}, {"alg", "HS256"}, {"file", (tokens / "hs256.secret").string()}},
+               {{"kid", "e1"}, {"alg", "ES256"}, {"file", (tokens / "es256.pub").string()}}}},
+             {"audience", "zkagent"},
+             {"leeway", leeway}}}}}});
+  }
+
+  // The gateway's lease of `device` in acct-0: {agent, token, counter}, or null.
+  json lease(const std::string& device) const {
+    auto r = gatewayClient_->get("/v1/presence/acct-0");
+    if (r.status != 200) return json();
+    for (const auto& d : json::parse(r.body).value("devices", json::array())) {
+      if (d["device"] == device) {
+        return {{"agent", d["agent"]}, {"token", d["epoch"]["token"]},
+                {"counter", d["epoch"]["counter"]}};
+      }
+    }
+    return json();
+  }
+
+  std::unique_ptr<zkagent::http::Client> gatewayClient_;
+};
+
+// The real device: connected with its own token, welcomed, answered.
+struct RealDevice {
+  Device socket;
+  json welcome;
+  uint64_t seq = 0;
+  bool answers() {
+    socket.ping(++seq);
+    const auto pong = socket.read();
+    return pong && *pong == json{{"type", "pong"}, {"seq", seq}};
+  }
+};
+
+TEST_F(DeviceAuthTest, ForgedDevicesAreRefusedAndTheRealDeviceKeepsItsLease) {
+  auto& a = addAgent(config("host-a", {"acct-0", "acct-1"}));
+  ASSERT_TRUE(eventually([&] { return a.leads("acct-0") && a.leads("acct-1"); }, 15s));
+  auto& b = addAgent(config("host-b", {"acct-0"}));
+  ASSERT_TRUE(eventually(
+      [&] {
+        const auto leader = b.account("acct-0")["leader"];
+        return leader.is_object() && leader.value("instance", "") == "host-a";
+      },
+      10s))
+      << b.status().dump();
+
+  RealDevice real;
+  ASSERT_FALSE(real.socket.connect(a.devicePort, devicePath("acct-0", "phone"), mint({})));
+  const auto welcome = real.socket.read();
+  ASSERT_TRUE(welcome && (*welcome)["type"] == "welcome");
+  ASSERT_TRUE(eventually([&] { return !lease("phone").is_null(); }, 3s));
+  const json held = lease("phone");
+  EXPECT_EQ(held["counter"], (*welcome)["counter"]);
+
+  struct Case {
+    std::string name;
+    std::string bearer;      // Authorization: Bearer (empty: none)
+    std::string queryToken;  // ?token= (empty: none)
+    int status;
+    std::string reason;  // zkagent_device_auth_refused_total{reason}
+  };
+  const std::vector<Case> cases = {
+      {"no token", "", "", 401, "missing"},
+      {"not a JWT", "not.a.jwt", "", 401, "malformed"},
+      {"wrong signature", mint({.secret = "other-hs256.secret"}), "", 401, "bad_signature"},
+      {"expired", mint({.ttl = -120}), "", 401, "expired"},
+      {"wrong audience", mint({.audience = "elsewhere"}), "", 401, "wrong_audience"},
+      {"wrong scope", mint({.scope = "viewer"}), "", 401, "wrong_scope"},
+      {"other account's token", mint({.account = "acct-1"}), "", 403, "wrong_account"},
+      {"other device's token", mint({.subject = "tablet"}), "", 403, "wrong_device"},
+      {"other device's token in the query", "", mint({.subject = "tablet"}), 403, "wrong_device"},
+  };
+  std::map<std::string, double> expected;
+  for (const auto& c : cases) {
+    // At the leader, at the non-leader (307 path) and at the non-leader in band: refused alike,
+    // never redirected.
+    for (const auto& [port, suffix] : std::vector<std::pair<uint16_t, std::string>>{
+             {a.devicePort, ""}, {b.devicePort, ""}, {b.devicePort, "&redirect=close"}}) {
+      std::string target = devicePath("acct-0", "phone") + suffix;
+      if (!c.queryToken.empty()) target += "&token=" + c.queryToken;
+      Device forged;
+      const auto refused = forged.connect(port, target, c.bearer);
+      ASSERT_TRUE(refused) << c.name << " was upgraded at " << port << suffix;
+      EXPECT_EQ(refused->status, c.status) << c.name << ": " << refused->body;
+      EXPECT_TRUE(refused->location.empty()) << c.name << " was redirected";
+      EXPECT_FALSE(json::parse(refused->body, nullptr, false).value("error", "").empty())
+          << c.name << ": " << refused->body;
+      // The real device is still online, answered, and its lease is the one it had.
+      EXPECT_TRUE(real.answers()) << "after " << c.name;
+      EXPECT_EQ(lease("phone"), held) << "after " << c.name;
+    }
+    if (expected.contains(c.reason)) {
+      expected[c.reason] += 2;
+    } else {
+      expected[c.reason] = 2;
+    }
+  }
+  const auto aMetrics = a.metrics();
+  const auto bMetrics = b.metrics();
+  for (const auto& [reason, total] : expected) {
+    const std::string series = "zkagent_device_auth_refused_total{reason=\"" + reason + "\"}";
+    EXPECT_EQ(metricSample(aMetrics, series), total / 2) << series << "\n" << aMetrics;
+    EXPECT_EQ(metricSample(bMetrics, series), total) << series;
+  }
+  EXPECT_EQ(metricSample(bMetrics, "zkagent_presence_redirects_total{code=\"307\"}"), std::nullopt);
+  EXPECT_EQ(metricSample(bMetrics, "zkagent_presence_redirects_total{code=\"4001\"}"),
+            std::nullopt);
+  EXPECT_EQ(a.account("acct-0")["devices"], 1);
+  EXPECT_EQ(b.account("acct-0")["devices"], 0);
+
+  // The attack of issue 21: connect under the real device's id and close at once, repeatedly.
+  // Refused every time, so no removal (and no tombstone) is written: the real device's renewals
+  // keep its lease, with the same epoch, over several renewal ticks (400 ms) and lease TTLs.
+  for (int i = 0; i < 5; ++i) {
+    Device attacker;
+    const auto refused = attacker.connect(a.devicePort, devicePath("acct-0", "phone"));
+    ASSERT_TRUE(refused);
+    EXPECT_EQ(refused->status, 401);
+  }
+  EXPECT_FALSE(eventually([&] { return lease("phone") != held; }, 2500ms))
+      << "the real device's lease changed: " << lease("phone").dump();
+  EXPECT_TRUE(real.answers());
+
+  // The valid paths: a device with its own token in the query (browsers), and an ES256 token.
+  Device browser;
+  ASSERT_FALSE(
+      browser.connect(a.devicePort, devicePath("acct-0", "tv") + "&token=" + mint({.subject = "tv"})))
+      << "a valid token in the query was refused";
+  ASSERT_TRUE(browser.read());
+  EXPECT_TRUE(eventually([&] { return !lease("tv").is_null(); }, 3s));
+  const auto es = auth::mint(
+      {"e1", auth::Algorithm::ES256,
+       [] {
+         std::ifstream in(zktest::testCertificates() / "tokens" / "es256.key");
+         return std::string(std::istreambuf_iterator<char>(in), {});
+       }()},
+      {.subject = "watch", .account = "acct-0", .scope = "device", .audience = "zkagent",
+       .expiresAt = auth::unixNow() + 600, .notBefore = std::nullopt});
+  Device watch;
+  ASSERT_FALSE(watch.connect(a.devicePort, devicePath("acct-0", "watch"), es));
+  ASSERT_TRUE(watch.read());
+  EXPECT_EQ(lease("phone"), held);
+}
+
+// A token that lapses closes its connection with 4003 (leeway 0); a fresh token reconnects.
+TEST_F(DeviceAuthTest, AConnectionWhoseTokenExpiresIsClosedWith4003AndAFreshTokenReconnects) {
+  auto& a = addAgent(config("host-a", {"acct-0"}, 0));
+  ASSERT_TRUE(eventually([&] { return a.leads("acct-0"); }, 15s));
+  Device device;
+  ASSERT_FALSE(device.connect(a.devicePort, devicePath("acct-0", "phone"), mint({.ttl = 3})));
+  ASSERT_TRUE(device.read());
+  const auto closed = device.awaitClose(10s);
+  ASSERT_TRUE(closed) << "not closed after its token expired";
+  EXPECT_EQ(closed->code, 4003);
+  EXPECT_EQ(closed->reason, "token expired");
+  const auto metrics = a.metrics();
+  EXPECT_EQ(metricSample(metrics, "zkagent_device_token_expired_total"), 1) << metrics;
+  EXPECT_EQ(metricSample(metrics, "zkagent_presence_closes_total{code=\"4003\"}"), 1);
+  EXPECT_TRUE(eventually([&] { return lease("phone").is_null(); }, 3s)) << "lease left behind";
+
+  // The same expired token is refused now; a fresh one is welcomed.
+  Device again;
+  const auto refused = again.connect(a.devicePort, devicePath("acct-0", "phone"), mint({.ttl = -1}));
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 401);
+  Device fresh;
+  ASSERT_FALSE(fresh.connect(a.devicePort, devicePath("acct-0", "phone"), mint({})));
+  const auto welcome = fresh.read();
+  ASSERT_TRUE(welcome && (*welcome)["type"] == "welcome");
+  EXPECT_TRUE(eventually([&] { return !lease("phone").is_null(); }, 3s));
+}
+
+}  // namespace

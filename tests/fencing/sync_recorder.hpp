@@ -1,0 +1,14 @@
+// Records completed syncs, for the power-cut test: while recording is on, every fsync and
+// fdatasync of this process that succeeds writes "S <path> <bytes>" to a file descriptor, where
+// <bytes> is the file's size when the call began (what the call made durable). The test binary
+// defines fsync and fdatasync itself, so the fencing library's calls come here first and go on to
+// the C library's; with recording off they only pass through.
+#pragma once
+
+namespace zkagent::fencing::testing {
+
+// Starts reporting syncs to `fd` (a pipe; lines under PIPE_BUF never interleave). For a forked
+// child only: there is no way back.
+void recordSyncsTo(int fd);
+
+}  // namespace zkagent::fencing::testing
