@@ -106,12 +106,19 @@ void validateTransport(const Config& config) {
          "required to listen on " + config.listenAddress +
              ": plain HTTP is served on loopback only, unless insecure is set");
   }
-  // The subscriber listener has no TLS yet: plain WebSocket, so loopback unless insecure.
+  // The subscriber listener has no TLS yet: plain WebSocket, so loopback unless insecure; and off
+  // loopback a claimed viewer is never trusted.
   if (!config.insecure && !naming::isLoopbackHost(config.subscribeAddress)) {
     fail("presence.subscribe_listen (--subscribe-listen)",
          "is " + config.subscribeAddress +
              ": the subscriber WebSocket has no TLS and is served on loopback only, unless "
              "insecure is set");
+  }
+  if (!config.viewerAuth && !naming::isLoopbackHost(config.subscribeAddress)) {
+    fail("presence.viewer_auth",
+         "is required when presence.subscribe_listen (" + config.subscribeAddress +
+             ") is not a loopback address: subscribers prove their viewer with a token "
+             "(docs/auth.md)");
   }
   if (!config.operatorToken.empty() && config.operatorToken == config.bearerToken) {
     fail("operatorToken",
@@ -169,7 +176,7 @@ void setLogFormat(Config& config, std::string_view field, std::string_view value
 
 }  // namespace
 
-Config parseConfigJson(std::string_view text, Config config) {
+Config parseConfigJson(std::string_view text, Config config, const std::filesystem::path& baseDir) {
   const nlohmann::json root = config::parseObject(text);
   FieldReader top(root);
   if (auto listen = top.string("listen")) setListen(config, "listen", *listen);
@@ -240,6 +247,13 @@ Config parseConfigJson(std::string_view text, Config config) {
     integer("max_subscribers", 1, kMaxSubscribers, config.maxSubscribers);
     integer("lease_ttl_ms", kMinLeaseTtlMs, kMaxLeaseMs, config.leaseTtlMs);
     integer("sweep_ms", 1, kMaxLeaseMs, config.leaseSweepMs);
+    for (auto [field, settings] : {std::pair{"viewer_auth", &config.viewerAuth},
+                                   std::pair{"service_auth", &config.serviceAuth}}) {
+      if (!presence.find(field)) continue;
+      auto keys = presence.object(field);
+      *settings = auth::readSettings(keys, baseDir);
+      keys.rejectUnknown();
+    }
     presence.rejectUnknown();
   }
   if (top.find("log")) {
@@ -270,7 +284,8 @@ CommandLine parseCommandLine(const std::vector<std::string>& args,
         if (!file) fail("--config", "cannot read " + args[i + 1]);
         std::stringstream text;
         text << file.rdbuf();
-        config = parseConfigJson(text.str(), config);
+        config = parseConfigJson(text.str(), config,
+                                 std::filesystem::path(args[i + 1]).parent_path());
       }
     }
     for (size_t i = 0; i < args.size(); i += 2) {
@@ -345,7 +360,10 @@ CommandLine parseCommandLine(const std::vector<std::string>& args,
     }
     if (config.dataDir.empty()) fail("--data-dir", "required: the HWM must survive restarts");
     if (!config.subscribeListenSet) {
-      config.subscribeAddress = config.listenAddress;
+      // Off loopback only where subscribers prove who they are.
+      config.subscribeAddress = config.viewerAuth || naming::isLoopbackHost(config.listenAddress)
+                                    ? config.listenAddress
+                                    : "127.0.0.1";
       config.subscribePort = config.listenPort == 0 || config.listenPort == 65535
                                  ? uint16_t{0}
                                  : static_cast<uint16_t>(config.listenPort + 1);

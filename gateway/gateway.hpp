@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "zkagent/auth.hpp"
 #include "zkagent/fencing.hpp"
 #include "zkagent/http.hpp"
 #include "zkagent/metrics.hpp"
@@ -68,6 +69,12 @@ struct Config {
   int subscriberQueue = 64;
   // Subscriber connections at once; upgrades beyond get 503 with Retry-After.
   int maxSubscribers = 10000;
+  // Who a subscriber is (docs/auth.md): with viewerAuth, a JWT with scope "viewer" whose `sub` is
+  // the viewer; with serviceAuth (separate keys), a backend's JWT with scope "service" that may
+  // subscribe for the viewer it names. Neither set: the agents' bearer token and a claimed
+  // viewer, on loopback only.
+  std::optional<auth::VerifierSettings> viewerAuth;
+  std::optional<auth::VerifierSettings> serviceAuth;
   std::string logLevel = "info";
   bool jsonLogs = false;
 
@@ -93,8 +100,10 @@ CommandLine parseCommandLine(const std::vector<std::string>& args,
                              std::optional<std::string> environmentToken,
                              std::optional<std::string> environmentOperatorToken = std::nullopt);
 
-// Config from JSON text (the --config file); throws std::invalid_argument naming the field.
-Config parseConfigJson(std::string_view json, Config base = {});
+// Config from JSON text (the --config file); throws std::invalid_argument naming the field. Key
+// files named in it are read relative to `baseDir` (the config file's folder).
+Config parseConfigJson(std::string_view json, Config base = {},
+                       const std::filesystem::path& baseDir = {});
 
 // What the gateway knows about an account's `active` node. The ZooKeeper implementation wraps
 // election::LeaderObserver; tests use a fake.

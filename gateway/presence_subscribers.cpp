@@ -11,7 +11,6 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
-#include <charconv>
 #include <deque>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -20,8 +19,10 @@
 
 #include "gateway.hpp"
 #include "presence_store.hpp"
+#include "subscriber_identity.hpp"
 #include "zkagent/fencing.hpp"
 #include "zkagent/http/accept_loop.hpp"
+#include "zkagent/http/query.hpp"
 #include "zkagent/naming.hpp"
 
 namespace zkagent::gateway {
@@ -42,22 +43,6 @@ constexpr int kFullRetryAfterSeconds = 5;  // a 503 for a gateway at presence.ma
 
 [[noreturn]] void fail(const std::string& field, std::string_view problem) {
   throw fencing::BadRequest(field + ": " + std::string(problem));
-}
-
-// %XX escapes of a query value (a client may encode the commas); ids need nothing else.
-std::string unescape(std::string_view in) {
-  std::string out;
-  for (std::size_t i = 0; i < in.size(); ++i) {
-    unsigned value = 0;
-    if (in[i] == '%' && i + 2 < in.size() &&
-        std::from_chars(in.data() + i + 1, in.data() + i + 3, value, 16).ptr == in.data() + i + 3) {
-      out.push_back(static_cast<char>(value));
-      i += 2;
-    } else {
-      out.push_back(in[i]);
-    }
-  }
-  return out;
 }
 
 void checkTargetCount(const std::string& field, std::size_t count) {
@@ -82,25 +67,22 @@ ordered statusJson(const std::string& target, const presence::VisibleStatus& sta
 }  // namespace
 
 SubscribeRequest parseSubscribeQuery(std::string_view query) {
-  std::optional<std::string> viewer, targets;
-  while (!query.empty()) {
-    const auto amp = query.find('&');
-    const auto part = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
-    if (part.empty()) continue;
-    const auto eq = part.find('=');
-    const std::string key = unescape(part.substr(0, eq));
-    std::string value = eq == std::string_view::npos ? "" : unescape(part.substr(eq + 1));
+  std::optional<std::string> viewer, targets, token;
+  std::string twice;  // the first parameter given twice
+  http::forEachParameter(query, [&](const std::string& key, std::string_view part) {
     std::optional<std::string>* slot = key == "viewer"    ? &viewer
                                        : key == "targets" ? &targets
+                                       : key == "token"   ? &token
                                                           : nullptr;
-    if (slot == nullptr) fail(key.substr(0, 64), "unknown parameter (viewer, targets)");
-    if (*slot) fail(key, "given twice");
-    *slot = std::move(value);
-  }
-  if (!viewer) fail("viewer", "missing");
+    if (slot == nullptr) fail(key.substr(0, 64), "unknown parameter (viewer, targets, token)");
+    if (*slot && twice.empty()) twice = key;
+    *slot = http::parameterValue(part);
+  });
+  if (!twice.empty()) fail(twice, "given twice");
   if (!targets) fail("targets", "missing (a comma-separated list of account ids; may be empty)");
-  SubscribeRequest request{checkedId("viewer", std::move(*viewer)), {}};
+  SubscribeRequest request;
+  if (viewer) request.viewer = checkedId("viewer", std::move(*viewer));
+  request.token = std::move(token);
   std::string_view list(*targets);
   for (std::size_t i = 0; !list.empty(); ++i) {
     const auto comma = list.find(',');
@@ -152,6 +134,7 @@ struct SubscriberEndpoint::Core : std::enable_shared_from_this<Core> {
        metrics::Registry& registry)
       : strand(presenceStore.executor()),
         store(presenceStore),
+        identity(config),
         router({.bearerToken = config.bearerToken}),
         listener(std::make_shared<http::AcceptLoop>(
             strand,
@@ -191,23 +174,24 @@ struct SubscriberEndpoint::Core : std::enable_shared_from_this<Core> {
                                  "Subscribe requests refused before the upgrade, by HTTP status.",
                                  {"code"})) {
     (void)io;
-    // The Router gives the upgrade request the same 404/405/401 answers as the HTTP API.
-    router.add(http::Method::Get, "/v1/presence/subscribe", [](const http::Request& request) {
-      try {
-        parseSubscribeQuery(request.query);
-      } catch (const fencing::BadRequest& error) {
-        return http::Response::error(400, error.what());
-      }
-      http::Response upgrade;
-      upgrade.status = 101;
-      return upgrade;
-    });
+    // The Router gives the upgrade request the same 404/405 answers as the HTTP API, and the 401
+    // of the agents' bearer token where no subscriber tokens are configured; who the subscriber
+    // is, SubscriberIdentity decides.
+    router.add(
+        http::Method::Get, "/v1/presence/subscribe",
+        [](const http::Request&) {
+          http::Response upgrade;
+          upgrade.status = 101;
+          return upgrade;
+        },
+        identity.tokensRequired() ? http::Access::Public : http::Access::Token);
   }
 
   void admit(tcp::socket socket);
 
   asio::any_io_executor strand;
   PresenceStore& store;
+  SubscriberIdentity identity;
   http::Router router;
   std::shared_ptr<http::AcceptLoop> listener;
   const std::chrono::milliseconds coalesce;
@@ -294,6 +278,15 @@ class Session : public std::enable_shared_from_this<Session> {
       request.headers.emplace_back("authorization", std::string(auth->value()));
     }
     http::Response answer = core_->router.handle(request);
+    std::optional<SubscribeRequest> subscribe;
+    if (answer.status == 101) {
+      auto identified = core_->identity.identify(request, auth::unixNow());
+      if (auto* refusal = std::get_if<http::Response>(&identified)) {
+        answer = std::move(*refusal);
+      } else {
+        subscribe = std::move(std::get<SubscribeRequest>(identified));
+      }
+    }
     if (answer.status == 101 && !websocket::is_upgrade(raw)) {
       answer = http::Response::error(426, "not a WebSocket upgrade");
       answer.headers.emplace_back("Upgrade", "websocket");
@@ -307,7 +300,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (answer.status != 101) return refuse(std::move(answer));
     admitted_ = true;  // counted against the cap until the session ends
     ++core_->admitted;
-    subscribeRequest_ = parseSubscribeQuery(request.query);
+    subscribeRequest_ = std::move(*subscribe);
     viewer_ = subscribeRequest_.viewer;
     beast::get_lowest_layer(ws_).expires_never();
     ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,12 +36,14 @@ inline constexpr std::size_t kMaxSubscribeTargets = 10000;
 inline constexpr std::size_t kMaxSubscriberFrameBytes = 1024 * 1024;
 
 struct SubscribeRequest {
-  std::string viewer;
+  std::string viewer;  // the `viewer` parameter; empty when not given
   std::vector<std::string> targets;
+  std::optional<std::string> token;  // the `token` parameter (browsers), never echoed
 };
 
-// The query of GET /v1/presence/subscribe: viewer=V&targets=a,b,c (targets may be empty, added
-// later). Throws fencing::BadRequest naming the parameter (`viewer: missing`,
+// The query of GET /v1/presence/subscribe: [viewer=V&]targets=a,b,c[&token=T] (targets may be
+// empty, added later). Whether the viewer may be left out is subscriber_identity.hpp's rule.
+// Throws fencing::BadRequest naming the parameter (`targets: missing`,
 // `targets[2]: must match ...`).
 SubscribeRequest parseSubscribeQuery(std::string_view query);
 

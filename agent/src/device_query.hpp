@@ -8,7 +8,12 @@
 #include <string>
 #include <string_view>
 
+#include "zkagent/http/query.hpp"
+
 namespace zkagent::agent::detail {
+
+using http::forEachParameter;
+using http::percentDecode;
 
 // A close frame's payload is at most 125 bytes (RFC 6455 5.5), 2 of them the code.
 inline constexpr std::size_t kMaxCloseReason = 123;
@@ -20,21 +25,6 @@ inline constexpr std::string_view kRedirectParameter = "redirect";
 inline constexpr std::string_view kRedirectInBand = "close";
 // The credential a browser sends in the query (it cannot set headers): never echoed.
 inline constexpr std::string_view kTokenParameter = "token";
-
-// %XX and '+' decoded; a malformed escape stays as it is.
-std::string percentDecode(std::string_view in);
-
-// Calls visit(decodedKey, part) for every '&'-separated parameter of `query` in order, `part`
-// being the parameter exactly as sent ("key=value" or "key").
-template <class Visit>
-void forEachParameter(std::string_view query, Visit&& visit) {
-  while (!query.empty()) {
-    const auto amp = query.find('&');
-    const auto part = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
-    visit(percentDecode(part.substr(0, part.find('='))), part);
-  }
-}
 
 // The reason of the 4001 close that redirects a device in band: `leader` (ws://host:port) with
 // the request's path and query minus `token`, so the device keeps its parameters and no

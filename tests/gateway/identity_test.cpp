@@ -202,10 +202,23 @@ TEST(GatewayTransportConfig, SubscribersOffLoopbackNeedInsecure) {
       parse({"--listen", "0.0.0.0:0", "--data-dir", "/d", "--tls-cert",
              (certs / "gateway.pem").string(), "--tls-key", (certs / "gateway.key").string(),
              "--tls-client-ca", (certs / "ca.pem").string()});
-  ASSERT_FALSE(tlsDefault.config);
-  EXPECT_NE(tlsDefault.message.find("--subscribe-listen"), std::string::npos) << tlsDefault.message;
-  EXPECT_TRUE(
-      parse({"--subscribe-listen", "0.0.0.0:9001", "--insecure", "--data-dir", "/d"}).config);
+  // Without subscriber tokens the default subscriber listener stays on loopback.
+  ASSERT_TRUE(tlsDefault.config) << tlsDefault.message;
+  EXPECT_EQ(tlsDefault.config->subscribeAddress, "127.0.0.1");
+  // Off loopback, a claimed viewer is never trusted, insecure or not: viewer tokens are required.
+  auto claimed = parse({"--subscribe-listen", "0.0.0.0:9001", "--insecure", "--data-dir", "/d"});
+  ASSERT_FALSE(claimed.config);
+  EXPECT_NE(claimed.message.find("presence.viewer_auth: is required"), std::string::npos)
+      << claimed.message;
+  fencing::testing::TempDir dir;
+  const auto file = dir.path() / "gateway.json";
+  std::ofstream(file) << R"({"presence":{"viewer_auth":{"keys":[{"alg":"HS256","file":")"
+                      << (certs / "tokens" / "hs256.secret").string() << R"("}]}}})";
+  auto withViewerKeys =
+      parse({"--config", file.string(), "--listen", "0.0.0.0:0", "--insecure", "--data-dir", "/d"});
+  ASSERT_TRUE(withViewerKeys.config) << withViewerKeys.message;
+  EXPECT_EQ(withViewerKeys.config->subscribeAddress, "0.0.0.0");
+  EXPECT_EQ(withViewerKeys.config->viewerAuth->keys.size(), 1u);
   EXPECT_TRUE(parse({"--subscribe-listen", "127.0.0.1:9001", "--data-dir", "/d"}).config);
 }
 

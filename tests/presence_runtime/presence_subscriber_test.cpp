@@ -11,10 +11,14 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/websocket.hpp>
 #include <chrono>
+#include <fstream>
 #include <map>
+#include <tuple>
 #include <string>
 
 #include "presence_cluster.hpp"
+#include "zkagent/auth.hpp"
+#include "zktest/test_certs.hpp"
 #include "zktest/deadline.hpp"
 #include "zktest/zookeeper_server.hpp"
 
@@ -241,6 +245,56 @@ TEST_F(PresenceSubscriberTest, VersionsNeverGoBackAcrossAGatewayRestartAndALeade
     EXPECT_EQ(online.status(), "online");
     EXPECT_GT(online.version(), snapshot[0].version());
   }
+}
+
+// With viewer keys configured a subscriber is the viewer its token names: a claim for another
+// viewer, a forged, expired or missing token is refused before the upgrade (the watch exits 1
+// with the gateway's words), and the honest viewers see exactly what privacy gives each of them.
+TEST_F(PresenceSubscriberTest, ASubscriberIsTheViewerItsTokenNamesAndSeesWhatThatViewerMay) {
+  const auto secret = zktest::testCertificates() / "tokens" / "hs256.secret";
+  std::ofstream(dir_ / "viewers.json")
+      << json{{"presence", {{"viewer_auth", {{"keys", {{{"kid", "v1"}, {"alg", "HS256"},
+                                                         {"file", secret.string()}}}}}}}}}
+             .dump();
+  cluster_.reset();
+  cluster_ = std::make_unique<Cluster>(zktest::sharedZooKeeper().connectString(),
+                                       zktest::uniqueTestRoot(), dir_, zktest::presence::Timing{},
+                                       std::vector<std::string>{"--config",
+                                                                (dir_ / "viewers.json").string()});
+  ASSERT_EQ(cluster_->setPrivacy("acct-0", {{"granularity", "exact"}, {"contacts", {"bob"}}}), 200);
+  const auto now = zkagent::auth::unixNow();
+  auto tokenFor = [&](const std::string& viewer, std::int64_t expiresAt, std::string key) {
+    zkagent::auth::TokenRequest request;
+    request.subject = viewer;
+    request.scope = "viewer";
+    request.expiresAt = expiresAt;
+    return zkagent::auth::mint({"v1", zkagent::auth::Algorithm::HS256, std::move(key)}, request);
+  };
+  const std::string realKey = zktest::tokenKey("hs256.secret");
+  auto watchAs = [&](const std::string& claimed, const std::string& token) {
+    return std::make_unique<ChildProcess>(
+        zktest::binaryPath("zk-presence-watch").string(),
+        std::vector<std::string>{"--gateway", cluster_->subscribeUrl(), "--viewer", claimed,
+                                 "--targets", "acct-0", "--token", token});
+  };
+  const std::vector<std::tuple<std::string, std::string, std::string>> refusals = {
+      {"eve claiming bob", tokenFor("eve", now + 600, realKey), "HTTP 403"},
+      {"forged for bob", tokenFor("bob", now + 600, std::string(40, 'x')), "HTTP 401"},
+      {"bob's expired", tokenFor("bob", now - 3600, realKey), "HTTP 401"},
+      {"the agents' token", zktest::presence::kGatewayToken, "HTTP 401"},
+  };
+  for (const auto& [what, token, expected] : refusals) {
+    auto refused = watchAs("bob", token);
+    EXPECT_TRUE(refused->wait(10s).exitedWith(1)) << what;
+    EXPECT_NE(refused->stderrText().find(expected), std::string::npos)
+        << what << ": " << refused->stderrText();
+  }
+  auto bob = watchAs("bob", tokenFor("bob", now + 600, realKey));
+  const auto seen = Cluster::waitSnapshot(*bob, 10s);
+  ASSERT_EQ(seen.size(), 1u) << "bob is a contact";
+  EXPECT_EQ(seen[0].target(), "acct-0");
+  auto eve = watchAs("eve", tokenFor("eve", now + 600, realKey));
+  EXPECT_TRUE(Cluster::waitSnapshot(*eve, 10s).empty()) << "eve is not: absent, not offline";
 }
 
 TEST_F(PresenceSubscriberTest, BadSubscribeRequestsAndMessagesAreRefusedAndChangeNothing) {
