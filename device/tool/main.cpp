@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "zkagent/auth.hpp"
 #include "zkagent/device.hpp"
 
 namespace {
@@ -50,6 +51,14 @@ options:
   --backoff-max-ms N         cap of the reconnect window (default 30000)
   --connect-timeout-ms N     connect + upgrade + welcome (default 5000)
   --seed N                   mixed into every device's jitter seed (default 0)
+  --token-file F             the device's token (docs/auth.md), read again whenever the agent
+                             refuses it or it expires, so another process may renew the file
+  --sign-key F --sign-alg A  instead of a token file: sign a token per device (sub = its device
+                             id, its account, scope device) with the secret (HS256) or PEM
+                             private key (RS256, ES256) in F, for tests and load
+  --sign-kid K               the signed tokens' kid
+  --sign-aud AUD             the signed tokens' aud
+  --sign-ttl-s N             the signed tokens' lifetime (default 3600); a fresh one each refresh
 simulation:
   --devices N                run N devices, spread round-robin over the accounts; prints
                              STATS connected=.. reconnects=.. heartbeats_sent=..
@@ -81,6 +90,10 @@ struct Arguments {
   bool events = false;
   Millis ramp{0};
   std::vector<std::string> sourceAddresses;
+  std::string tokenFile;
+  std::optional<zkagent::auth::SigningKey> signingKey;
+  std::string signAudience;
+  std::int64_t signTtlSeconds = 3600;
 };
 
 std::vector<std::string> splitList(const std::string& flag, const std::string& text) {
@@ -125,10 +138,19 @@ std::vector<std::string> readAccounts(const std::string& path) {
   return accounts;
 }
 
+std::string readTokenFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read token file " + path);
+  std::string token((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+  if (token.empty()) throw std::runtime_error("token file " + path + " is empty");
+  return token;
+}
+
 // Returns nullopt for --help.
 std::optional<Arguments> parse(int argc, char** argv) {
   Arguments args;
-  std::optional<std::string> account;
+  std::optional<std::string> account, signKeyFile, signAlg, signKid;
   bool accountList = false;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
@@ -171,9 +193,56 @@ std::optional<Arguments> parse(int argc, char** argv) {
       args.ramp = millis(flag, value);
     } else if (flag == "--source-addresses") {
       args.sourceAddresses = splitList(flag, value);
+    } else if (flag == "--token-file") {
+      try {  // refused now rather than at the first connect
+        readTokenFile(value);
+      } catch (const std::runtime_error& error) {
+        throw UsageError(std::string("--token-file: ") + error.what());
+      }
+      args.tokenFile = value;
+    } else if (flag == "--sign-key") {
+      signKeyFile = value;
+    } else if (flag == "--sign-alg") {
+      signAlg = value;
+    } else if (flag == "--sign-kid") {
+      signKid = value;
+    } else if (flag == "--sign-aud") {
+      args.signAudience = value;
+    } else if (flag == "--sign-ttl-s") {
+      args.signTtlSeconds = static_cast<std::int64_t>(number(flag, value));
+      if (args.signTtlSeconds == 0 || args.signTtlSeconds > 366 * 86400) {
+        throw UsageError("--sign-ttl-s: must be 1 to 31622400");
+      }
     } else {
       throw UsageError(flag + ": unknown option (see --help)");
     }
+  }
+  if (signKeyFile.has_value() != signAlg.has_value()) {
+    throw UsageError(signKeyFile ? "--sign-alg: missing (HS256, RS256 or ES256)"
+                                 : "--sign-key: missing");
+  }
+  if (signKeyFile) {
+    if (!args.tokenFile.empty()) throw UsageError("--token-file: not together with --sign-key");
+    const auto algorithm = zkagent::auth::algorithmNamed(*signAlg);
+    if (!algorithm) throw UsageError("--sign-alg: must be HS256, RS256 or ES256");
+    std::ifstream in(*signKeyFile, std::ios::binary);
+    if (!in) throw UsageError("--sign-key: cannot read \"" + *signKeyFile + "\"");
+    std::string material((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (*algorithm == zkagent::auth::Algorithm::HS256) {
+      while (!material.empty() && (material.back() == '\n' || material.back() == '\r'))
+        material.pop_back();
+    }
+    args.signingKey = zkagent::auth::SigningKey{signKid.value_or(""), *algorithm, material};
+    try {  // a key libjwt cannot sign with is refused now, not at every connect
+      zkagent::auth::mint(*args.signingKey, {"probe", "", "device", "", zkagent::auth::unixNow() + 60, {}});
+    } catch (const std::invalid_argument& error) {
+      throw UsageError(std::string("--sign-key: ") + error.what());
+    }
+  } else if (signKid || !args.signAudience.empty()) {
+    throw UsageError("--sign-kid/--sign-aud: need --sign-key");
+  }
+  if (!args.tokenFile.empty() && args.devices) {
+    throw UsageError("--token-file: one token is one device; simulated devices use --sign-key");
   }
   if (args.connect.empty()) throw UsageError("--connect: missing");
   if (args.device.empty()) throw UsageError("--device: missing");
@@ -277,6 +346,20 @@ class Runner {
       options.seed = args.seed;
       if (!args.sourceAddresses.empty())
         options.localAddress = args.sourceAddresses[i % args.sourceAddresses.size()];
+      if (!args.tokenFile.empty()) {
+        options.tokenProvider = [file = args.tokenFile](bool) { return readTokenFile(file); };
+      } else if (args.signingKey) {
+        zkagent::auth::TokenRequest claims;
+        claims.subject = options.device;
+        claims.account = options.account;
+        claims.scope = "device";
+        claims.audience = args.signAudience;
+        options.tokenProvider = [key = *args.signingKey, claims,
+                                 ttl = args.signTtlSeconds](bool) mutable {
+          claims.expiresAt = zkagent::auth::unixNow() + ttl;
+          return zkagent::auth::mint(key, claims);
+        };
+      }
       if (auto problem = zkagent::device::validate(options); !problem.empty())
         throw UsageError(flagOf(problem));
       devices_.push_back(std::make_unique<DeviceClient>(io, std::move(options)));

@@ -5,6 +5,9 @@
 // untouched at the gateway (same epoch, never removed).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -17,6 +20,7 @@
 #include "zkagent/auth.hpp"
 #include "zkagent/http.hpp"
 #include "zktest/agent_process.hpp"
+#include "zktest/child_process.hpp"
 #include "zktest/deadline.hpp"
 #include "zktest/test_certs.hpp"
 
@@ -248,6 +252,49 @@ TEST_F(DeviceAuthTest, AConnectionWhoseTokenExpiresIsClosedWith4003AndAFreshToke
   const auto welcome = fresh.read();
   ASSERT_TRUE(welcome && (*welcome)["type"] == "welcome");
   EXPECT_TRUE(eventually([&] { return !lease("phone").is_null(); }, 3s));
+}
+
+// zk-device as a device application runs it: a token signed per device with the account system's
+// key gets it online; with a key the agent does not know it never connects and says why; a token
+// file is read again after a refusal, so a renewed file lets the device in without a restart.
+TEST_F(DeviceAuthTest, ZkDeviceSignsOrReadsItsTokenAndARefusedTokenKeepsItOut) {
+  auto& a = addAgent(config("host-a", {"acct-0"}));
+  ASSERT_TRUE(eventually([&] { return a.leads("acct-0"); }, 15s));
+  const auto tokens = zktest::testCertificates() / "tokens";
+  const std::string url = "ws://127.0.0.1:" + std::to_string(a.devicePort);
+  auto device = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args{"--connect",      url,   "--account",           "acct-0",
+                                  "--heartbeat-ms", "200", "--backoff-max-ms",    "300",
+                                  "--device",       "phone"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return std::make_unique<zktest::ChildProcess>(zktest::binaryPath("zk-device").string(), args);
+  };
+
+  auto forged = device({"--sign-key", (tokens / "es256.key").string(), "--sign-alg", "ES256",
+                        "--sign-kid", "k1", "--sign-aud", "zkagent"});
+  EXPECT_NE(forged->waitForLine("DISCONNECTED ", 10s).find("unauthorized"), std::string::npos);
+  EXPECT_TRUE(lease("phone").is_null()) << "a refused device has no lease";
+  forged.reset();
+
+  auto signing = device({"--sign-key", (tokens / "es256.key").string(), "--sign-alg", "ES256",
+                         "--sign-kid", "e1", "--sign-aud", "zkagent"});
+  signing->waitForLine("CONNECTED acct-0 phone host-a ", 10s);
+  EXPECT_TRUE(eventually([&] { return !lease("phone").is_null(); }, 5s));
+  signing.reset();
+
+  zktest::ChildProcess noFile(zktest::binaryPath("zk-device").string(),
+                              {"--connect", url, "--account", "acct-0", "--device", "laptop",
+                               "--token-file", (tokens / "no-such-file").string()});
+  EXPECT_TRUE(noFile.wait(5s).exitedWith(2)) << "a missing token file is a usage error";
+  const auto file = std::filesystem::temp_directory_path() /
+                    ("zk-device-auth-" + std::to_string(::getpid()) + ".token");
+  std::ofstream(file) << mint({.subject = "laptop", .account = "acct-1"}) << "\n";
+  auto reading = device({"--token-file", file.string()});
+  EXPECT_NE(reading->waitForLine("DISCONNECTED ", 10s).find("forbidden"), std::string::npos)
+      << "another account's token";
+  std::ofstream(file) << mint({.subject = "phone"}) << "\n";
+  reading->waitForLine("CONNECTED acct-0 phone host-a ", 10s);
+  std::filesystem::remove(file);
 }
 
 }  // namespace
