@@ -1,5 +1,6 @@
 #include "zktest/agent_process.hpp"
 
+#include <cstdlib>
 #include <unistd.h>
 
 #include <fstream>
@@ -190,7 +191,9 @@ void AgentProcessFixture::SetUp() {
 void AgentProcessFixture::TearDown() {
   agents_.clear();
   gateway_.reset();
-  std::filesystem::remove_all(dir_);
+  if (!std::getenv("ZKTEST_KEEP_FAILED") || !::testing::Test::HasFailure()) {
+    std::filesystem::remove_all(dir_);
+  }
 }
 
 AgentSite AgentProcessFixture::site() const {

@@ -1,0 +1,80 @@
+#!/usr/bin/python3
+"""A zkagent device on Python's `websockets` library (Debian python3-websockets), written from
+docs/device-protocol.md alone: the library follows the 307 to the leader by itself; this script
+adds the welcome, ping/pong, the 4001 close naming the leader and reconnects.
+
+usage: ws_device.py URL ACCOUNT DEVICE [TOKEN]
+
+Prints, flushed at once: CONNECTED <agent> <token>.<counter>, HEARTBEAT <agent> (the first
+pong of a connection), CLOSED <code> <reason>. SIGTERM closes with 1000 and exits 0.
+"""
+import asyncio
+import json
+import random
+import signal
+import sys
+import urllib.parse
+
+import websockets
+
+
+def say(*words):
+    print(*words, flush=True)
+
+
+def origin(url):
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+async def run(url, account, device, token):
+    query = urllib.parse.urlencode({"account": account, "device": device})
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    target, failures = origin(url), 0
+    while not stop.is_set():
+        try:
+            async with websockets.connect(f"{target}/v1/devices?{query}", extra_headers=headers,
+                                          ping_interval=None, open_timeout=5) as ws:
+                welcome = json.loads(await asyncio.wait_for(ws.recv(), 5))
+                assert welcome["type"] == "welcome", welcome
+                failures = 0
+                say("CONNECTED", welcome["agent"], f'{welcome["token"]}.{welcome["counter"]}')
+                heartbeat = welcome.get("heartbeat_ms", 30000) / 1000
+                seq, answered = 0, False
+                while not stop.is_set():
+                    seq += 1
+                    await ws.send(json.dumps({"type": "ping", "seq": seq}))
+                    deadline = asyncio.get_running_loop().time() + heartbeat * random.uniform(0.9, 1)
+                    while (left := deadline - asyncio.get_running_loop().time()) > 0:
+                        try:
+                            frame = await asyncio.wait_for(ws.recv(), left)
+                        except asyncio.TimeoutError:
+                            break
+                        frame = json.loads(frame)
+                        if frame.get("type") == "pong" and not answered:
+                            answered = True
+                            say("HEARTBEAT", welcome["agent"])
+                if stop.is_set():
+                    await ws.close(1000, "device leaving")
+                    return
+        except websockets.ConnectionClosed as closed:
+            code = closed.rcvd.code if closed.rcvd else 1006
+            reason = closed.rcvd.reason if closed.rcvd else ""
+            say("CLOSED", code, reason or "-")
+            if code == 4001 and reason:
+                target = origin(reason)
+                continue
+        except (OSError, asyncio.TimeoutError, websockets.InvalidHandshake) as error:
+            say("FAILED", type(error).__name__)
+        target = origin(url)
+        failures += 1
+        await asyncio.sleep(random.uniform(0, min(2.0, 0.1 * 2 ** failures)))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) not in (4, 5):
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    asyncio.run(run(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else ""))
