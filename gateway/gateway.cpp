@@ -144,8 +144,12 @@ http::Router Gateway::router() {
            "ZKAGENT_GATEWAY_OPERATOR_TOKEN, operatorTokenFile or --operator-token-file"});
   router.add(http::Method::Post, "/v1/ops",
              [this](const http::Request& request) { return submitOperation(request); });
-  router.add(http::Method::Get, "/v1/accounts/{id}",
-             [this](const http::Request& request) { return accountStatus(request); });
+  // The fencing tuple and the raw lease view are for operators: with an operator token, no
+  // agent's or subscriber's credential reads them.
+  router.add(
+      http::Method::Get, "/v1/accounts/{id}",
+      [this](const http::Request& request) { return accountStatus(request); },
+      http::Access::OperatorRead);
   router.add(
       http::Method::Post, "/v1/accounts/{id}/reset-hwm",
       [this](const http::Request& request) { return resetHighWaterMark(request); },
@@ -157,8 +161,10 @@ http::Router Gateway::router() {
   if (presence_ != nullptr) {
     router.add(http::Method::Post, "/v1/presence/leases",
                [this](const http::Request& request) { return presenceLeases(request); });
-    router.add(http::Method::Get, "/v1/presence/{account}",
-               [this](const http::Request& request) { return presenceOf(request); });
+    router.add(
+        http::Method::Get, "/v1/presence/{account}",
+        [this](const http::Request& request) { return presenceOf(request); },
+        http::Access::OperatorRead);
     router.add(
         http::Method::Put, "/v1/presence/privacy/{account}",
         [this](const http::Request& request) { return presencePrivacy(request); },

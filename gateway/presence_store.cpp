@@ -290,7 +290,9 @@ http::Response PresenceStore::postLeases(std::string_view body, const LeaseFence
     spdlog::info("presence lease writes fenced account={} token={} instance={} reason={} detail={}",
                  refusedWrite.account, refusedWrite.token, refusedWrite.instanceId,
                  fencing::reasonCode(decisions[write].verdict), decisions[write].detail);
-    fenced.push_back({{"account", refusedWrite.account}, {"token", refusedWrite.token}});
+    fenced.push_back({{"account", refusedWrite.account},
+                      {"token", refusedWrite.token},
+                      {"superseded", decisions[write].superseded}});
   }
   return http::Response::json(200,
                               ordered{{"renewed", applied->renewed},

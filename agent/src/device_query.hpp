@@ -23,7 +23,9 @@ inline constexpr std::size_t kMaxAdvertiseBytes = 60;
 // The query parameter (and its one value) by which a device asks for the in-band redirect.
 inline constexpr std::string_view kRedirectParameter = "redirect";
 inline constexpr std::string_view kRedirectInBand = "close";
-// The credential a browser sends in the query (it cannot set headers): never echoed.
+// The credential a browser sends in the query (it cannot set headers). The in-band 4001 reason
+// drops it (a close reason is short and ends up in client logs); a 307 Location keeps the whole
+// query, so that a client that follows it keeps its credential.
 inline constexpr std::string_view kTokenParameter = "token";
 
 // The reason of the 4001 close that redirects a device in band: `leader` (ws://host:port) with

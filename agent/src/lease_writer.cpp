@@ -189,6 +189,10 @@ void GatewayLeaseWriter::answered(size_t renewed, std::vector<QueuedRemoval> rem
       const auto token = fenced.contains("token") && fenced["token"].is_number_unsigned()
                              ? fenced["token"].get<uint64_t>()
                              : UINT64_MAX;  // no token: whatever we hold
+      // A refusal the gateway may only have made because its view of ZooKeeper lags (the new
+      // leader's node not seen yet) is no newer leader: the next renewal tries again. A gateway
+      // that does not say is taken at its word.
+      if (fenced.is_object() && fenced.value("superseded", true) == false) continue;
       m_.fencedAccounts.inc();
       if (onFenced_) onFenced_(fenced["account"].get<std::string>(), token);
     }

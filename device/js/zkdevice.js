@@ -3,7 +3,7 @@
 // cannot follow an HTTP redirect on a WebSocket), follow the 4001 close to the leader, heartbeat
 // with ping/pong, notice a silent agent, reconnect with full-jitter backoff, and ask for a fresh
 // token when the agent says it expired (4003) or a connection failed before its welcome (a
-// browser cannot see a 401).
+// browser cannot see a 401). It adopts the welcome's heartbeat_ms, the agent's own setting.
 //
 //   const device = new ZkDevice({
 //     endpoints: ["ws://agent-a:8471", "ws://agent-b:8471"],
@@ -21,7 +21,7 @@
   const CLOSE_LEADER_MOVED = 4001;  // reason: the leader's device URL (or empty: unknown)
   const CLOSE_TOKEN_EXPIRED = 4003;
   const CLOSE_TRY_AGAIN_LATER = 1013;
-  const MAX_REDIRECTS_IN_A_ROW = 5;
+  const MAX_REDIRECTS_IN_A_ROW = 3;  // as the reference client (device/src/client.cpp)
 
   class ZkDevice {
     constructor(options) {
@@ -170,9 +170,7 @@
         this.schedulePing(ws);
       } else if (frame.type === "pong") {
         this.emit({type: "pong", seq: frame.seq});
-      } else {
-        this.abandon(ws, "bad_frame: unknown type " + frame.type);
-      }
+      }  // other types are ignored, so that an agent may add frames
     }
 
     // Every heartbeat x U[0.9, 1.0], so a fleet started together does not ping together.
@@ -214,8 +212,13 @@
           this.redirects++;
           this.redirectTo = origin;
           this.emit({type: "redirected", to: origin, code});
-          if (wasConnected) this.emit({type: "disconnected", reason: "leader_moved", code});
-          return this.connect();  // at once: the agent told us where to go
+          // An in-band redirect before the welcome: at once, the agent said where to go. A leader
+          // change on an open connection: after U[0, backoffInitialMs], so that the deposed
+          // leader's devices do not all reach the successor in the same millisecond.
+          if (!wasConnected) return this.connect();
+          this.emit({type: "disconnected", reason: "leader_moved", code, connected: true});
+          this.timer = setTimeout(() => this.connect(), this.o.random() * this.o.backoffInitialMs);
+          return;
         }
       }
       if (code === CLOSE_TOKEN_EXPIRED) this.refreshToken = true;

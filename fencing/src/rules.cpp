@@ -57,9 +57,9 @@ std::optional<Outcome> Rules::refusal(const FencingToken& fencing, const ActiveV
                                       Account* account) {
   // Unknown accounts get no entry on rejection: garbage must not grow memory.
   const std::uint64_t hwm = account != nullptr ? account->status.hwm : 0;
-  const auto reject = [&](Verdict verdict, std::string detail) {
+  const auto reject = [&](Verdict verdict, std::string detail, bool superseded = true) {
     if (account != nullptr) ++account->status.rejected;
-    return Outcome{Decision{verdict, hwm, false, std::move(detail)}, {}};
+    return Outcome{Decision{verdict, hwm, false, std::move(detail), superseded}, {}};
   };
 
   if (account != nullptr && account->status.fenced) {
@@ -69,20 +69,24 @@ std::optional<Outcome> Rules::refusal(const FencingToken& fencing, const ActiveV
     AccountFenced fenced{fencing.account, active.seq, hwm, nowUnixMillis()};
     apply(fenced);
     ++account->status.rejected;  // hwm > 0 implies the account exists
-    return Outcome{Decision{Verdict::account_fenced, hwm, false, fenceDetail(active.seq, hwm)},
-                   std::move(fenced)};
+    return Outcome{
+        Decision{Verdict::account_fenced, hwm, false, fenceDetail(active.seq, hwm), true},
+        std::move(fenced)};
   }
   if (fencing.token < hwm) {
     return reject(Verdict::stale_token, "token " + std::to_string(fencing.token) +
                                             " is below the account's hwm " + std::to_string(hwm));
   }
   if (active.state == ActiveView::State::absent) {
-    return reject(Verdict::not_current_leader, "the account has no active node in ZooKeeper");
+    // The new leader's node may not have reached this view yet.
+    return reject(Verdict::not_current_leader, "the account has no active node in ZooKeeper",
+                  false);
   }
   if (active.state == ActiveView::State::present && fencing.token != active.seq) {
-    return reject(Verdict::not_current_leader, "token " + std::to_string(fencing.token) +
-                                                   " is not the active seq " +
-                                                   std::to_string(active.seq));
+    return reject(Verdict::not_current_leader,
+                  "token " + std::to_string(fencing.token) + " is not the active seq " +
+                      std::to_string(active.seq),
+                  active.seq > fencing.token);
   }
   const auto heldBy = [&](const std::string& instance, std::int64_t session) {
     return fencing.instanceId == instance && fencing.sessionId == session;

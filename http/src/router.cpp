@@ -208,7 +208,8 @@ const Router::Route* Router::resolve(Request& request, Response& refusal) const 
     return nullptr;
   }
   const bool operatorRoute = chosen->access == Access::Operator;
-  const bool operatorToken = operatorRoute && !options_.operatorToken.empty();
+  const bool operatorToken = (operatorRoute || chosen->access == Access::OperatorRead) &&
+                             !options_.operatorToken.empty();
   if (operatorRoute && !operatorToken && !options_.openOperatorActions) {
     refusal = Response::error(403, std::string(toString(request.method)) + " " + request.path +
                                        " is an operator action and no operator token is "

@@ -439,13 +439,13 @@ def sent_close_codes(root):
                      if f.startswith("device_") and f.endswith((".cpp", ".hpp")))
     texts = {f"agent/src/{f}": strip_comments(read(root, f"agent/src/{f}")) for f in sources}
     for path, text in texts.items():
-        for m in re.finditer(r"\b(?:closeWith|redirectInBand)\s*\(", text):
+        for m in re.finditer(r"\b(closeWith|redirectInBand)\s*\(", text):
             try:
                 first = expression_after(text, m.end(), None)
             except Failure:
                 continue
             for number in re.findall(r"(?<![\w.])(\d{4})(?![\w.])", first):
-                codes.setdefault(int(number), f"{path} {m.group(0)}{number}")
+                codes.setdefault(int(number), f"{path} {m.group(1)}({number}, ...)")
             for ident in re.findall(r"\b(k[A-Z]\w*)\b", first):
                 if ident in members:
                     continue

@@ -50,27 +50,30 @@ struct Case {
   FencingToken fencing;
   ActiveView active;
   Verdict expected;
+  bool superseded;  // final for the token: a newer leader or another holder, not a lagging view
 };
 
 std::vector<Case> cases() {
   return {
-      {"the holder at the hwm", byA(5), ActiveView::unknown(), Verdict::accepted},
-      {"a higher token", as("host-b", 22, 6), ActiveView::unknown(), Verdict::accepted},
-      {"below the hwm", byA(4), ActiveView::unknown(), Verdict::stale_token},
+      {"the holder at the hwm", byA(5), ActiveView::unknown(), Verdict::accepted, false},
+      {"a higher token", as("host-b", 22, 6), ActiveView::unknown(), Verdict::accepted, false},
+      {"below the hwm", byA(4), ActiveView::unknown(), Verdict::stale_token, true},
       {"another instance at the hwm", as("host-b", kSessionA, 5), ActiveView::unknown(),
-       Verdict::not_current_leader},
+       Verdict::not_current_leader, true},
       {"another session at the hwm", as("host-a", 12, 5), ActiveView::unknown(),
-       Verdict::not_current_leader},
-      {"no active node", byA(5), ActiveView::absent(), Verdict::not_current_leader},
-      {"not the active seq", byA(5), ActiveView::present(6), Verdict::not_current_leader},
-      {"a forged future token", byA(9), ActiveView::present(6), Verdict::not_current_leader},
+       Verdict::not_current_leader, true},
+      // The successor's node not seen yet: the refusal may only mean a view that lags.
+      {"no active node", byA(5), ActiveView::absent(), Verdict::not_current_leader, false},
+      {"not the active seq", byA(5), ActiveView::present(6), Verdict::not_current_leader, true},
+      {"a forged future token", byA(9), ActiveView::present(6), Verdict::not_current_leader,
+       false},
       {"the active node's holder", as("host-b", 22, 6), ActiveView::heldBy(6, "host-b", 22),
-       Verdict::accepted},
+       Verdict::accepted, false},
       {"the active seq from another instance", as("host-c", 22, 6),
-       ActiveView::heldBy(6, "host-b", 22), Verdict::not_current_leader},
+       ActiveView::heldBy(6, "host-b", 22), Verdict::not_current_leader, true},
       {"the active seq from another session", as("host-b", 23, 6),
-       ActiveView::heldBy(6, "host-b", 22), Verdict::not_current_leader},
-      {"active seq below the hwm", byA(5), ActiveView::present(3), Verdict::account_fenced},
+       ActiveView::heldBy(6, "host-b", 22), Verdict::not_current_leader, true},
+      {"active seq below the hwm", byA(5), ActiveView::present(3), Verdict::account_fenced, true},
   };
 }
 
@@ -86,6 +89,8 @@ TEST(SharedRule, OperationsAndLeaseWritesGetTheSameVerdictForTheSameTokenAndView
     EXPECT_EQ(write.verdict, c.expected) << c.name << ": " << write.detail;
     EXPECT_EQ(write.hwm, operation.hwm) << c.name;
     EXPECT_EQ(write.detail, operation.detail) << c.name;
+    EXPECT_EQ(write.superseded, c.superseded) << c.name;
+    EXPECT_EQ(operation.superseded, c.superseded) << c.name;
     EXPECT_EQ(forWrites.status("acct")->hwm, forOperations.status("acct")->hwm) << c.name;
   }
 }

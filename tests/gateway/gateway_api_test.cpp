@@ -234,6 +234,23 @@ TEST_F(GatewayApi, ActiveSeqBelowHwmFencesTheAccountUntilAnAuthenticatedReset) {
   EXPECT_EQ(call(http::Method::Post, "/v1/ops", op("acc", 2, "op-3"), "agent-secret").status, 200);
 }
 
+// The fencing tuple (GET /v1/accounts/{id}) is for operators: with an operator token configured,
+// the agents' token (which a legacy subscriber also holds) does not read it, while operations
+// still go through with it. (The raw lease view: presence_api_test.)
+TEST_F(GatewayApi, OnlyTheOperatorTokenReadsTheFencingTuple) {
+  gateway::Config config;
+  config.bearerToken = "agent-secret";
+  config.operatorToken = "admin-secret";
+  start(config);
+  ASSERT_EQ(call(http::Method::Post, "/v1/ops", op("acc", 9, "op-1"), "agent-secret").status, 200);
+  EXPECT_EQ(call(http::Method::Get, "/v1/accounts/acc", "", "agent-secret").status, 401);
+  EXPECT_EQ(call(http::Method::Get, "/v1/accounts/acc").status, 401);
+  auto status = call(http::Method::Get, "/v1/accounts/acc", "", "admin-secret");
+  ASSERT_EQ(status.status, 200) << status.body;
+  EXPECT_EQ(json::parse(status.body)["hwm"], 9);
+  EXPECT_EQ(call(http::Method::Post, "/v1/ops", op("acc", 9, "op-2"), "agent-secret").status, 200);
+}
+
 TEST_F(GatewayApi, HwmResetIsDisabledWithoutAConfiguredOperatorToken) {
   gateway::Config config;
   config.bearerToken = "agent-secret";  // the agents' token does not enable it

@@ -300,7 +300,8 @@ TEST_F(PresenceProcessTest, LeaderSigtermMovesDevicesToTheSuccessorAndALateOldRe
   ASSERT_EQ(answer.status, 200) << answer.body;
   EXPECT_EQ(json::parse(answer.body).value("removed", -1), 0) << answer.body;
   EXPECT_EQ(json::parse(answer.body)["fenced"],
-            json::parse(R"([{"account":"acct-0","token":)" + std::to_string(old.token) + "}]"))
+            json::parse(R"([{"account":"acct-0","token":)" + std::to_string(old.token) +
+                        R"(,"superseded":true}])"))
       << "the old leader's token is not the active seq any more: " << answer.body;
   EXPECT_FALSE(leaseOf("acct-0", "phone").is_null());
   EXPECT_EQ(leaseOf("acct-0", "phone")["agent"], "host-b");
@@ -538,7 +539,8 @@ TEST_P(LeaseFenceProcess, ANonLeaderAgentCannotRenewOrRemoveTheLeadersLeases) {
   const auto answer = post("agent-b", attack);
   EXPECT_EQ(answer["renewed"], 0) << answer.dump();
   EXPECT_EQ(answer["removed"], 0) << answer.dump();
-  EXPECT_EQ(answer["fenced"], (json{{{"account", "acct-0"}, {"token", held.token}}}));
+  EXPECT_EQ(answer["fenced"],
+            (json{{{"account", "acct-0"}, {"token", held.token}, {"superseded", true}}}));
   ASSERT_EQ(answer["refused"].size(), 3u) << answer.dump();
   for (const auto& refused : answer["refused"]) {
     EXPECT_EQ(refused["reason"], "not_current_leader") << answer.dump();

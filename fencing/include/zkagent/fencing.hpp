@@ -129,6 +129,10 @@ struct Decision {
   bool replayed = false;  // answer of an earlier operation with the same opId
   std::string detail;     // human-readable why, for logs and error bodies; a fence's detail
                           // starts with "hwm_ahead_of_zookeeper"
+  // A refusal that is final for this token: a newer leader exists (the HWM or the active seq is
+  // above it), another holder holds it, or the account is fenced. False for a view that may only
+  // lag (no active node seen yet, an active seq below the token): the writer may try again.
+  bool superseded = false;
 
   bool accepted() const { return verdict == Verdict::accepted; }
 };

@@ -81,8 +81,9 @@ using DeferredHandler = std::function<void(const Request&, Responder)>;
 
 // Token: needs `Authorization: Bearer <token>` when the router has a token. Operator: needs the
 // operator token; without one configured it gets 403 naming operatorTokenSetting, unless
-// openOperatorActions (then it is a Token route). Public: never.
-enum class Access { Token, Operator, Public };
+// openOperatorActions (then it is a Token route). OperatorRead (what only operators may read):
+// needs the operator token when one is configured, else it is a Token route. Public: never.
+enum class Access { Token, Operator, OperatorRead, Public };
 
 struct RouterOptions {
   std::string bearerToken{};    // empty: no request needs a token
