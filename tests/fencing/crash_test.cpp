@@ -138,18 +138,24 @@ class ForkedChild {
   std::string partial_;
 };
 
+// A readLinesUntil condition: true once `wanted` lines starting with 'A' (accepted) were read,
+// counting each line once however often it is asked.
+struct AcceptedLines {
+  std::size_t wanted;
+  std::size_t seen = 0;
+  std::size_t counted = 0;
+  bool operator()(const std::vector<std::string>& lines) {
+    for (; counted < lines.size(); ++counted) seen += lines[counted][0] == 'A';
+    return seen >= wanted;
+  }
+};
+
 TEST(FencingCrash, AcknowledgedOperationsSurviveSigkillMidBurst) {
   testing::TempDir dir;
   ForkedChild child([&](int out) { submitUntilKilled(dir.path(), out); });
   std::set<std::string> accepted;
   std::set<std::string> rejected;
-  std::size_t acceptedSeen = 0;
-  std::size_t linesCounted = 0;
-  const auto enoughAccepted = [&](const std::vector<std::string>& lines) {
-    for (; linesCounted < lines.size(); ++linesCounted)
-      acceptedSeen += lines[linesCounted][0] == 'A';
-    return acceptedSeen >= 400;
-  };
+  AcceptedLines enoughAccepted{400};
   for (const std::string& line : child.readLinesUntil(enoughAccepted, 30s)) {
     (line[0] == 'A' ? accepted : rejected).insert(line.substr(2));
   }
@@ -187,13 +193,7 @@ TEST(FencingCrash, AcknowledgedOperationsSurviveAPowerCutThatLosesEveryUnsyncedW
     testing::recordSyncsTo(out);
     submitUntilKilled(dir.path(), out);
   });
-  std::size_t acceptedSeen = 0;
-  std::size_t linesCounted = 0;
-  const auto enoughAccepted = [&](const std::vector<std::string>& lines) {
-    for (; linesCounted < lines.size(); ++linesCounted)
-      acceptedSeen += lines[linesCounted][0] == 'A';
-    return acceptedSeen >= 400;
-  };
+  AcceptedLines enoughAccepted{400};
   child.readLinesUntil(enoughAccepted, 30s);
   child.kill();
   // Whatever the child wrote before it died is in the pipe: read it to the end.
