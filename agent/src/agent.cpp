@@ -163,6 +163,16 @@ void Agent::Impl::start() {
           return GateDecision{GateDecision::Verdict::Suspended, -1, 0, std::nullopt};
         return self->group->check(account);
       },
+      [weak](std::string account, std::function<void(GateDecision)> decided) {
+        auto self = weak.lock();
+        if (!self || self->stopping)
+          return decided({GateDecision::Verdict::Suspended, -1, 0, std::nullopt});
+        // On the agent's io, where operations are admitted.
+        asio::post(self->io, [self, account = std::move(account),
+                              decided = std::move(decided)]() mutable {
+          self->gateDecision(std::move(account), std::move(decided));
+        });
+      },
       [weak] {
         auto self = weak.lock();
         return self ? self->group->sessionId() : int64_t{0};

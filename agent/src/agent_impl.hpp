@@ -198,6 +198,9 @@ struct Agent::Impl : Gate, std::enable_shared_from_this<Impl> {
   // thread, or at once; the token is set when the outcome is Executed. Holds no thread.
   using Admitted = std::function<void(Outcome, std::optional<fencing::FencingToken>)>;
   void admit(std::string account, Admitted decided);
+  // The decision admit() turns into an Outcome: unknown account, then the lock delay, then the
+  // fast or strict gate. What devices are admitted by too. `done` runs on an io thread, or at once.
+  void gateDecision(std::string account, std::function<void(GateDecision)> done);
   void decideGate(const std::string& account, std::function<void(GateDecision)> done);
   // admit(), then the operation on the calling thread: embedders' blocking form, never to be
   // called on the io_context's threads.

@@ -135,10 +135,12 @@ void DeviceEndpoint::halt() {
 const std::string& DeviceEndpoint::endpoint() const { return advertised_; }
 uint16_t DeviceEndpoint::port() const { return port_; }
 
-void DeviceEndpoint::start(GateCheck gate, std::function<int64_t()> sessionId) {
-  post([core = core_, gate = std::move(gate), sessionId = std::move(sessionId)]() mutable {
+void DeviceEndpoint::start(GateCheck gate, AdmitCheck admit, std::function<int64_t()> sessionId) {
+  post([core = core_, gate = std::move(gate), admit = std::move(admit),
+        sessionId = std::move(sessionId)]() mutable {
     if (core->stopping) return;
     core->gate = std::move(gate);
+    core->admitGate = std::move(admit);
     core->sessionId = std::move(sessionId);
     core->table = std::make_unique<presence::ConnectionTable>(
         core->clock, presenceParams(core->settings), presence::GatewayIdentity{core->instanceId, 0},

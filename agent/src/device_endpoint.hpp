@@ -33,6 +33,10 @@ namespace zkagent::agent::detail {
 class DeviceEndpoint {
  public:
   using GateCheck = std::function<election::GateDecision(std::string_view account)>;
+  // The operations' gate, asynchronous (lock delay, strict mode): `decided` runs once, on any
+  // thread.
+  using AdmitCheck = std::function<void(
+      std::string account, std::function<void(election::GateDecision)> decided)>;
 
   // Throws std::system_error when presence.listen cannot be bound. `io` is the agent's: stop()'s
   // `done` runs there; the endpoint's own work runs on its own thread.
@@ -44,9 +48,11 @@ class DeviceEndpoint {
   const std::string& endpoint() const;  // presence.advertise, or ws://{listen host}:{bound port}
   uint16_t port() const;
 
-  // Starts accepting. `gate` answers whether this agent leads an account (and with which token);
-  // it must stay callable for the life of the io_context (capture weakly).
-  void start(GateCheck gate, std::function<int64_t()> sessionId);
+  // Starts accepting. A device is admitted by `admit`, the gate operations pass (lock delay and
+  // strict mode included); `gate` is that gate's in-memory state, asked where nothing may wait
+  // (a handshake that just finished, each lease entry). Both must stay callable for the life of
+  // the io_context (capture weakly).
+  void start(GateCheck gate, AdmitCheck admit, std::function<int64_t()> sessionId);
   // The account's leadership is gone (any reason): its leases are no longer written, its devices
   // are closed with 4001 and the new leader's device endpoint once it is known.
   void leadershipLost(const std::string& account);

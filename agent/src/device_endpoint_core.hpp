@@ -126,6 +126,7 @@ struct DeviceEndpoint::Core : std::enable_shared_from_this<Core> {
   uint16_t port = 0;
   presence::AsioClock clock;
   GateCheck gate;
+  DeviceEndpoint::AdmitCheck admitGate;
   std::function<int64_t()> sessionId;
   std::shared_ptr<GatewayLeaseWriter> writer;
   std::unique_ptr<presence::ConnectionTable> table;
@@ -193,6 +194,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void refuse(Refusal refusal);
   template <class Accepted>
   void acceptUpgrade(Accepted&& accepted);
+  // The gate's answer for this request: upgrade, redirect (307, or in band) or 503.
+  void onGate(const election::GateDecision& decision, std::string_view target, bool inBand);
   void upgrade(uint64_t token);
   void redirectInBand(uint16_t code, std::string reason);
   void onAccepted(beast::error_code ec, uint64_t token);

@@ -198,12 +198,30 @@ void Session::onRequest(beast::error_code ec) {
     return refuse(
         Refusal{bhttp::status::upgrade_required, "not_upgrade", "not a WebSocket upgrade", ""});
   }
-  const auto decision = core_->gate(key_.user);
+  // The gate operations pass decides (lock delay, strict mode); its answer comes back here.
+  if (core_->stopping || !core_->admitGate) {
+    return onGate({election::GateDecision::Verdict::Suspended, -1, 0, std::nullopt}, target,
+                  query.redirectInBand);
+  }
+  core_->admitGate(key_.user, [self = shared_from_this(), executor = core_->executor,
+                               target = std::string(target), inBand = query.redirectInBand](
+                                  election::GateDecision decision) mutable {
+    asio::post(executor, [self = std::move(self), decision = std::move(decision),
+                          target = std::move(target), inBand] {
+      self->onGate(decision, target, inBand);
+    });
+  });
+}
+
+void Session::onGate(const election::GateDecision& decision, std::string_view target,
+                     bool inBand) {
+  beast::error_code ignored;
+  if (!parser_ || !ws_.next_layer().is_open()) return finishUpgrade();  // cut off meanwhile
   if (!core_->stopping && decision.allowed() && !fencedUnder(decision.token)) {
     return upgrade(static_cast<uint64_t>(decision.token));
   }
   const auto leader = core_->stopping ? std::nullopt : core_->leaderElsewhere(decision);
-  if (query.redirectInBand) {
+  if (inBand) {
     // Clients that cannot follow an HTTP redirect (browsers) get the same answer as a close.
     auto reason = leader ? inBandRedirectReason(*leader, target) : std::nullopt;
     if (reason) return redirectInBand(kLeaderMoved, std::move(*reason));

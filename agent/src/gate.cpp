@@ -38,29 +38,18 @@ void Agent::Impl::decideGate(const std::string& account, std::function<void(Gate
                                           std::move(done)));
 }
 
-void Agent::Impl::admit(std::string account, Admitted decided) {
-  auto finish = [this, decided = std::move(decided)](
-                    Outcome outcome, std::optional<fencing::FencingToken> token = std::nullopt) {
-    m.gateDecisions.with({std::string(outcome.reason())}).inc();
-    decided(std::move(outcome), std::move(token));
-  };
-  if (stopping) return finish(Outcome{.result = Result::Stopping, .leader = std::nullopt});
+void Agent::Impl::gateDecision(std::string account, std::function<void(GateDecision)> done) {
   Clock::time_point notBefore;
   {
     std::lock_guard lock(mu);
     auto it = accounts.find(account);
-    if (it == accounts.end())
-      return finish(Outcome{.result = Result::UnknownAccount, .leader = std::nullopt});
+    if (it == accounts.end()) {
+      return done({GateDecision::Verdict::UnknownAccount, -1, 0, std::nullopt});
+    }
     notBefore = it->second.lockDelayUntil;
   }
-  auto decide = [self = shared_from_this(), account, finish = std::move(finish)]() mutable {
-    self->decideGate(account, [self, account, finish = std::move(finish)](GateDecision d) {
-      Outcome outcome{.result = self->stopping ? Result::Stopping : resultOf(d.verdict),
-                      .leader = d.leader};
-      if (!outcome.executed()) return finish(std::move(outcome));
-      finish(std::move(outcome), fencing::FencingToken{account, static_cast<uint64_t>(d.token),
-                                                       self->config.instanceId, d.sessionId});
-    });
+  auto decide = [self = shared_from_this(), account, done = std::move(done)]() mutable {
+    self->decideGate(account, std::move(done));
   };
   // Lock-delay (Chubby): the expired leader may still have operations in flight; let them land
   // (and be fenced) before ours.
@@ -68,6 +57,23 @@ void Agent::Impl::admit(std::string account, Admitted decided) {
   auto timer = std::make_shared<asio::steady_timer>(io, notBefore);
   timer->async_wait(
       [timer, decide = std::move(decide)](boost::system::error_code) mutable { decide(); });
+}
+
+void Agent::Impl::admit(std::string account, Admitted decided) {
+  auto finish = [this, decided = std::move(decided)](
+                    Outcome outcome, std::optional<fencing::FencingToken> token = std::nullopt) {
+    m.gateDecisions.with({std::string(outcome.reason())}).inc();
+    decided(std::move(outcome), std::move(token));
+  };
+  if (stopping) return finish(Outcome{.result = Result::Stopping, .leader = std::nullopt});
+  gateDecision(account, [self = shared_from_this(), account,
+                         finish = std::move(finish)](GateDecision d) mutable {
+    Outcome outcome{.result = self->stopping ? Result::Stopping : resultOf(d.verdict),
+                    .leader = d.leader};
+    if (!outcome.executed()) return finish(std::move(outcome));
+    finish(std::move(outcome), fencing::FencingToken{account, static_cast<uint64_t>(d.token),
+                                                     self->config.instanceId, d.sessionId});
+  });
 }
 
 Gate::Outcome Agent::Impl::execute(

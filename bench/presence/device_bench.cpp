@@ -7,10 +7,14 @@
 //              devices measure it (the median over the window's per-second STATS lines);
 //   migration  D devices over A accounts on a leader; SIGTERM it: time from the signal until each
 //              device is connected to the successor (p50/max), and whether any device's lease was
-//              missing at the gateway meanwhile.
+//              missing at the gateway meanwhile;
+//   connects   C devices connect to one agent at once, without device tokens and with HS256 and
+//              ES256 tokens (presence.auth; the simulators sign a token per device): the agent's
+//              CPU per connect (upgrade, token check, welcome, lease) and connects per agent
+//              CPU-second. The devices send no heartbeats meanwhile, so the CPU is the connects'.
 //
 // usage: device_bench [--devices N] [--accounts A] [--migration-devices D] [--seconds S]
-//                     [--skip-load] [--skip-migration]
+//                     [--connect-devices C] [--skip-load] [--skip-migration] [--skip-connects]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -40,6 +44,7 @@
 #include "zktest/agent_process.hpp"
 #include "zktest/child_process.hpp"
 #include "zktest/deadline.hpp"
+#include "zktest/test_certs.hpp"
 #include "zktest/zookeeper_server.hpp"
 
 namespace {
@@ -54,9 +59,11 @@ struct Options {
   size_t devices = 50000;
   size_t accounts = 1000;
   size_t migrationDevices = 10000;
+  size_t connectDevices = 10000;
   int seconds = 10;
   bool load = true;
   bool migration = true;
+  bool connects = true;
 };
 
 // Devices per simulator process and per source address: one source address gives at most the
@@ -180,7 +187,9 @@ class Bench {
     std::filesystem::remove_all(dir_);
   }
 
-  AgentProcess& startAgent(const std::string& id, const std::vector<std::string>& accounts) {
+  // `presence` is merged into the agent's presence settings (device tokens).
+  AgentProcess& startAgent(const std::string& id, const std::vector<std::string>& accounts,
+                           const json& presence = json::object()) {
     const uint16_t devicePort = zktest::freeLoopbackPort();
     json config{{"instance_id", id},
                 {"zookeeper",
@@ -199,6 +208,7 @@ class Bench {
                   {"renew_interval_ms", 5000},
                   {"lease_ttl_ms", 150000}}},
                 {"log", {{"level", "warn"}}}};
+    config["presence"].update(presence);
     const auto path = dir_ / (id + ".json");
     std::ofstream(path) << config.dump(2);
     auto process = std::make_unique<ChildProcess>(zktest::binaryPath("zk-agent").string(),
@@ -212,7 +222,8 @@ class Bench {
   // Simulators of `total` devices over `accounts`, each bound to its own source address.
   std::vector<ChildProcess*> startDevices(const std::vector<std::string>& urls,
                                           const std::filesystem::path& accountsFile, size_t total,
-                                          bool events) {
+                                          bool events,
+                                          const std::vector<std::string>& extra = {}) {
     std::vector<ChildProcess*> started;
     std::string connect;
     for (const auto& url : urls) connect += (connect.empty() ? "" : ",") + url;
@@ -226,6 +237,7 @@ class Bench {
                                     "--timeout-ms",       "5000",
                                     "--source-addresses", "127.0.1." + std::to_string(index + 1)};
       if (events) args.push_back("--events");
+      args.insert(args.end(), extra.begin(), extra.end());  // later flags win
       simulators_.push_back(
           std::make_unique<ChildProcess>(zktest::binaryPath("zk-device").string(), args));
       started.push_back(simulators_.back().get());
@@ -427,6 +439,48 @@ class Bench {
     return result;
   }
 
+  json connects() {
+    const auto accounts = accountNames(options_.accounts);
+    const auto accountsFile = writeAccounts(accounts);
+    const auto tokens = zktest::testCertificates() / "tokens";
+    struct Variant {
+      std::string name, verifyKey, signKey;
+    };
+    json rows = json::array();
+    for (const Variant& v : {Variant{"none", "", ""}, Variant{"HS256", "hs256.secret", "hs256.secret"},
+                             Variant{"ES256", "es256.pub", "es256.key"}}) {
+      json presence = json::object();
+      std::vector<std::string> extra{"--heartbeat-ms", "0", "--timeout-ms", "0"};
+      if (!v.verifyKey.empty()) {
+        presence["auth"] = {{"keys", {{{"kid", "k1"}, {"alg", v.name},
+                                       {"file", (tokens / v.verifyKey).string()}}}}};
+        extra.insert(extra.end(), {"--sign-key", (tokens / v.signKey).string(), "--sign-alg",
+                                   v.name, "--sign-kid", "k1"});
+      }
+      std::cerr << "connects: " << options_.connectDevices << " devices, tokens " << v.name << "\n";
+      auto& agent = startAgent("connect-" + v.name, accounts, presence);
+      waitLeading(agent, accounts.size());
+      const double cpuBefore = cpuSeconds(agent.process->pid());
+      const auto started = Clock::now();
+      auto sims = startDevices({agent.deviceUrl}, accountsFile, options_.connectDevices, false,
+                               extra);
+      awaitConnected(sims, options_.connectDevices, 300s);
+      const double wall = std::chrono::duration<double>(Clock::now() - started).count();
+      const double cpu = cpuSeconds(agent.process->pid()) - cpuBefore;
+      rows.push_back({{"tokens", v.name},
+                      {"devices", options_.connectDevices},
+                      {"agent_cpu_s", cpu},
+                      {"agent_cpu_us_per_connect",
+                       cpu * 1e6 / static_cast<double>(options_.connectDevices)},
+                      {"connects_per_agent_cpu_s",
+                       cpu > 0 ? static_cast<double>(options_.connectDevices) / cpu : 0},
+                      {"wall_s_until_all_connected", wall}});
+      simulators_.clear();
+      agents_.clear();
+    }
+    return rows;
+  }
+
   std::unique_ptr<zkagent::http::Client> gateway;
 
  private:
@@ -461,6 +515,10 @@ Options parse(int argc, char** argv) {
       o.accounts = next();
     } else if (arg == "--migration-devices") {
       o.migrationDevices = next();
+    } else if (arg == "--connect-devices") {
+      o.connectDevices = next();
+    } else if (arg == "--skip-connects") {
+      o.connects = false;
     } else if (arg == "--seconds") {
       o.seconds = static_cast<int>(next());
     } else if (arg == "--skip-load") {
@@ -498,6 +556,10 @@ int main(int argc, char** argv) {
       std::cerr << "migration: " << options.migrationDevices << " devices, leader SIGTERM\n";
       report["migration"] = bench.migration();
       std::cout << "migration " << report["migration"].dump() << "\n";
+    }
+    if (options.connects) {
+      report["connects"] = bench.connects();
+      std::cout << "connects  " << report["connects"].dump() << "\n";
     }
   } catch (const std::exception& e) {
     std::cerr << "device_bench failed: " << e.what() << "\n";

@@ -275,6 +275,34 @@ TEST_F(DeviceEndpointTest, NonLeaderRedirectsInBandWithACloseNamingTheLeadersUrl
   }
 }
 
+// Devices are admitted by the gate operations pass: while the successor of an expired leader
+// waits out its lock delay (the old leader's writes may still be in flight), a device's upgrade
+// waits with it, then is welcomed under the new token.
+TEST_F(DeviceEndpointTest, ADeviceWaitsOutTheLockDelayOfASuccessorLikeAnOperation) {
+  auto& a = startAgent("host-a", {"acct-0"});
+  ASSERT_TRUE(eventually([&] { return a.leads("acct-0"); }, 15s));
+  auto bConfig = config("host-b", {"acct-0"});
+  bConfig["lock_delay_ms"] = 2000;
+  auto& b = startAgent(bConfig);
+  ASSERT_TRUE(eventually([&] { return b.account("acct-0")["leader"].is_object(); }, 10s));
+  a.process->signal(SIGSTOP);
+  ASSERT_TRUE(eventually([&] { return b.leads("acct-0"); }, 15s)) << b.status().dump();
+  const auto remaining =
+      milliseconds(b.account("acct-0").value("lock_delay_remaining_ms", int64_t{0}));
+  ASSERT_GT(remaining, 500ms) << "the lock delay was over before the device could try";
+  const auto asked = std::chrono::steady_clock::now();
+  Device device;
+  const auto refused = device.connect(b.devicePort, devicePath("acct-0", "phone"));
+  ASSERT_FALSE(refused) << refused->status << " " << refused->body;
+  const auto welcome = device.read();
+  const auto waited = std::chrono::steady_clock::now() - asked;
+  ASSERT_TRUE(welcome && (*welcome)["type"] == "welcome");
+  // `remaining` was read just before asking: allow for that read, never for an early welcome.
+  EXPECT_GE(waited, remaining - 200ms) << "admitted during the lock delay";
+  EXPECT_EQ((*welcome)["agent"], "host-b");
+  a.process->signal(SIGCONT);
+}
+
 TEST_F(DeviceEndpointTest, NoLeaderKnownAnswers503WithRetryAfter) {
   // Its gateway never answers: the agent is not ready, does not stand, nobody leads acct-0.
   auto cfg = config("host-a", {"acct-0"});
