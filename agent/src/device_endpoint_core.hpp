@@ -136,6 +136,9 @@ struct DeviceEndpoint::Core : std::enable_shared_from_this<Core> {
 
   std::unordered_set<Session*> sessions;           // every live session
   std::unordered_map<uint64_t, Session*> inTable;  // by Epoch::connection
+  // Upgrades waiting for the gate, by upgrade id: owned here, on this thread, so that the agent's
+  // io (which answers the gate) never holds a Session of this io_context.
+  std::unordered_map<uint64_t, std::shared_ptr<Session>> awaitingGate;
   std::map<uint64_t, std::pair<SteadyClock::time_point, std::weak_ptr<Session>>> upgrading;
   uint64_t nextUpgrade = 0;
   std::unordered_map<std::string, uint64_t> fenced;  // account -> token the gateway refused

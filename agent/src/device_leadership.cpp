@@ -85,6 +85,7 @@ void DeviceEndpoint::Core::stop(std::function<void()> done) {
     session->closeWith(moving ? kLeaderMoved : kGoingAway, moving ? "" : "agent shutting down");
   }
   all.clear();
+  awaitingGate.clear();  // closed above; the gate's answers find nothing
   if (sessions.empty()) return stopped();
   stopTimer.expires_after(kStopGrace);
   stopTimer.async_wait([self = shared_from_this()](beast::error_code ec) {

@@ -203,19 +203,20 @@ void Session::onRequest(beast::error_code ec) {
     return onGate({election::GateDecision::Verdict::Suspended, -1, 0, std::nullopt}, target,
                   query.redirectInBand);
   }
-  core_->admitGate(key_.user, [self = shared_from_this(), executor = core_->executor,
+  core_->awaitingGate.emplace(upgradeId_, shared_from_this());
+  core_->admitGate(key_.user, [weak = weak_from_this(), executor = core_->executor,
                                target = std::string(target), inBand = query.redirectInBand](
                                   election::GateDecision decision) mutable {
-    asio::post(executor, [self = std::move(self), decision = std::move(decision),
+    asio::post(executor, [weak = std::move(weak), decision = std::move(decision),
                           target = std::move(target), inBand] {
-      self->onGate(decision, target, inBand);
+      if (auto self = weak.lock()) self->onGate(decision, target, inBand);
     });
   });
 }
 
 void Session::onGate(const election::GateDecision& decision, std::string_view target,
                      bool inBand) {
-  beast::error_code ignored;
+  core_->awaitingGate.erase(upgradeId_);  // the caller holds this Session
   if (!parser_ || !ws_.next_layer().is_open()) return finishUpgrade();  // cut off meanwhile
   if (!core_->stopping && decision.allowed() && !fencedUnder(decision.token)) {
     return upgrade(static_cast<uint64_t>(decision.token));
