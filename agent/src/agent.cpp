@@ -168,10 +168,10 @@ void Agent::Impl::start() {
         if (!self || self->stopping)
           return decided({GateDecision::Verdict::Suspended, -1, 0, std::nullopt});
         // On the agent's io, where operations are admitted.
-        asio::post(self->io, [self, account = std::move(account),
-                              decided = std::move(decided)]() mutable {
-          self->gateDecision(std::move(account), std::move(decided));
-        });
+        asio::post(self->io,
+                   [self, account = std::move(account), decided = std::move(decided)]() mutable {
+                     self->gateDecision(std::move(account), std::move(decided));
+                   });
       },
       [weak] {
         auto self = weak.lock();

@@ -410,8 +410,8 @@ std::string describe(const Config& c) {
         {"open_operator_actions", c.admin.openOperatorActions},
         // The default printed as the agent will use it: the listen address (with the port it
         // binds when that is 0).
-        {"advertise", c.admin.advertise.empty() ? "http://" + hostPort(c.admin.listen)
-                                                : c.admin.advertise}}},
+        {"advertise",
+         c.admin.advertise.empty() ? "http://" + hostPort(c.admin.listen) : c.admin.advertise}}},
       {"presence",
        {{"listen", hostPort(c.presence.listen)},
         {"advertise", c.presence.advertise.empty() ? "ws://" + hostPort(c.presence.listen)

@@ -35,8 +35,8 @@ class DeviceEndpoint {
   using GateCheck = std::function<election::GateDecision(std::string_view account)>;
   // The operations' gate, asynchronous (lock delay, strict mode): `decided` runs once, on any
   // thread.
-  using AdmitCheck = std::function<void(
-      std::string account, std::function<void(election::GateDecision)> decided)>;
+  using AdmitCheck =
+      std::function<void(std::string account, std::function<void(election::GateDecision)> decided)>;
 
   // Throws std::system_error when presence.listen cannot be bound. `io` is the agent's: stop()'s
   // `done` runs there; the endpoint's own work runs on its own thread.

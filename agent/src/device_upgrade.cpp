@@ -186,8 +186,8 @@ void Session::onRequest(beast::error_code ec) {
   key_ = std::move(query.key);
   // Who is asking comes first: a refused token is never redirected and admits nothing.
   const auto authorization = request[bhttp::field::authorization];
-  if (auto refusal = authenticate(std::string_view(authorization.data(), authorization.size()),
-                                  query.token)) {
+  if (auto refusal =
+          authenticate(std::string_view(authorization.data(), authorization.size()), query.token)) {
     return refuse(std::move(*refusal));
   }
   if (!core_->counts->deviceCounts.contains(key_.user)) {
@@ -204,18 +204,17 @@ void Session::onRequest(beast::error_code ec) {
                   query.redirectInBand);
   }
   core_->awaitingGate.emplace(upgradeId_, shared_from_this());
-  core_->admitGate(key_.user, [weak = weak_from_this(), executor = core_->executor,
-                               target = std::string(target), inBand = query.redirectInBand](
-                                  election::GateDecision decision) mutable {
-    asio::post(executor, [weak = std::move(weak), decision = std::move(decision),
-                          target = std::move(target), inBand] {
-      if (auto self = weak.lock()) self->onGate(decision, target, inBand);
-    });
-  });
+  core_->admitGate(
+      key_.user, [weak = weak_from_this(), executor = core_->executor, target = std::string(target),
+                  inBand = query.redirectInBand](election::GateDecision decision) mutable {
+        asio::post(executor, [weak = std::move(weak), decision = std::move(decision),
+                              target = std::move(target), inBand] {
+          if (auto self = weak.lock()) self->onGate(decision, target, inBand);
+        });
+      });
 }
 
-void Session::onGate(const election::GateDecision& decision, std::string_view target,
-                     bool inBand) {
+void Session::onGate(const election::GateDecision& decision, std::string_view target, bool inBand) {
   core_->awaitingGate.erase(upgradeId_);  // the caller holds this Session
   if (!parser_ || !ws_.next_layer().is_open()) return finishUpgrade();  // cut off meanwhile
   if (!core_->stopping && decision.allowed() && !fencedUnder(decision.token)) {

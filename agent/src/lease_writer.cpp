@@ -211,15 +211,16 @@ void GatewayLeaseWriter::checkGatewayTtl(int64_t gatewayTtlMs) {
   atGateway.leaseTtl = presence::Millis{gatewayTtlMs};
   const auto errors = presence::validationErrors(atGateway);
   if (errors.empty()) {
-    spdlog::warn("presence lease ttl differs: the gateway's is {} ms, presence.lease_ttl_ms is {} "
-                 "ms; renewals every {} ms still keep leases alive",
-                 gatewayTtlMs, params_.leaseTtl.count(), params_.renewInterval.count());
+    spdlog::warn(
+        "presence lease ttl differs: the gateway's is {} ms, presence.lease_ttl_ms is {} "
+        "ms; renewals every {} ms still keep leases alive",
+        gatewayTtlMs, params_.leaseTtl.count(), params_.renewInterval.count());
   } else {
-    spdlog::error("presence lease ttl too short: the gateway's is {} ms (presence.lease_ttl_ms "
-                  "says {} ms), and renewals every {} ms let leases lapse between them: set "
-                  "presence.lease_ttl_ms and renew_interval_ms to match the gateway ({})",
-                  gatewayTtlMs, params_.leaseTtl.count(), params_.renewInterval.count(),
-                  errors.front());
+    spdlog::error(
+        "presence lease ttl too short: the gateway's is {} ms (presence.lease_ttl_ms "
+        "says {} ms), and renewals every {} ms let leases lapse between them: set "
+        "presence.lease_ttl_ms and renew_interval_ms to match the gateway ({})",
+        gatewayTtlMs, params_.leaseTtl.count(), params_.renewInterval.count(), errors.front());
   }
 }
 

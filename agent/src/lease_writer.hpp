@@ -22,11 +22,11 @@
 
 #include "lease_queue.hpp"
 #include "presence_metrics.hpp"
-#include "zkagent/presence/params.hpp"
 #include "zkagent/agent/config.hpp"
 #include "zkagent/election.hpp"
 #include "zkagent/http.hpp"
 #include "zkagent/presence/leases.hpp"
+#include "zkagent/presence/params.hpp"
 
 namespace zkagent::agent::detail {
 
@@ -74,8 +74,8 @@ class GatewayLeaseWriter final : public presence::LeaseWriter,
   GateCheck gate_;
   std::function<int64_t()> sessionId_;
   FencedHandler onFenced_;
-  const presence::Params params_;  // this agent's renewal timing, for checkGatewayTtl
-  int64_t gatewayTtlMs_ = 0;       // the last TTL the gateway reported (0: none yet)
+  const presence::Params params_;         // this agent's renewal timing, for checkGatewayTtl
+  int64_t gatewayTtlMs_ = 0;              // the last TTL the gateway reported (0: none yet)
   std::unique_ptr<http::Client> client_;  // its own kept-alive connection to the gateway
   boost::asio::steady_timer timer_;
   bool scheduled_ = false, inFlight_ = false, stopped_ = false;

@@ -222,8 +222,7 @@ class Bench {
   // Simulators of `total` devices over `accounts`, each bound to its own source address.
   std::vector<ChildProcess*> startDevices(const std::vector<std::string>& urls,
                                           const std::filesystem::path& accountsFile, size_t total,
-                                          bool events,
-                                          const std::vector<std::string>& extra = {}) {
+                                          bool events, const std::vector<std::string>& extra = {}) {
     std::vector<ChildProcess*> started;
     std::string connect;
     for (const auto& url : urls) connect += (connect.empty() ? "" : ",") + url;
@@ -447,13 +446,15 @@ class Bench {
       std::string name, verifyKey, signKey;
     };
     json rows = json::array();
-    for (const Variant& v : {Variant{"none", "", ""}, Variant{"HS256", "hs256.secret", "hs256.secret"},
-                             Variant{"ES256", "es256.pub", "es256.key"}}) {
+    for (const Variant& v :
+         {Variant{"none", "", ""}, Variant{"HS256", "hs256.secret", "hs256.secret"},
+          Variant{"ES256", "es256.pub", "es256.key"}}) {
       json presence = json::object();
       std::vector<std::string> extra{"--heartbeat-ms", "0", "--timeout-ms", "0"};
       if (!v.verifyKey.empty()) {
-        presence["auth"] = {{"keys", {{{"kid", "k1"}, {"alg", v.name},
-                                       {"file", (tokens / v.verifyKey).string()}}}}};
+        presence["auth"] = {
+            {"keys",
+             {{{"kid", "k1"}, {"alg", v.name}, {"file", (tokens / v.verifyKey).string()}}}}};
         extra.insert(extra.end(), {"--sign-key", (tokens / v.signKey).string(), "--sign-alg",
                                    v.name, "--sign-kid", "k1"});
       }
@@ -462,19 +463,19 @@ class Bench {
       waitLeading(agent, accounts.size());
       const double cpuBefore = cpuSeconds(agent.process->pid());
       const auto started = Clock::now();
-      auto sims = startDevices({agent.deviceUrl}, accountsFile, options_.connectDevices, false,
-                               extra);
+      auto sims =
+          startDevices({agent.deviceUrl}, accountsFile, options_.connectDevices, false, extra);
       awaitConnected(sims, options_.connectDevices, 300s);
       const double wall = std::chrono::duration<double>(Clock::now() - started).count();
       const double cpu = cpuSeconds(agent.process->pid()) - cpuBefore;
-      rows.push_back({{"tokens", v.name},
-                      {"devices", options_.connectDevices},
-                      {"agent_cpu_s", cpu},
-                      {"agent_cpu_us_per_connect",
-                       cpu * 1e6 / static_cast<double>(options_.connectDevices)},
-                      {"connects_per_agent_cpu_s",
-                       cpu > 0 ? static_cast<double>(options_.connectDevices) / cpu : 0},
-                      {"wall_s_until_all_connected", wall}});
+      rows.push_back(
+          {{"tokens", v.name},
+           {"devices", options_.connectDevices},
+           {"agent_cpu_s", cpu},
+           {"agent_cpu_us_per_connect", cpu * 1e6 / static_cast<double>(options_.connectDevices)},
+           {"connects_per_agent_cpu_s",
+            cpu > 0 ? static_cast<double>(options_.connectDevices) / cpu : 0},
+           {"wall_s_until_all_connected", wall}});
       simulators_.clear();
       agents_.clear();
     }

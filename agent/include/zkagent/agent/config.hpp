@@ -80,8 +80,8 @@ struct Config {
     // insecureNoDeviceAuth (presence.insecure_no_device_auth) says otherwise.
     std::optional<auth::VerifierSettings> auth;
     bool insecureNoDeviceAuth = false;
-    Millis heartbeat{30000};             // the devices' heartbeat, told them in the welcome frame
-    Millis pingTimeout{75000};           // close a device silent this long; 0 disables the check
+    Millis heartbeat{30000};    // the devices' heartbeat, told them in the welcome frame
+    Millis pingTimeout{75000};  // close a device silent this long; 0 disables the check
     Millis checkInterval{5000};
     Millis renewInterval{60000};    // one lease batch per tick for every connection
     double renewJitter = 0.1;       // each tick x U[1 - j, 1 + j]; 0: exact ticks, no spread
