@@ -16,9 +16,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "balance.hpp"
-#include "device_endpoint.hpp"
-#include "gateway_link.hpp"
+#include "leadership/balance.hpp"
+#include "devices/device_endpoint.hpp"
+#include "operations/gateway_link.hpp"
 #include "zkagent/agent.hpp"
 #include "zkagent/http.hpp"
 #include "zkagent/metrics.hpp"

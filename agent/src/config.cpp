@@ -9,8 +9,8 @@
 #include <sstream>
 #include <utility>
 
-#include "device_query.hpp"
-#include "presence_config.hpp"
+#include "devices/device_query.hpp"
+#include "devices/presence_config.hpp"
 #include "zkagent/config_reader.hpp"
 #include "zkagent/election.hpp"
 #include "zkagent/naming.hpp"

@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "balance.hpp"
+#include "leadership/balance.hpp"
 #include "balance_cluster.hpp"
 #include "zktest/zookeeper_server.hpp"
 

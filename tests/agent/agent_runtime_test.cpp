@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "gateway_link.hpp"
+#include "operations/gateway_link.hpp"
 #include "zkagent/agent.hpp"
 #include "zkagent/http.hpp"
 #include "zkagent/metrics.hpp"

@@ -1,5 +1,5 @@
 // The balance plan (who gives how many accounts to whom) and the balance config fields.
-#include "balance.hpp"
+#include "leadership/balance.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // The URL a non-leader names when it redirects a device in band (redirect=close), without sockets.
-#include "device_query.hpp"
+#include "devices/device_query.hpp"
 
 #include <gtest/gtest.h>
 

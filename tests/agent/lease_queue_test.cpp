@@ -1,6 +1,6 @@
 // The lease writer's queue on its own (agent/src/lease_queue.hpp): coalescing per device, the
 // order entries leave in, the bound and what is dropped first when it is reached.
-#include "lease_queue.hpp"
+#include "devices/lease_queue.hpp"
 
 #include <gtest/gtest.h>
 

@@ -24,8 +24,8 @@ the files the table names are read from REPO_ROOT either way. Python 3 standard 
      there, not what it is used for: prefer named constants.
    A value may be written in backticks.
 2. Every close code the agent's device endpoint can send (the CloseCode enum of
-   agent/src/device_endpoint_core.hpp, the first argument of every closeWith / redirectInBand
-   call, `close_code::` names in agent/src/device_*) and every close code the reference client
+   agent/src/devices/device_endpoint_core.hpp, the first argument of every closeWith / redirectInBand
+   call, `close_code::` names in agent/src/devices/device_*) and every close code the reference client
    sends (`close_code::` names in device/src/client.cpp) must appear in the document's section
    whose heading says "Close codes".
 """
@@ -423,7 +423,7 @@ def check_row(root, name, value, code):
 def sent_close_codes(root):
     """{code: where} for every close code the agent's device endpoint or the client can send."""
     codes = {}
-    core_path = "agent/src/device_endpoint_core.hpp"
+    core_path = "agent/src/devices/device_endpoint_core.hpp"
     core = strip_comments(read(root, core_path))
     enum = re.search(r"enum\s+CloseCode\b[^{]*\{(.*?)\};", core, re.S)
     if not enum:
@@ -434,10 +434,11 @@ def sent_close_codes(root):
     for member, number in members.items():
         codes.setdefault(number, f"{core_path} {member}")
 
-    agent_dir = os.path.join(root, "agent", "src")
+    agent_dir = os.path.join(root, "agent", "src", "devices")
     sources = sorted(f for f in os.listdir(agent_dir)
                      if f.startswith("device_") and f.endswith((".cpp", ".hpp")))
-    texts = {f"agent/src/{f}": strip_comments(read(root, f"agent/src/{f}")) for f in sources}
+    texts = {f"agent/src/devices/{f}": strip_comments(read(root, f"agent/src/devices/{f}"))
+             for f in sources}
     for path, text in texts.items():
         for m in re.finditer(r"\b(closeWith|redirectInBand)\s*\(", text):
             try:
@@ -458,7 +459,7 @@ def sent_close_codes(root):
                         continue
                 if found is None or found.string is not None:
                     raise Failure(f"{path}: the close code {ident} is neither in enum CloseCode "
-                                  f"nor defined in agent/src/device_*")
+                                  f"nor defined in agent/src/devices/device_*")
                 codes.setdefault(int(found.number), f"{path} {ident}")
         for name in re.findall(r"close_code::(\w+)", text):
             if name in CLOSE_CODES:

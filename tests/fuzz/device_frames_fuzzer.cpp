@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "device_frames.hpp"
+#include "devices/device_frames.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace zkagent::agent::detail;
