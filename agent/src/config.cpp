@@ -134,12 +134,25 @@ void readPresence(Config& config, FieldReader& top, const std::filesystem::path&
   auto& p = config.presence;
   const std::string listen = presence.string("listen", "127.0.0.1:8471");
   p.listen = parseHostPort(presence, "listen", listen, naming::PortZero::Allowed);
+  if (presence.find("tls")) {
+    auto tls = presence.object("tls");
+    Config::Presence::Tls files;
+    files.cert = readableFile(tls, "cert", baseDir);
+    files.key = readableFile(tls, "key", baseDir);
+    if (files.cert.empty() || files.key.empty())
+      tls.fail(files.cert.empty() ? "cert" : "key", "is required: cert and key go together");
+    tls.rejectUnknown();
+    p.tls = std::move(files);
+  }
+  const std::string scheme = p.tls ? "wss://" : "ws://";
   p.advertise = presence.string("advertise", "");
-  if (!p.advertise.empty() && !p.advertise.starts_with("ws://"))
-    presence.fail("advertise", "'" + p.advertise + "' must start with ws://");
+  if (!p.advertise.empty() && !p.advertise.starts_with(scheme)) {
+    presence.fail("advertise", "'" + p.advertise + "' must start with " + scheme +
+                                   (p.tls ? " (presence.tls is set)" : " (no presence.tls)"));
+  }
   // Other agents' 4001 closes name this endpoint, in a close reason of at most 123 bytes.
   const auto advertised =
-      p.advertise.empty() ? "ws://" + naming::toString({p.listen.host, 65535}) : p.advertise;
+      p.advertise.empty() ? scheme + naming::toString({p.listen.host, 65535}) : p.advertise;
   if (advertised.size() > detail::kMaxAdvertiseBytes) {
     presence.fail(p.advertise.empty() ? "listen" : "advertise",
                   "'" + advertised + "' is " + std::to_string(advertised.size()) +
@@ -149,10 +162,13 @@ void readPresence(Config& config, FieldReader& top, const std::filesystem::path&
                       std::to_string(detail::kMaxCloseReason) + " bytes) keeps room for the path");
   }
   p.insecure = presence.boolean("insecure", false);
-  if (!p.insecure && !naming::isLoopbackHost(p.listen.host)) {
+  if (p.tls && p.insecure) {
+    presence.fail("insecure", "contradicts presence.tls: drop one of them");
+  }
+  if (!p.tls && !p.insecure && !naming::isLoopbackHost(p.listen.host)) {
     presence.fail("listen", "'" + listen +
-                                "': the device endpoint has no TLS and is served on loopback only, "
-                                "unless presence.insecure is true");
+                                "': plain ws:// is served on loopback only; set presence.tls "
+                                "(cert, key) for wss://, or presence.insecure to allow ws://");
   }
   if (presence.find("auth")) {
     auto auth = presence.object("auth");
@@ -414,8 +430,11 @@ std::string describe(const Config& c) {
          c.admin.advertise.empty() ? "http://" + hostPort(c.admin.listen) : c.admin.advertise}}},
       {"presence",
        {{"listen", hostPort(c.presence.listen)},
-        {"advertise", c.presence.advertise.empty() ? "ws://" + hostPort(c.presence.listen)
-                                                   : c.presence.advertise},
+        {"advertise", c.presence.advertise.empty()
+                          ? (c.presence.tls ? "wss://" : "ws://") + hostPort(c.presence.listen)
+                          : c.presence.advertise},
+        {"tls", c.presence.tls ? json{{"cert", c.presence.tls->cert}, {"key", c.presence.tls->key}}
+                               : json(nullptr)},
         {"insecure", c.presence.insecure},
         {"auth", c.presence.auth ? json("(set)") : json(nullptr)},
         {"insecure_no_device_auth", c.presence.insecureNoDeviceAuth},

@@ -13,8 +13,13 @@
 //              CPU per connect (upgrade, token check, welcome, lease) and connects per agent
 //              CPU-second. The devices send no heartbeats meanwhile, so the CPU is the connects'.
 //
+// With --tls every agent serves wss:// (presence.tls, the test certificates of
+// scripts/make-test-certs) and every device checks it against the test CA: the same scenarios
+// with TLS, for the memory per connection and the cost of a TLS connect.
+//
 // usage: device_bench [--devices N] [--accounts A] [--migration-devices D] [--seconds S]
 //                     [--connect-devices C] [--skip-load] [--skip-migration] [--skip-connects]
+//                     [--tls]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -64,6 +69,7 @@ struct Options {
   bool load = true;
   bool migration = true;
   bool connects = true;
+  bool tls = false;  // wss:// between devices and agents
 };
 
 // Devices per simulator process and per source address: one source address gives at most the
@@ -208,6 +214,11 @@ class Bench {
                   {"renew_interval_ms", 5000},
                   {"lease_ttl_ms", 150000}}},
                 {"log", {{"level", "warn"}}}};
+    if (options_.tls) {
+      const auto certs = zktest::testCertificates();
+      config["presence"]["tls"] = {{"cert", (certs / "gateway.pem").string()},
+                                   {"key", (certs / "gateway.key").string()}};
+    }
     config["presence"].update(presence);
     const auto path = dir_ / (id + ".json");
     std::ofstream(path) << config.dump(2);
@@ -215,7 +226,9 @@ class Bench {
                                                   std::vector<std::string>{"--config", path});
     auto admin = clientFor(portOf(process->waitForLine("LISTENING ", 30s)));
     agents_.push_back(std::make_unique<AgentProcess>(AgentProcess{
-        std::move(process), "ws://127.0.0.1:" + std::to_string(devicePort), std::move(admin)}));
+        std::move(process),
+        std::string(options_.tls ? "wss" : "ws") + "://127.0.0.1:" + std::to_string(devicePort),
+        std::move(admin)}));
     return *agents_.back();
   }
 
@@ -236,6 +249,10 @@ class Bench {
                                     "--timeout-ms",       "5000",
                                     "--source-addresses", "127.0.1." + std::to_string(index + 1)};
       if (events) args.push_back("--events");
+      if (options_.tls) {
+        args.push_back("--ca");
+        args.push_back((zktest::testCertificates() / "ca.pem").string());
+      }
       args.insert(args.end(), extra.begin(), extra.end());  // later flags win
       simulators_.push_back(
           std::make_unique<ChildProcess>(zktest::binaryPath("zk-device").string(), args));
@@ -526,6 +543,8 @@ Options parse(int argc, char** argv) {
       o.load = false;
     } else if (arg == "--skip-migration") {
       o.migration = false;
+    } else if (arg == "--tls") {
+      o.tls = true;
     } else {
       throw std::invalid_argument("unknown argument " + arg);
     }
@@ -544,7 +563,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   raiseFileLimit(200000);
-  json report;
+  json report{{"tls", options.tls}};
   try {
     Bench bench(options);
     if (options.load) {

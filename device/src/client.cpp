@@ -7,17 +7,23 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
+#include <boost/beast/websocket/ssl.hpp>
 #include <algorithm>
 #include <charconv>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <variant>
 
 #include "detail.hpp"
 #include "zkagent/device.hpp"
+#include "zkagent/http/tls.hpp"
 
 #if defined(__linux__)
 #include <netinet/in.h>
@@ -40,8 +46,23 @@ constexpr std::size_t kMaxFrame = 4096;
 
 // One attempt's socket and buffers; pending handlers keep it alive after it was replaced.
 struct Connection {
-  explicit Connection(asio::io_context& io) : ws(io) {}
-  websocket::stream<tcp::socket> ws;
+  using Plain = websocket::stream<tcp::socket>;
+  using Tls = websocket::stream<asio::ssl::stream<tcp::socket>>;
+
+  Connection(asio::io_context& io, asio::ssl::context* tls)
+      : ws(tls ? Stream(std::in_place_type<Tls>, io, *tls) : Stream(std::in_place_type<Plain>, io)) {}
+
+  tcp::socket& socket() {
+    return std::visit([](auto& s) -> tcp::socket& { return beast::get_lowest_layer(s); }, ws);
+  }
+  // `f(stream)` on whichever stream this attempt uses.
+  template <class F>
+  decltype(auto) with(F&& f) {
+    return std::visit(std::forward<F>(f), ws);
+  }
+
+  using Stream = std::variant<Plain, Tls>;
+  Stream ws;
   beast::flat_buffer buffer;
   WsUrl url;                                           // where this attempt goes
   std::unique_ptr<websocket::response_type> response;  // the upgrade answer, only during it
@@ -89,6 +110,22 @@ std::string refusalReason(const std::string& body) {
   return line.empty() ? "no reason given" : line;
 }
 
+// One context per CA file for every client of the process (a simulator runs thousands): the CA
+// is parsed once, and each connection's SSL object shares it. Throws std::invalid_argument naming
+// the file when it cannot be loaded.
+std::shared_ptr<asio::ssl::context> sharedTlsContext(const std::string& caFile) {
+  static std::mutex mutex;
+  static std::map<std::string, std::weak_ptr<asio::ssl::context>> contexts;
+  std::lock_guard lock(mutex);
+  auto& slot = contexts[caFile];
+  auto context = slot.lock();
+  if (!context) {
+    context = std::make_shared<asio::ssl::context>(http::clientTlsContext({.ca = caFile}));
+    slot = context;
+  }
+  return context;
+}
+
 }  // namespace
 
 struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
@@ -101,12 +138,14 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
         random(jitterSeed(options.account, options.device, options.seed) ^ 0x5DEECE66DULL) {
     for (const auto& endpoint : options.endpoints)
       endpoints.push_back(*parseWsUrl(endpoint, false));
+    if (!options.caFile.empty()) tls = sharedTlsContext(options.caFile);
     target = "/v1/devices?account=" + options.account + "&device=" + options.device;
   }
 
   asio::io_context& io;
   DeviceOptions options;
   std::vector<WsUrl> endpoints;
+  std::shared_ptr<asio::ssl::context> tls;  // with caFile: for wss:// attempts
   std::string target;
   asio::steady_timer timer;
   std::uint64_t timerArm = 0;  // the wait that is current; older completions are ignored
@@ -233,11 +272,16 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
   void attempt(WsUrl url, bool redirected) {
     if (!redirected) redirectsLeft = options.maxRedirects;
     if (url.target.empty()) url.target = target;
-    conn = std::make_shared<Connection>(io);
+    const bool secure = url.tls;
+    conn = std::make_shared<Connection>(io, secure ? tls.get() : nullptr);
     conn->url = std::move(url);
     phase = Phase::Connecting;
     deadline = SteadyClock::now() + options.connectTimeout;
     armAt(deadline);
+    if (secure && !tls) {  // a redirect to wss:// without a CA to check the agent against
+      failAttempt("tls_failed: no caFile for " + conn->url.endpoint());
+      return;
+    }
 
     beast::error_code error;
     const auto address = asio::ip::make_address(conn->url.host, error);
@@ -261,7 +305,7 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
   }
 
   void connectTo(const std::shared_ptr<Connection>& c, const tcp::endpoint& to) {
-    auto& socket = beast::get_lowest_layer(c->ws);
+    auto& socket = c->socket();
     beast::error_code error;
     if (!options.localAddress.empty()) {
       socket.open(to.protocol(), error);
@@ -285,21 +329,41 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
         self->failAttempt("connect_failed: " + e.message());
         return;
       }
-      self->upgrade(c);
+      self->secure(c);
     });
+  }
+
+  // wss://: the TLS handshake, with the agent's certificate checked against caFile and the host
+  // dialled, before the upgrade request; bounded by the connect deadline like the rest.
+  void secure(const std::shared_ptr<Connection>& c) {
+    auto* stream = std::get_if<Connection::Tls>(&c->ws);
+    if (stream == nullptr) return upgrade(c);
+    http::expectServerName(stream->next_layer().native_handle(), c->url.host);
+    stream->next_layer().async_handshake(
+        asio::ssl::stream_base::client, [self = shared_from_this(), c](beast::error_code e) {
+          if (c != self->conn) return;
+          if (e) {
+            return self->failAttempt(
+                "tls_failed: " +
+                http::handshakeFailure(std::get<Connection::Tls>(c->ws).next_layer().native_handle(), e));
+          }
+          self->upgrade(c);
+        });
   }
 
   void upgrade(const std::shared_ptr<Connection>& c) {
     beast::error_code ignored;
-    beast::get_lowest_layer(c->ws).set_option(tcp::no_delay(true), ignored);
+    c->socket().set_option(tcp::no_delay(true), ignored);
     websocket::stream_base::timeout timeouts{};
     timeouts.handshake_timeout = options.connectTimeout;     // also bounds our close handshake
     timeouts.idle_timeout = websocket::stream_base::none();  // silence is ours to judge
     timeouts.keep_alive_pings = false;
-    c->ws.set_option(timeouts);
-    c->ws.read_message_max(kMaxFrame);
-    c->ws.write_buffer_bytes(256);  // our frames are tiny; the default buffer is 4 KiB per device
-    c->ws.auto_fragment(false);
+    c->with([&](auto& ws) {
+      ws.set_option(timeouts);
+      ws.read_message_max(kMaxFrame);
+      ws.write_buffer_bytes(256);  // our frames are tiny; the default buffer is 4 KiB per device
+      ws.auto_fragment(false);
+    });
     if (options.tokenProvider) {
       std::string token;
       try {
@@ -310,18 +374,22 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
       }
       refreshToken = false;
       if (!token.empty()) {
-        c->ws.set_option(websocket::stream_base::decorator(
-            [bearer = "Bearer " + std::move(token)](websocket::request_type& request) {
-              request.set(beast::http::field::authorization, bearer);
-            }));
+        c->with([&](auto& ws) {
+          ws.set_option(websocket::stream_base::decorator(
+              [bearer = "Bearer " + std::move(token)](websocket::request_type& request) {
+                request.set(beast::http::field::authorization, bearer);
+              }));
+        });
       }
     }
     c->response = std::make_unique<websocket::response_type>();
-    c->ws.async_handshake(*c->response, c->url.hostHeader(), c->url.target,
-                          [self = shared_from_this(), c](beast::error_code e) {
-                            if (c != self->conn) return;
-                            self->onUpgrade(c, e);
-                          });
+    c->with([&](auto& ws) {
+      ws.async_handshake(*c->response, c->url.hostHeader(), c->url.target,
+                         [self = shared_from_this(), c](beast::error_code e) {
+                           if (c != self->conn) return;
+                           self->onUpgrade(c, e);
+                         });
+    });
   }
 
   void onUpgrade(const std::shared_ptr<Connection>& c, beast::error_code error) {
@@ -394,7 +462,7 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
   static void closeSocket(const std::shared_ptr<Connection>& c) {
     if (!c) return;
     beast::error_code ignored;
-    beast::get_lowest_layer(c->ws).close(ignored);
+    c->socket().close(ignored);
   }
 
   // Sends a close frame on the current connection and forgets it; its own handlers finish it
@@ -403,19 +471,23 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
     auto c = std::move(conn);
     if (!c || c->closing) return;
     c->closing = true;
-    c->ws.async_close(websocket::close_reason(code, why), [c](beast::error_code) {
-      beast::error_code ignored;
-      beast::get_lowest_layer(c->ws).close(ignored);
+    c->with([&](auto& ws) {
+      ws.async_close(websocket::close_reason(code, why), [c](beast::error_code) {
+        beast::error_code ignored;
+        c->socket().close(ignored);
+      });
     });
   }
 
   // --- the open connection ----------------------------------------------------------------
 
   void read(const std::shared_ptr<Connection>& c) {
-    c->ws.async_read(c->buffer, [self = shared_from_this(), c](beast::error_code e, std::size_t) {
-      // While stopping, the close handshake finishes the connection, not the read.
-      if (c != self->conn || self->phase == Phase::Stopping) return;
-      self->onRead(c, e);
+    c->with([&](auto& ws) {
+      ws.async_read(c->buffer, [self = shared_from_this(), c](beast::error_code e, std::size_t) {
+        // While stopping, the close handshake finishes the connection, not the read.
+        if (c != self->conn || self->phase == Phase::Stopping) return;
+        self->onRead(c, e);
+      });
     });
   }
 
@@ -428,7 +500,7 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
     lastFrameAt = now;
     const auto data = c->buffer.cdata();
     const std::string_view text(static_cast<const char*>(data.data()), data.size());
-    const bool wasText = c->ws.got_text();
+    const bool wasText = c->with([](auto& ws) { return ws.got_text(); });
     if (wasText && phase == Phase::Open) {
       if (const auto seq = exactPong(text)) {
         c->buffer.consume(c->buffer.size());
@@ -515,21 +587,23 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
     pingFrame(c->out, outstandingSeq);
     c->writing = true;
     ++stats.heartbeatsSent;
-    c->ws.text(true);
-    c->ws.async_write(asio::buffer(c->out),
-                      [self = shared_from_this(), c](beast::error_code e, std::size_t) {
-                        c->writing = false;
-                        // A failed write shows up in the pending read as well; the read reports it.
-                        if (e || c != self->conn || self->phase != Phase::Open) return;
-                        if (self->pingDue) self->sendPing();
-                      });
+    c->with([&](auto& ws) {
+      ws.text(true);
+      ws.async_write(asio::buffer(c->out),
+                     [self = shared_from_this(), c](beast::error_code e, std::size_t) {
+                       c->writing = false;
+                       // A failed write shows up in the pending read as well; the read reports it.
+                       if (e || c != self->conn || self->phase != Phase::Open) return;
+                       if (self->pingDue) self->sendPing();
+                     });
+    });
   }
 
   void onReadError(const std::shared_ptr<Connection>& c, beast::error_code error) {
     const bool wasOpen = phase == Phase::Open;
     std::string reason;
     if (error == websocket::error::closed) {
-      const auto& why = c->ws.reason();
+      const auto why = c->with([](auto& ws) { return ws.reason(); });
       const auto code = static_cast<unsigned>(why.code);
       if (code == 4001) {
         reason = "leader_moved";
@@ -600,10 +674,12 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
     const auto c = conn;
     c->closing = true;
     armAt(SteadyClock::now() + options.connectTimeout);
-    c->ws.async_close(websocket::close_reason(websocket::close_code::normal),
-                      [self = shared_from_this(), c](beast::error_code) {
-                        if (c == self->conn) self->finishStop();
-                      });
+    c->with([&](auto& ws) {
+      ws.async_close(websocket::close_reason(websocket::close_code::normal),
+                     [self = shared_from_this(), c](beast::error_code) {
+                       if (c == self->conn) self->finishStop();
+                     });
+    });
   }
 
   void finishStop() {

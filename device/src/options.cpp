@@ -35,14 +35,15 @@ double unitRandom(std::uint64_t& state) {
   return static_cast<double>(z >> 11) * 0x1.0p-53;
 }
 
-std::string WsUrl::endpoint() const { return "ws://" + hostHeader(); }
+std::string WsUrl::endpoint() const { return (tls ? "wss://" : "ws://") + hostHeader(); }
 
 std::string WsUrl::hostHeader() const { return naming::toString({host, port}); }
 
 std::optional<WsUrl> parseWsUrl(std::string_view url, bool allowTarget) {
-  constexpr std::string_view scheme = "ws://";
-  if (url.substr(0, scheme.size()) != scheme) return std::nullopt;
-  std::string_view rest = url.substr(scheme.size());
+  constexpr std::string_view plain = "ws://", secure = "wss://";
+  const bool tls = url.starts_with(secure);
+  if (!tls && !url.starts_with(plain)) return std::nullopt;
+  std::string_view rest = url.substr(tls ? secure.size() : plain.size());
   const std::size_t slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);
   std::string_view target =
@@ -55,15 +56,20 @@ std::optional<WsUrl> parseWsUrl(std::string_view url, bool allowTarget) {
   for (char c : address.host) {
     if (!hostCharacter(c)) return std::nullopt;
   }
-  return WsUrl{std::move(address.host), address.port, std::string(target)};
+  return WsUrl{std::move(address.host), address.port, std::string(target), tls};
 }
 
 std::string validate(const DeviceOptions& options) {
   if (options.endpoints.empty()) return "endpoints: at least one ws://host:port is needed";
   for (std::size_t i = 0; i < options.endpoints.size(); ++i) {
-    if (!parseWsUrl(options.endpoints[i], false)) {
-      return "endpoints[" + std::to_string(i) + "]: must be ws://host:port, got \"" +
+    const auto url = parseWsUrl(options.endpoints[i], false);
+    if (!url) {
+      return "endpoints[" + std::to_string(i) + "]: must be ws://host:port or wss://host:port, got \"" +
              options.endpoints[i] + "\"";
+    }
+    if (url->tls && options.caFile.empty()) {
+      return "caFile: is required for the wss:// endpoint \"" + options.endpoints[i] +
+             "\" (the CA the agents' certificates chain to)";
     }
   }
   if (auto problem = idProblem(options.account); !problem.empty()) return "account: " + problem;

@@ -41,7 +41,9 @@ jittered backoff, and prints one line per event on stdout:
 SIGTERM or SIGINT sends a close frame and exits 0. Bad arguments exit 2.
 
 options:
-  --connect URL[,URL...]     agent device endpoints, ws://host:port, tried in order
+  --connect URL[,URL...]     agent device endpoints, ws://host:port or wss://host:port, tried in
+                             order
+  --ca F                     the CA (PEM) the agents' certificates chain to; required for wss://
   --account A                the account (single device)
   --device D                 the device id; simulated devices are D-0, D-1, ...
   --heartbeat-ms N           ping interval (default 30000; 0 sends no pings)
@@ -91,6 +93,7 @@ struct Arguments {
   Millis ramp{0};
   std::vector<std::string> sourceAddresses;
   std::string tokenFile;
+  std::string caFile;  // --ca
   std::optional<zkagent::auth::SigningKey> signingKey;
   std::string signAudience;
   std::int64_t signTtlSeconds = 3600;
@@ -193,6 +196,9 @@ std::optional<Arguments> parse(int argc, char** argv) {
       args.ramp = millis(flag, value);
     } else if (flag == "--source-addresses") {
       args.sourceAddresses = splitList(flag, value);
+    } else if (flag == "--ca") {
+      if (!std::ifstream(value)) throw UsageError("--ca: cannot read \"" + value + "\"");
+      args.caFile = value;
     } else if (flag == "--token-file") {
       try {  // refused now rather than at the first connect
         readTokenFile(value);
@@ -272,7 +278,8 @@ std::string flagOf(const std::string& problem) {
       {"backoffInitial", "--backoff-initial-ms"},
       {"backoffMax", "--backoff-max-ms"},
       {"connectTimeout", "--connect-timeout-ms"},
-      {"localAddress", "--source-addresses"}};
+      {"localAddress", "--source-addresses"},
+      {"caFile", "--ca"}};
   for (const auto& [field, flag] : fields) {
     const std::string prefix = field;
     if (problem.rfind(prefix, 0) == 0 &&
@@ -335,6 +342,7 @@ class Runner {
     for (std::size_t i = 0; i < count; ++i) {
       DeviceOptions options;
       options.endpoints = args.connect;
+      options.caFile = args.caFile;
       options.account = args.accounts[i % args.accounts.size()];
       options.device = simulated_ ? args.device + "-" + std::to_string(i) : args.device;
       options.heartbeat = args.heartbeat;

@@ -86,7 +86,7 @@ struct Client::Impl {
   explicit Impl(ClientOptions clientOptions)
       : options(std::move(clientOptions)),
         hostHeader(options.host + ":" + std::to_string(options.port)) {
-    if (options.tls) tls.emplace(detail::clientContext(*options.tls));
+    if (options.tls) tls.emplace(clientTlsContext(*options.tls));
     if (options.io == nullptr) workers.emplace(std::max<size_t>(1, options.asyncThreads));
   }
 
@@ -142,13 +142,7 @@ struct Client::Impl {
 
   // The server's certificate must chain to our CA and name the host we dialled.
   void prepareHandshake(beast::ssl_stream<beast::tcp_stream>& stream) const {
-    beast::error_code notAddress;
-    asio::ip::make_address(options.host, notAddress);
-    if (notAddress) {  // SNI; SSL_set_tlsext_host_name is a macro with an old-style cast
-      SSL_ctrl(stream.native_handle(), SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name,
-               const_cast<char*>(options.host.c_str()));
-    }
-    stream.set_verify_callback(asio::ssl::host_name_verification(options.host));
+    expectServerName(stream.native_handle(), options.host);
   }
 
   static ClientResponse answered(bhttp::response<bhttp::string_body>& response) {

@@ -73,7 +73,7 @@ struct detail::ServerState {
             AcceptLoop::Options{.name = "HTTP server", .socketExecutor = [&context] {
                                   return asio::any_io_executor(asio::make_strand(context));
                                 }})) {
-    if (options.tls) tls.emplace(detail::serverContext(*options.tls));
+    if (options.tls) tls.emplace(serverTlsContext(*options.tls));
     if (options.handlerThreads > 0) handlerPool.emplace(options.handlerThreads);
   }
   void serve(const std::shared_ptr<ServerState>& self, tcp::socket socket);

@@ -1,12 +1,14 @@
-// Contexts and peer names over OpenSSL. TLS 1.2 is the floor; the rest is OpenSSL's defaults.
+// Contexts, server names and peer names over OpenSSL. TLS 1.2 is the floor; the rest is
+// OpenSSL's defaults.
 #include "tls.hpp"
 
 #include <openssl/x509v3.h>
 
+#include <boost/asio/ip/address.hpp>
 #include <memory>
 #include <stdexcept>
 
-namespace zkagent::http::detail {
+namespace zkagent::http {
 namespace ssl = boost::asio::ssl;
 namespace {
 
@@ -55,7 +57,7 @@ std::string asString(const ASN1_STRING* text) {
 
 }  // namespace
 
-ssl::context serverContext(const ServerTls& tls) {
+ssl::context serverTlsContext(const ServerTls& tls) {
   auto context = baseContext();
   loadIdentity(context, tls.cert, tls.key);
   if (!tls.clientCa.empty()) {
@@ -69,13 +71,39 @@ ssl::context serverContext(const ServerTls& tls) {
   return context;
 }
 
-ssl::context clientContext(const ClientTls& tls) {
+ssl::context clientTlsContext(const ClientTls& tls) {
   auto context = baseContext();
   loadCa(context, tls.ca, "CA");
   context.set_verify_mode(ssl::verify_peer);
   if (!tls.cert.empty() || !tls.key.empty()) loadIdentity(context, tls.cert, tls.key);
   return context;
 }
+
+void expectServerName(SSL* ssl, const std::string& host) {
+  X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
+  boost::system::error_code notAddress;
+  boost::asio::ip::make_address(host, notAddress);
+  if (!notAddress) {
+    X509_VERIFY_PARAM_set1_ip_asc(param, host.c_str());
+    return;
+  }
+  X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+  X509_VERIFY_PARAM_set1_host(param, host.c_str(), host.size());
+  // SNI. SSL_set_tlsext_host_name is a macro with an old-style cast.
+  SSL_ctrl(ssl, SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name,
+           const_cast<char*>(host.c_str()));
+}
+
+std::string handshakeFailure(SSL* ssl, const boost::system::error_code& error) {
+  std::string why = error.message();
+  // OpenSSL appends "(SSL routines)" or similar: the library adds nothing for a reader.
+  if (const auto paren = why.find(" ("); paren != std::string::npos) why.resize(paren);
+  const long verdict = SSL_get_verify_result(ssl);
+  if (verdict != X509_V_OK) why += std::string(": ") + X509_verify_cert_error_string(verdict);
+  return why;
+}
+
+namespace detail {
 
 std::vector<std::string> peerIdentities(SSL* ssl) {
   std::vector<std::string> names;
@@ -99,4 +127,5 @@ std::vector<std::string> peerIdentities(SSL* ssl) {
   return names;
 }
 
-}  // namespace zkagent::http::detail
+}  // namespace detail
+}  // namespace zkagent::http

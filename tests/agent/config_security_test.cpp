@@ -166,8 +166,10 @@ TEST(AgentSecurityConfig, OpenOperatorActionsIsAnExplicitBoolean) {
   EXPECT_EQ(rejectedField(config), "admin.open_operator_actions");
 }
 
-// The device endpoint has no TLS: plain ws:// off loopback only with presence.insecure.
-TEST(AgentSecurityConfig, TheDeviceEndpointOffLoopbackNeedsInsecure) {
+// Plain ws:// off loopback only with presence.insecure; presence.tls (cert and key) serves
+// wss:// anywhere, advertised as wss://.
+TEST(AgentSecurityConfig, TheDeviceEndpointOffLoopbackNeedsTlsOrInsecure) {
+  const auto& certs = zktest::testCertificates();
   auto config = baseConfig({{"url", "http://127.0.0.1:8480"}});
   config["presence"] = {{"listen", "0.0.0.0:8471"}};
   EXPECT_EQ(rejectedField(config), "presence.listen");
@@ -175,10 +177,45 @@ TEST(AgentSecurityConfig, TheDeviceEndpointOffLoopbackNeedsInsecure) {
   config["presence"]["insecure_no_device_auth"] = true;  // tokens are the test below's
   const auto parsed = parseConfig(config.dump());
   EXPECT_TRUE(parsed.presence.insecure);
+  EXPECT_FALSE(parsed.presence.tls);
   config["presence"] = {{"listen", "[::1]:8471"}};
   EXPECT_EQ(rejectedField(config), "");
   config["presence"] = {{"listen", "localhost:8471"}};
   EXPECT_EQ(rejectedField(config), "");
+
+  config["presence"] = {{"listen", "0.0.0.0:8471"},
+                        {"insecure_no_device_auth", true},
+                        {"tls", {{"cert", "gateway.pem"}, {"key", "gateway.key"}}}};
+  const auto secure = parseConfig(config.dump(), certs);
+  ASSERT_TRUE(secure.presence.tls);
+  EXPECT_EQ(secure.presence.tls->cert, (certs / "gateway.pem").string());
+  EXPECT_EQ(json::parse(describe(secure))["presence"]["advertise"], "wss://0.0.0.0:8471");
+  EXPECT_EQ(json::parse(describe(secure))["presence"]["tls"]["key"],
+            (certs / "gateway.key").string());
+
+  struct Case {
+    json tls;
+    std::string field;
+  };
+  for (const auto& c : std::vector<Case>{
+           {{{"cert", "gateway.pem"}}, "presence.tls.key"},
+           {{{"key", "gateway.key"}}, "presence.tls.cert"},
+           {{{"cert", "missing.pem"}, {"key", "gateway.key"}}, "presence.tls.cert"},
+           {{{"cert", "gateway.pem"}, {"key", "gateway.key"}, {"ca", "ca.pem"}}, "presence.tls.ca"},
+           {"yes", "presence.tls"}}) {
+    config["presence"]["tls"] = c.tls;
+    EXPECT_EQ(rejectedField(config, certs), c.field) << c.tls.dump();
+  }
+  config["presence"]["tls"] = {{"cert", "gateway.pem"}, {"key", "gateway.key"}};
+  config["presence"]["advertise"] = "ws://devices.example:8471";
+  EXPECT_EQ(rejectedField(config, certs), "presence.advertise") << "TLS is advertised as wss://";
+  config["presence"]["advertise"] = "wss://devices.example:8471";
+  EXPECT_EQ(parseConfig(config.dump(), certs).presence.advertise, "wss://devices.example:8471");
+  config["presence"]["insecure"] = true;
+  EXPECT_EQ(rejectedField(config, certs), "presence.insecure") << "TLS and insecure contradict";
+  config["presence"].erase("insecure");
+  config["presence"].erase("tls");
+  EXPECT_EQ(rejectedField(config, certs), "presence.advertise") << "plain is advertised as ws://";
 }
 
 namespace device_auth {

@@ -232,4 +232,125 @@ TEST_F(DeviceAuthTest, ZkDeviceSignsOrReadsItsTokenAndARefusedTokenKeepsItOut) {
   std::filesystem::remove(file);
 }
 
+// A device that pings as fast as it can (and reads every pong, so the pong queue's own bound
+// never trips) is closed with 1008 once over the rate limit (20 per second, bursts of 40): it
+// gets about its burst answered, not the thousands it asked for; the agent's memory does not grow
+// with its pings, and the honest device beside it keeps getting its pongs and keeps its lease.
+TEST_F(DeviceAuthTest, APingFloodIsCutWith1008AndNeitherGrowsTheAgentNorSlowsTheOthers) {
+  auto& a = addAgent(config("host-a", {"acct-0"}));
+  ASSERT_TRUE(eventually([&] { return a.leads("acct-0"); }, 15s));
+  RealDevice phone;
+  ASSERT_FALSE(phone.socket.connect(a.devicePort, devicePath("acct-0", "phone"), mint({})));
+  ASSERT_TRUE(phone.socket.read()) << "welcome";
+  ASSERT_TRUE(phone.answers());
+  const auto rssKiB = [&] {
+    std::ifstream status("/proc/" + std::to_string(a.process->pid()) + "/status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.starts_with("VmRSS:")) return std::stol(line.substr(6));
+    }
+    return 0L;
+  };
+  const long before = rssKiB();
+
+  Device flooder;
+  ASSERT_FALSE(flooder.connect(a.devicePort, devicePath("acct-0", "tablet"),
+                               mint({.subject = "tablet"})));
+  ASSERT_TRUE(flooder.read()) << "welcome";
+  uint64_t answered = 0;
+  for (uint64_t seq = 1; seq <= 5000; ++seq) {
+    flooder.ping(seq);
+    const auto pong = flooder.read(2s);
+    if (!pong) break;
+    ASSERT_EQ(*pong, (json{{"type", "pong"}, {"seq", seq}}));
+    ++answered;
+  }
+  const auto closed = flooder.awaitClose(2s);
+  ASSERT_TRUE(closed) << "the flooder was not closed after " << answered << " pongs";
+  EXPECT_EQ(closed->code, 1008);
+  EXPECT_EQ(closed->reason, "pings faster than 20 per second");
+  EXPECT_GE(answered, 40u) << "the burst is answered";
+  EXPECT_LT(answered, 200u) << "the flood is not";
+  EXPECT_EQ(metricSample(a.metrics(), "zkagent_presence_ping_floods_total"), 1.0);
+
+  EXPECT_TRUE(phone.answers()) << "the honest device is still answered";
+  EXPECT_LT(rssKiB() - before, 1024) << "KiB grown by the flood";
+  EXPECT_TRUE(eventually([&] { return lease("tablet").is_null(); }, 5s))
+      << "the flooder's lease goes with it";
+  EXPECT_FALSE(lease("phone").is_null());
+}
+
+// wss:// (presence.tls): the device library checks the agent's certificate against its CA and
+// the host it dialled; a device that does not trust the certificate, or dialled a name the
+// certificate does not hold, sends nothing (no token leaves it, no lease is written), and a plain
+// ws:// client gets no upgrade from the TLS listener. Next to each, the honest device connects
+// through the non-leader's 307 to the leader's wss:// endpoint and holds its lease.
+TEST_F(DeviceAuthTest, WssDevicesCheckTheAgentsCertificateAndItsNameAndFollowRedirectsOverTls) {
+  const auto certs = zktest::testCertificates();
+  auto tlsConfig = [&](const std::string& id) {
+    auto c = config(id, {"acct-0"});
+    c["presence"]["listen"] = "localhost:0";  // advertised as wss://localhost:PORT
+    c["presence"]["tls"] = {{"cert", (certs / "localhost-only.pem").string()},
+                            {"key", (certs / "localhost-only.key").string()}};
+    return c;
+  };
+  auto& a = addAgent(tlsConfig("host-a"));
+  ASSERT_TRUE(eventually([&] { return a.leads("acct-0"); }, 15s));
+  auto& b = addAgent(tlsConfig("host-b"));
+  EXPECT_EQ(a.deviceUrl, "wss://localhost:" + std::to_string(a.devicePort));
+
+  const auto tokens = certs / "tokens";
+  auto device = [&](const std::string& id, const std::string& url, const std::string& ca) {
+    return std::make_unique<zktest::ChildProcess>(
+        zktest::binaryPath("zk-device").string(),
+        std::vector<std::string>{"--connect", url, "--ca", ca, "--account", "acct-0", "--device",
+                                 id, "--heartbeat-ms", "200", "--backoff-max-ms", "300",
+                                 "--sign-key", (tokens / "hs256.secret").string(), "--sign-alg",
+                                 "HS256", "--sign-kid", "k1", "--sign-aud", "zkagent"});
+  };
+  const std::string viaB = "wss://localhost:" + std::to_string(b.devicePort);
+  const auto ca = (certs / "ca.pem").string();
+
+  auto untrusting = device("spy", viaB, (certs / "other-ca.pem").string());
+  const auto refused = untrusting->waitForLine("DISCONNECTED ", 10s);
+  EXPECT_NE(refused.find("tls_failed:certificate_verify_failed:unable_to_get_local_issuer"),
+            std::string::npos)
+      << refused;
+  untrusting.reset();
+
+  auto byAddress = device("spy", "wss://127.0.0.1:" + std::to_string(b.devicePort), ca);
+  const auto mismatch = byAddress->waitForLine("DISCONNECTED ", 10s);
+  EXPECT_NE(mismatch.find("tls_failed:certificate_verify_failed:IP_address_mismatch"),
+            std::string::npos)
+      << mismatch;
+  byAddress.reset();
+  EXPECT_TRUE(lease("spy").is_null()) << "no device got through";
+
+  Device plain;
+  const auto answer = plain.connect(b.devicePort, devicePath("acct-0", "spy"), mint({}));
+  ASSERT_TRUE(answer.has_value()) << "a plain ws:// client is not upgraded by a TLS listener";
+  EXPECT_TRUE(answer->body.empty()) << "nor answered in plain HTTP: " << answer->body;
+  EXPECT_TRUE(eventually(
+      [&] {
+        return metricSample(b.metrics(),
+                            R"(zkagent_presence_refused_upgrades_total{reason="tls_handshake"})")
+                   .value_or(0) >= 1;
+      },
+      5s))
+      << b.metrics();
+
+  // b leads nothing: the device goes through its 307 to a.
+  ASSERT_TRUE(eventually([&] { return a.leads("acct-0") && !b.leads("acct-0"); }, 5s));
+  auto honest = device("phone", viaB, ca);
+  EXPECT_NE(honest->waitForLine("REDIRECTED ", 10s)
+                .find("wss://localhost:" + std::to_string(a.devicePort) + "/v1/devices"),
+            std::string::npos);
+  honest->waitForLine("CONNECTED acct-0 phone host-a ", 10s);
+  EXPECT_TRUE(eventually(
+      [&] {
+        const auto held = lease("phone");
+        return held.is_object() && held["agent"] == "host-a";
+      },
+      5s));
+}
+
 }  // namespace

@@ -22,6 +22,10 @@ PresenceMetrics::PresenceMetrics(metrics::Registry& r)
       pingTimeouts(r.counter("zkagent_presence_ping_timeouts_total",
                              "Device connections closed (4002) after ping_timeout_ms of silence.")
                        .with({})),
+      pingFloods(r.counter("zkagent_presence_ping_floods_total",
+                           "Device connections closed (1008) for pinging faster than the limit "
+                           "(20 per second, bursts of 40).")
+                     .with({})),
       redirects(
           r.counter("zkagent_presence_redirects_total",
                     "Upgrades sent elsewhere: 307 to the leader, 503 when none is known; with "

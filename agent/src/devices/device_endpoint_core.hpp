@@ -3,12 +3,15 @@
 //   device_upgrade.cpp     the listener, the upgrade request and its refusals (404, 307, 503, or
 //                          in band with redirect=close: 4001, 1013)
 //   device_session.cpp     one open connection: welcome, pings and pongs, bad frames, closes
+//   device_stream.cpp      the socket under a session: plain (ws://) or TLS (wss://, presence.tls);
+//                          the only file that instantiates Beast's WebSocket stream
 //   device_leadership.cpp  the per-account table: leadership released, 4001 closes, fencing, stop
 //
 // Memory per connection is kept small on purpose (tens of thousands of devices per agent): one
-// websocket stream over a plain socket (its own timer only bounds the accept and close
-// handshakes), one flat_buffer, a few words of state. Silent devices are found by the table's
-// periodic check, not by a timer per connection; unfinished upgrades by one reaper timer.
+// websocket stream over a plain socket or an OpenSSL stream (its own timer only bounds the accept
+// and close handshakes), one flat_buffer, a few words of state. Silent devices are found by the
+// table's periodic check, not by a timer per connection; unfinished upgrades (TLS handshake
+// included) by one reaper timer.
 #pragma once
 
 #include <atomic>
@@ -31,6 +34,7 @@
 #include "lease_writer.hpp"
 #include "zkagent/auth.hpp"
 #include "zkagent/http/accept_loop.hpp"
+#include "zkagent/http/tls.hpp"
 #include "zkagent/naming.hpp"
 #include "zkagent/presence/asio_clock.hpp"
 #include "zkagent/presence/connection_table.hpp"
@@ -55,6 +59,10 @@ inline constexpr auto kStaleUpgrade = std::chrono::seconds(1);
 inline constexpr size_t kHeaderLimit = 8 * 1024;  // upgrade request header bytes
 inline constexpr size_t kMaxFrameBytes = 4096;    // one device frame; over it the stream sends 1009
 inline constexpr size_t kMaxQueuedPongs = 64;     // a device that pings without reading is cut off
+// Pings per connection: kPingBurst at once, then kMaxPingsPerSecond sustained; a device over it is
+// closed with 1008. A device heartbeats every few seconds at most; a flood costs one check each.
+inline constexpr int kMaxPingsPerSecond = 20;
+inline constexpr int kPingBurst = 40;
 inline constexpr int kRetryAfterSeconds = 1;      // a 503's Retry-After
 inline constexpr auto kUpgradeTimeout = std::chrono::seconds(5);     // request read + refusal write
 inline constexpr auto kHandshakeTimeout = std::chrono::seconds(5);   // websocket accept and close
@@ -101,6 +109,8 @@ struct DeviceEndpoint::Core : std::enable_shared_from_this<Core> {
        std::shared_ptr<Counts> counts);
 
   void admit(tcp::socket socket);  // one socket from the listener
+  // A session over `socket`: plain, or TLS when presence.tls is set (device_stream.cpp).
+  std::shared_ptr<Session> makeSession(tcp::socket socket);
   void reap();
   void expireTokens();  // 4003 for every connection whose token is no longer valid
   void leadershipLost(const std::string& account);
@@ -122,6 +132,7 @@ struct DeviceEndpoint::Core : std::enable_shared_from_this<Core> {
   std::shared_ptr<Counts> counts;
   PresenceMetrics& m;
   std::shared_ptr<http::AcceptLoop> listener;
+  std::optional<asio::ssl::context> tls;  // presence.tls: devices connect with wss://
   std::string advertised;
   uint16_t port = 0;
   presence::AsioClock clock;
@@ -153,19 +164,22 @@ struct DeviceEndpoint::Core : std::enable_shared_from_this<Core> {
 
 // One device connection. Lives while an operation of it is pending; every handler runs on the
 // endpoint's thread. The upgrade half is in device_upgrade.cpp, the open connection in
-// device_session.cpp.
+// device_session.cpp; the socket under it (plain or TLS) is a subclass's (device_stream.cpp),
+// reached through the few I/O calls below, each of which calls back one of the on* handlers.
 class Session : public std::enable_shared_from_this<Session> {
  public:
   enum class State : uint8_t { Upgrading, Open, Moving, Closing, Done };
 
-  Session(std::shared_ptr<DeviceEndpoint::Core> core, tcp::socket socket);
+  explicit Session(std::shared_ptr<DeviceEndpoint::Core> core);
   // Only reached without a final handler when the io_context is torn down: nothing more is
   // written then, the bookkeeping is only kept consistent.
-  ~Session();
+  virtual ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
 
   void start(uint64_t upgradeId);
   // Closes the socket under any pending operation (an upgrade that took too long, shutdown).
-  void abort();
+  virtual void abort() = 0;
   // Sends a close frame with `code` (once; later calls are ignored) after any write in progress.
   void closeWith(uint16_t code, std::string reason);
   // The table forgot this connection (leadership lost): still answer pings until it is closed.
@@ -178,6 +192,31 @@ class Session : public std::enable_shared_from_this<Session> {
   const presence::DeviceKey& key() const { return key_; }
   uint64_t token() const { return epoch_.leaderToken; }
 
+ protected:
+  // The stream's part. Each completes on the endpoint's thread with the handler named.
+  virtual void readRequest() = 0;    // TLS handshake if any, then the upgrade request: onRequest
+  virtual void writeRefusal() = 0;   // *refusal_, then the socket is closed: onRefusalWritten
+  virtual void acceptSocket() = 0;   // the WebSocket handshake for *parser_: onHandshake
+  virtual void readFrame() = 0;      // one message into buffer_: onRead (gotText() tells its kind)
+  virtual void writeFrame() = 0;     // out_ as a text frame: onWritten
+  virtual void writeClose(const websocket::close_reason& reason) = 0;  // onCloseWritten
+  virtual bool socketOpen() const = 0;
+  virtual bool gotText() const = 0;
+  virtual void setNoDelay() = 0;
+
+  void onTlsHandshakeFailed();  // nothing is written back: no HTTP without the handshake
+  void onRequest(beast::error_code ec);
+  void onRefusalWritten();
+  void onHandshake(beast::error_code ec);
+  void onRead(beast::error_code ec);
+  void onWritten(beast::error_code ec);
+  void onCloseWritten();
+
+  beast::flat_buffer buffer_{kHeaderLimit + 1024};
+  std::optional<bhttp::request_parser<bhttp::empty_body>> parser_;  // while upgrading
+  std::optional<bhttp::response<bhttp::string_body>> refusal_;      // while refusing
+  std::string out_;                                                 // the frame being written
+
  private:
   static std::string_view stateName(State state);
   void setState(State next);
@@ -186,8 +225,9 @@ class Session : public std::enable_shared_from_this<Session> {
   // Removes the lease at once (the device is gone or misbehaved) when it is still in the table.
   void leaveTable();
 
-  void onRequest(beast::error_code ec);
   bool fencedUnder(int64_t token) const;
+  // One more ping within the rate limit (GCRA: one time point per connection, no queue).
+  bool pingWithinRate(SteadyClock::time_point now);
   // With presence.auth: the refusal (401 bad token, 403 another account's or device's) of the
   // request's token, from `Authorization: Bearer` or else the `token` query parameter; on success
   // the token's validity is kept for the expiry check.
@@ -195,8 +235,6 @@ class Session : public std::enable_shared_from_this<Session> {
                                       const std::optional<std::string>& queryToken);
   void forgetExpiry();
   void refuse(Refusal refusal);
-  template <class Accepted>
-  void acceptUpgrade(Accepted&& accepted);
   // The gate's answer for this request: upgrade, redirect (307, or in band) or 503.
   void onGate(const election::GateDecision& decision, std::string_view target, bool inBand);
   void upgrade(uint64_t token);
@@ -204,23 +242,20 @@ class Session : public std::enable_shared_from_this<Session> {
   void onAccepted(beast::error_code ec, uint64_t token);
 
   void readLoop();
-  void onRead(beast::error_code ec);
   void badFrame(const std::string& why);
   // The one writer: the welcome, then pongs in order, or the close frame; never two at once.
   void pump();
 
   std::shared_ptr<DeviceEndpoint::Core> core_;
-  websocket::stream<tcp::socket> ws_;
-  beast::flat_buffer buffer_{kHeaderLimit + 1024};
-  std::optional<bhttp::request_parser<bhttp::empty_body>> parser_;  // while upgrading
-  std::optional<bhttp::response<bhttp::string_body>> refusal_;      // while refusing
-  std::string out_;                                                 // the frame being written
   std::vector<uint64_t> pongs_;
   std::string closeReason_;
   presence::DeviceKey key_;
   presence::Epoch epoch_;
   uint64_t upgradeId_ = 0;
-  int64_t refusedFrom_ = 0;  // with a token: the first unix second it is refused
+  uint64_t acceptToken_ = 0;  // the handshake in progress admits under this token, or
+  uint16_t inBandCode_ = 0;   // closes at once with this code (an in-band redirect)
+  int64_t refusedFrom_ = 0;   // with a token: the first unix second it is refused
+  SteadyClock::time_point pingsDueFrom_{};  // the rate limit's theoretical arrival time
   std::optional<std::multimap<int64_t, Session*>::iterator> expiry_;  // in core_->expiries
   uint16_t closeCode_ = kNormal;
   State state_ = State::Upgrading;

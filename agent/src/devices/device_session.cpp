@@ -13,8 +13,7 @@
 namespace zkagent::agent::detail {
 using nlohmann::json;
 
-Session::Session(std::shared_ptr<DeviceEndpoint::Core> core, tcp::socket socket)
-    : core_(std::move(core)), ws_(std::move(socket)) {
+Session::Session(std::shared_ptr<DeviceEndpoint::Core> core) : core_(std::move(core)) {
   core_->sessions.insert(this);
   core_->countState(stateName(state_), 1);
 }
@@ -51,12 +50,6 @@ void Session::setState(State next) {
   core_->countState(stateName(state_), -1);
   core_->countState(stateName(next), 1);
   state_ = next;
-}
-
-void Session::abort() {
-  beast::error_code ignored;
-  ws_.next_layer().shutdown(tcp::socket::shutdown_both, ignored);
-  ws_.next_layer().close(ignored);
 }
 
 void Session::closeWith(uint16_t code, std::string reason) {
@@ -111,8 +104,7 @@ void Session::onAccepted(beast::error_code ec, uint64_t token) {
   buffer_.clear();
   buffer_.shrink_to_fit();
   if (ec) return;
-  beast::error_code ignored;
-  ws_.next_layer().set_option(tcp::no_delay(true), ignored);
+  setNoDelay();
   // Leadership may have moved while the handshake ran: accept only under the same token.
   const auto decision = core_->gate(key_.user);
   setState(State::Open);
@@ -137,10 +129,7 @@ void Session::onAccepted(beast::error_code ec, uint64_t token) {
   readLoop();
 }
 
-void Session::readLoop() {
-  ws_.async_read(buffer_,
-                 [self = shared_from_this()](beast::error_code ec, size_t) { self->onRead(ec); });
-}
+void Session::readLoop() { readFrame(); }
 
 void Session::onRead(beast::error_code ec) {
   if (ec) {
@@ -155,7 +144,7 @@ void Session::onRead(beast::error_code ec) {
     buffer_.consume(buffer_.size());
     return readLoop();  // until the device answers our close
   }
-  if (!ws_.got_text()) {
+  if (!gotText()) {
     buffer_.consume(buffer_.size());
     return badFrame("binary frame");
   }
@@ -163,6 +152,12 @@ void Session::onRead(beast::error_code ec) {
   auto ping = parsePing(std::string_view(static_cast<const char*>(data.data()), data.size()));
   buffer_.consume(buffer_.size());
   if (auto* why = std::get_if<std::string>(&ping)) return badFrame(*why);
+  if (!pingWithinRate(SteadyClock::now())) {
+    core_->m.pingFloods.inc();
+    readLoop();
+    return closeWith(kPolicy, "pings faster than " + std::to_string(kMaxPingsPerSecond) +
+                                  " per second");
+  }
   core_->m.heartbeats.inc();
   if (inTable_) core_->table->ping(epoch_);
   if (pongs_.size() >= kMaxQueuedPongs) {
@@ -172,6 +167,17 @@ void Session::onRead(beast::error_code ec) {
   pongs_.push_back(std::get<uint64_t>(ping));
   pump();
   readLoop();
+}
+
+bool Session::pingWithinRate(SteadyClock::time_point now) {
+  constexpr auto interval =
+      std::chrono::duration_cast<SteadyClock::duration>(std::chrono::seconds(1)) /
+      kMaxPingsPerSecond;
+  constexpr auto tolerance = interval * (kPingBurst - 1);
+  const auto due = std::max(pingsDueFrom_, now);
+  if (due - now > tolerance) return false;
+  pingsDueFrom_ = due + interval;
+  return true;
 }
 
 void Session::badFrame(const std::string& why) {
@@ -189,10 +195,7 @@ void Session::pump() {
     reason.code = closeCode_;
     const auto text = std::string_view(closeReason_).substr(0, reason.reason.max_size());
     reason.reason.assign(text.data(), text.size());
-    ws_.async_close(reason, [self = shared_from_this()](beast::error_code) {
-      self->writing_ = false;
-      self->abort();  // the device answered (or not): we are done
-    });
+    writeClose(reason);
     return;
   }
   if (welcomePending_) {
@@ -219,11 +222,17 @@ void Session::pump() {
     return;
   }
   writing_ = true;
-  ws_.text(true);
-  ws_.async_write(asio::buffer(out_), [self = shared_from_this()](beast::error_code ec, size_t) {
-    self->writing_ = false;
-    if (!ec) self->pump();
-  });
+  writeFrame();
+}
+
+void Session::onWritten(beast::error_code ec) {
+  writing_ = false;
+  if (!ec) pump();
+}
+
+void Session::onCloseWritten() {
+  writing_ = false;
+  abort();  // the device answered (or not): we are done
 }
 
 }  // namespace zkagent::agent::detail

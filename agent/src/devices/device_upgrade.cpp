@@ -81,12 +81,20 @@ DeviceEndpoint::Core::Core(asio::io_context& agentIo, asio::io_context& own, con
   if (config.presence.auth) verifier.emplace(*config.presence.auth);
   const auto address = asio::ip::make_address(
       config.presence.listen.host == "localhost" ? "127.0.0.1" : config.presence.listen.host);
+  if (config.presence.tls) {
+    tls.emplace(http::serverTlsContext(
+        http::ServerTls{.cert = config.presence.tls->cert, .key = config.presence.tls->key}));
+    // An idle connection keeps no read or write buffer of OpenSSL's (about 34 KiB each otherwise):
+    // devices are mostly idle between heartbeats, and there are tens of thousands of them.
+    SSL_CTX_set_mode(tls->native_handle(), SSL_MODE_RELEASE_BUFFERS);
+  }
   listener = std::make_shared<http::AcceptLoop>(
       executor, tcp::endpoint(address, config.presence.listen.port),
       http::AcceptLoop::Options{.name = "device endpoint"});
   port = listener->port();
   advertised = config.presence.advertise.empty()
-                   ? "ws://" + naming::toString({config.presence.listen.host, port})
+                   ? std::string(tls ? "wss://" : "ws://") +
+                         naming::toString({config.presence.listen.host, port})
                    : config.presence.advertise;
   for (const char* state : {"upgrading", "open", "moving", "closing"})
     m.connections.with({state}).set(0);
@@ -108,7 +116,7 @@ void DeviceEndpoint::Core::admit(tcp::socket socket) {
     upgrading.erase(oldest);
     m.refused.with({"evicted"}).inc();
   }
-  auto session = std::make_shared<Session>(shared_from_this(), std::move(socket));
+  auto session = makeSession(std::move(socket));
   const uint64_t id = ++nextUpgrade;
   upgrading.emplace(id, std::make_pair(SteadyClock::now(), session));
   session->start(id);
@@ -152,9 +160,7 @@ void Session::start(uint64_t upgradeId) {
   parser_.emplace();
   parser_->header_limit(kHeaderLimit);
   parser_->body_limit(0);
-  bhttp::async_read(
-      ws_.next_layer(), buffer_, *parser_,
-      [self = shared_from_this()](beast::error_code ec, size_t) { self->onRequest(ec); });
+  readRequest();
 }
 
 void Session::finishUpgrade() {
@@ -216,7 +222,7 @@ void Session::onRequest(beast::error_code ec) {
 
 void Session::onGate(const election::GateDecision& decision, std::string_view target, bool inBand) {
   core_->awaitingGate.erase(upgradeId_);  // the caller holds this Session
-  if (!parser_ || !ws_.next_layer().is_open()) return finishUpgrade();  // cut off meanwhile
+  if (!parser_ || !socketOpen()) return finishUpgrade();  // cut off meanwhile
   if (!core_->stopping && decision.allowed() && !fencedUnder(decision.token)) {
     return upgrade(static_cast<uint64_t>(decision.token));
   }
@@ -298,40 +304,41 @@ void Session::refuse(Refusal refusal) {
   refusal_->keep_alive(false);
   refusal_->body() = json{{"error", refusal.error}}.dump();
   refusal_->prepare_payload();
-  bhttp::async_write(ws_.next_layer(), *refusal_,
-                     [self = shared_from_this()](beast::error_code, size_t) {
-                       self->abort();
-                       self->finishUpgrade();
-                     });
+  writeRefusal();
 }
 
-template <class Accepted>
-void Session::acceptUpgrade(Accepted&& accepted) {
-  ws_.set_option(
-      websocket::stream_base::timeout{kHandshakeTimeout, websocket::stream_base::none(), false});
-  ws_.read_message_max(kMaxFrameBytes);
-  ws_.write_buffer_bytes(256);  // our frames are tiny: keep the write buffer small
-  ws_.auto_fragment(false);
-  ws_.async_accept(parser_->get(), std::forward<Accepted>(accepted));
+void Session::onTlsHandshakeFailed() {
+  core_->m.refused.with({"tls_handshake"}).inc();
+  abort();
+  finishUpgrade();
+}
+
+void Session::onRefusalWritten() {
+  abort();
+  finishUpgrade();
 }
 
 void Session::upgrade(uint64_t token) {
-  acceptUpgrade(
-      [self = shared_from_this(), token](beast::error_code ec) { self->onAccepted(ec, token); });
+  acceptToken_ = token;
+  acceptSocket();
 }
 
 // Completes the handshake only to close at once: nothing enters the table, no lease is written,
 // the device is not counted.
 void Session::redirectInBand(uint16_t code, std::string reason) {
   core_->m.redirects.with({std::to_string(code)}).inc();
-  acceptUpgrade(
-      [self = shared_from_this(), code, reason = std::move(reason)](beast::error_code ec) mutable {
-        self->finishUpgrade();
-        if (ec) return;
-        self->setState(State::Moving);
-        self->readLoop();  // reads the device's answer to the close
-        self->closeWith(code, std::move(reason));
-      });
+  inBandCode_ = code;
+  closeReason_ = std::move(reason);
+  acceptSocket();
+}
+
+void Session::onHandshake(beast::error_code ec) {
+  if (inBandCode_ == 0) return onAccepted(ec, acceptToken_);
+  finishUpgrade();
+  if (ec) return;
+  setState(State::Moving);
+  readLoop();  // reads the device's answer to the close
+  closeWith(inBandCode_, std::move(closeReason_));
 }
 
 }  // namespace zkagent::agent::detail

@@ -12,6 +12,7 @@ struct PresenceMetrics {
   metrics::GaugeFamily& connections;     // {state}: upgrading, open, closing
   metrics::Counter& heartbeats;          // pings answered
   metrics::Counter& pingTimeouts;        // connections closed with 4002
+  metrics::Counter& pingFloods;          // connections closed (1008) over the ping rate limit
   metrics::CounterFamily& redirects;     // {code}: 307, 503
   metrics::CounterFamily& refused;       // {reason}: upgrades refused before the handshake
   metrics::CounterFamily& closes;        // {code}: close frames the agent sent

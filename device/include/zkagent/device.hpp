@@ -56,8 +56,8 @@ using Millis = std::chrono::milliseconds;
 using Micros = std::chrono::microseconds;
 
 struct DeviceOptions {
-  std::vector<std::string>
-      endpoints;        // agents' device endpoints, "ws://host:port" (a "/" may end it)
+  // Agents' device endpoints, "ws://host:port" or "wss://host:port" (a "/" may end it).
+  std::vector<std::string> endpoints;
   std::string account;  // both ids: [A-Za-z0-9_.-]{1,128}, not "." or ".."
   std::string device;
   Millis heartbeat{30000};       // ping interval before jitter; 0 sends no pings
@@ -77,6 +77,11 @@ struct DeviceOptions {
   // closed its connection because it expired (4003): a cached token must not be handed back
   // then. An exception from it fails the attempt ("token_unavailable: <what>").
   std::function<std::string(bool refresh)> tokenProvider;
+  // PEM file of the CA that agents' certificates chain to; required for wss:// (endpoints, and
+  // redirects to wss:// URLs, which fail with "tls_failed: no caFile" without it). The agent's
+  // certificate must also name the host dialled (DNS name or IP address), or the attempt fails
+  // with "tls_failed: <reason>" before anything is sent.
+  std::string caFile;
 };
 
 // Empty when `options` is valid; else "<field>: <problem>" for the first bad field, e.g.

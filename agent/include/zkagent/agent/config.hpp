@@ -73,8 +73,15 @@ struct Config {
   // The device endpoint and the presence runtime (docs/presence-runtime.md).
   struct Presence {
     HostPort listen{"127.0.0.1", 8471};  // the WebSocket listener for devices
-    std::string advertise;               // deviceEndpoint in member/active; default ws://listen
-    bool insecure = false;               // allow plain ws:// off loopback (no TLS here yet)
+    // deviceEndpoint in member/active; default ws://listen, or wss://listen with tls
+    std::string advertise;
+    // presence.tls: the listener's certificate chain and key (PEM); devices connect with wss://.
+    struct Tls {
+      std::string cert;
+      std::string key;
+    };
+    std::optional<Tls> tls;
+    bool insecure = false;  // allow plain ws:// off loopback (without tls)
     // Device tokens (presence.auth, docs/auth.md): when set, every upgrade needs a token whose
     // sub/account are the request's device/account. Required off loopback unless
     // insecureNoDeviceAuth (presence.insecure_no_device_auth) says otherwise.

@@ -1,7 +1,7 @@
 // Test certificates made once per test process by scripts/make-test-certs (openssl CLI): a CA,
-// the gateway's certificate (localhost, 127.0.0.1), agents agent-a/-b/-c, an expired agent-a
-// and an agent-a signed by another CA, and token keys under tokens/. See the script for the
-// file names.
+// the gateway's certificate (localhost, 127.0.0.1), one for localhost alone, agents
+// agent-a/-b/-c, an expired agent-a and an agent-a signed by another CA, and token keys under
+// tokens/. See the script for the file names.
 #pragma once
 
 #include <filesystem>
