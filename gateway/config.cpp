@@ -30,9 +30,9 @@ Options:
   --lease-sweep-ms N        how often expired leases are swept (default 5000, at most the TTL)
   --debounce-ms N           a user's offline is published only after N ms with no device back
                             (default 20000; 0 publishes at once)
-  --subscribe-listen HOST:PORT  the subscribers' WebSocket listener (default: the --listen host
-                            and the next port, 8481; any free port when --listen has port 0;
-                            printed as "SUBSCRIBE-LISTENING HOST:PORT")
+  --subscribe-listen HOST:PORT  the subscribers' WebSocket listener, wss:// with --tls-cert
+                            (default: the --listen host and the next port, 8481; any free port
+                            when --listen has port 0; printed as "SUBSCRIBE-LISTENING HOST:PORT")
   --coalesce-ms N           changes for one subscriber are sent at most once per N ms, merged
                             (default 100)
   --subscriber-queue N      unsent messages a subscriber may have before it is closed with 4008
@@ -40,11 +40,12 @@ Options:
   --max-subscribers N       subscriber connections at once; more get 503 with Retry-After
                             (default 10000)
   --tls-cert FILE           serve HTTPS with this certificate (PEM); needs --tls-key and
-                            --tls-client-ca
+                            --tls-client-ca; the subscriber listener serves wss:// with it
   --tls-key FILE            the certificate's private key (PEM)
   --tls-client-ca FILE      CA whose client certificates are accepted; an agent may act only as
                             the instance its certificate names (docs/gateway.md)
-  --insecure                allow plain HTTP on a non-loopback --listen (logged as a warning)
+  --insecure                allow plain HTTP on a non-loopback --listen, plain ws:// on a
+                            non-loopback --subscribe-listen (logged as a warning)
   --token-file FILE         the agents' bearer token, read from FILE (ZKAGENT_GATEWAY_TOKEN
                             overrides)
   --operator-token-file FILE  the operator token (HWM reset, privacy rules), read from FILE
@@ -57,8 +58,8 @@ Options:
 Environment:
   ZKAGENT_GATEWAY_TOKEN     bearer token every agent request must carry (overrides "token" of
                             the config file); without one, no authentication
-  ZKAGENT_GATEWAY_OPERATOR_TOKEN  the operator token (not together with operatorToken,
-                            operatorTokenFile or --operator-token-file); without one, operator
+  ZKAGENT_GATEWAY_OPERATOR_TOKEN  the operator token (not together with operator_token,
+                            operator_token_file or --operator-token-file); without one, operator
                             actions are refused
 )";
 
@@ -95,7 +96,7 @@ void validateTransport(const Config& config) {
   const std::pair<std::string_view, const std::string*> files[] = {
       {"tls.cert (--tls-cert)", &config.tlsCert},
       {"tls.key (--tls-key)", &config.tlsKey},
-      {"tls.clientCa (--tls-client-ca)", &config.tlsClientCa}};
+      {"tls.client_ca (--tls-client-ca)", &config.tlsClientCa}};
   for (const auto& [field, path] : files) {
     if (!any) break;
     if (path->empty()) fail(field, "required with the other TLS settings");
@@ -106,13 +107,13 @@ void validateTransport(const Config& config) {
          "required to listen on " + config.listenAddress +
              ": plain HTTP is served on loopback only, unless insecure is set");
   }
-  // The subscriber listener has no TLS yet: plain WebSocket, so loopback unless insecure; and off
-  // loopback a claimed viewer is never trusted.
-  if (!config.insecure && !naming::isLoopbackHost(config.subscribeAddress)) {
+  // The subscriber listener has the HTTP listener's certificate (wss://); without one it is plain
+  // WebSocket, so loopback unless insecure. Off loopback a claimed viewer is never trusted.
+  if (!any && !config.insecure && !naming::isLoopbackHost(config.subscribeAddress)) {
     fail("presence.subscribe_listen (--subscribe-listen)",
          "is " + config.subscribeAddress +
-             ": the subscriber WebSocket has no TLS and is served on loopback only, unless "
-             "insecure is set");
+             ": without tls.cert (--tls-cert) the subscriber WebSocket is plain ws:// and is "
+             "served on loopback only, unless insecure is set");
   }
   if (!config.viewerAuth && !naming::isLoopbackHost(config.subscribeAddress)) {
     fail("presence.viewer_auth",
@@ -121,7 +122,7 @@ void validateTransport(const Config& config) {
              "(docs/auth.md)");
   }
   if (!config.operatorToken.empty() && config.operatorToken == config.bearerToken) {
-    fail("operatorToken",
+    fail("operator_token",
          "must differ from token: an agent's token must not allow operator actions");
   }
 }
@@ -179,18 +180,29 @@ void setLogFormat(Config& config, std::string_view field, std::string_view value
 Config parseConfigJson(std::string_view text, Config config, const std::filesystem::path& baseDir) {
   const nlohmann::json root = config::parseObject(text);
   FieldReader top(root);
+  // Keys are snake_case like the agent's; the camelCase names of earlier releases are still read
+  // (renamed) with a warning.
+  auto& warnings = config.warnings;
+  auto key = [&warnings](FieldReader& reader, std::string_view field, std::string_view before) {
+    return reader.renamed(field, before, warnings);
+  };
   if (auto listen = top.string("listen")) setListen(config, "listen", *listen);
-  if (auto dataDir = top.string("dataDir")) config.dataDir = *dataDir;
+  if (auto dataDir = top.string(key(top, "data_dir", "dataDir"))) config.dataDir = *dataDir;
   if (auto token = top.string("token")) config.bearerToken = *token;
-  if (auto file = top.string("tokenFile")) config.bearerToken = readTokenFile("tokenFile", *file);
-  const auto operatorToken = top.string("operatorToken");
+  const auto tokenFileKey = key(top, "token_file", "tokenFile");
+  if (auto file = top.string(tokenFileKey)) config.bearerToken = readTokenFile(tokenFileKey, *file);
+  const auto operatorTokenKey = key(top, "operator_token", "operatorToken");
+  const auto operatorToken = top.string(operatorTokenKey);
   if (operatorToken) config.operatorToken = *operatorToken;
-  if (auto file = top.string("operatorTokenFile")) {
-    if (operatorToken)
-      fail("operatorTokenFile", "set operatorToken or operatorTokenFile, not both");
-    config.operatorToken = readTokenFile("operatorTokenFile", *file);
+  const auto operatorFileKey = key(top, "operator_token_file", "operatorTokenFile");
+  if (auto file = top.string(operatorFileKey)) {
+    if (operatorToken) {
+      fail(operatorFileKey, "set " + operatorTokenKey + " or " + operatorFileKey + ", not both");
+    }
+    config.operatorToken = readTokenFile(operatorFileKey, *file);
   }
-  if (auto rate = top.integer("maxRequestsPerSecond", 0, kMaxRequestsPerSecond)) {
+  if (auto rate = top.integer(key(top, "max_requests_per_second", "maxRequestsPerSecond"), 0,
+                              kMaxRequestsPerSecond)) {
     config.maxRequestsPerSecond = static_cast<unsigned>(*rate);
   }
   config.insecure = top.boolean("insecure", config.insecure);
@@ -198,17 +210,18 @@ Config parseConfigJson(std::string_view text, Config config, const std::filesyst
     auto tls = top.object("tls");
     config.tlsCert = tls.string("cert", config.tlsCert);
     config.tlsKey = tls.string("key", config.tlsKey);
-    config.tlsClientCa = tls.string("clientCa", config.tlsClientCa);
+    config.tlsClientCa = tls.string(key(tls, "client_ca", "clientCa"), config.tlsClientCa);
     tls.rejectUnknown();
   }
-  if (auto mode = top.string("commitMode")) setCommitMode(config, "commitMode", *mode);
-  if (auto timeout = top.integer("agentTimeoutMs", 100, 3600000)) {
+  const auto commitKey = key(top, "commit_mode", "commitMode");
+  if (auto mode = top.string(commitKey)) setCommitMode(config, commitKey, *mode);
+  if (auto timeout = top.integer(key(top, "agent_timeout_ms", "agentTimeoutMs"), 100, 3600000)) {
     config.agentTimeoutMs = static_cast<int>(*timeout);
   }
-  if (auto threads = top.integer("handlerThreads", 1, 1024)) {
+  if (auto threads = top.integer(key(top, "handler_threads", "handlerThreads"), 1, 1024)) {
     config.handlerThreads = static_cast<size_t>(*threads);
   }
-  if (auto threads = top.integer("ioThreads", 1, 64))
+  if (auto threads = top.integer(key(top, "io_threads", "ioThreads"), 1, 64))
     config.ioThreads = static_cast<size_t>(*threads);
   if (const auto* accounts = top.find("accounts")) {
     if (!accounts->is_array()) fail("accounts", "must be an array of account ids");
@@ -225,7 +238,7 @@ Config parseConfigJson(std::string_view text, Config config, const std::filesyst
     auto zk = top.object("zookeeper");
     config.zkHosts = zk.string("hosts", config.zkHosts);
     if (auto path = zk.string("root")) setRoot(config, "zookeeper.root", *path);
-    if (auto timeout = zk.integer("sessionTimeoutMs", 400, 600000)) {
+    if (auto timeout = zk.integer(key(zk, "session_timeout_ms", "sessionTimeoutMs"), 400, 600000)) {
       config.zkSessionTimeoutMs = static_cast<int>(*timeout);
     }
     if (auto untrusted = zk.string("untrusted")) {
@@ -284,8 +297,8 @@ CommandLine parseCommandLine(const std::vector<std::string>& args,
         if (!file) fail("--config", "cannot read " + args[i + 1]);
         std::stringstream text;
         text << file.rdbuf();
-        config = parseConfigJson(text.str(), config,
-                                 std::filesystem::path(args[i + 1]).parent_path());
+        config =
+            parseConfigJson(text.str(), config, std::filesystem::path(args[i + 1]).parent_path());
       }
     }
     for (size_t i = 0; i < args.size(); i += 2) {
@@ -352,9 +365,9 @@ CommandLine parseCommandLine(const std::vector<std::string>& args,
     if (environmentToken && !environmentToken->empty()) config.bearerToken = *environmentToken;
     if (environmentOperatorToken && !environmentOperatorToken->empty()) {
       if (!config.operatorToken.empty()) {
-        fail(
-            "ZKAGENT_GATEWAY_OPERATOR_TOKEN",
-            "set either it or operatorToken, operatorTokenFile or --operator-token-file, not both");
+        fail("ZKAGENT_GATEWAY_OPERATOR_TOKEN",
+             "set either it or operator_token, operator_token_file or --operator-token-file, not "
+             "both");
       }
       config.operatorToken = *environmentOperatorToken;
     }

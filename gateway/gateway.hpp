@@ -43,7 +43,9 @@ struct Config {
   // kept-alive connection (one loopback connection carries up to ~9k requests/s here).
   unsigned maxRequestsPerSecond = 10000;
   // TLS on the listener: all three or none (identity.hpp). Without TLS the listener must be on
-  // loopback, or `insecure` set (a warning at start).
+  // loopback, or `insecure` set (a warning at start). The subscriber listener serves wss:// with
+  // the same certificate and key (no client certificates: subscribers send tokens); without them
+  // it is plain ws://, on loopback unless `insecure`.
   std::string tlsCert;
   std::string tlsKey;
   std::string tlsClientCa;
@@ -77,6 +79,9 @@ struct Config {
   std::optional<auth::VerifierSettings> serviceAuth;
   std::string logLevel = "info";
   bool jsonLogs = false;
+  // Config keys read under their old camelCase names ("dataDir is deprecated: it is now
+  // data_dir ..."): logged as warnings at start.
+  std::vector<std::string> warnings;
 
   // Whether the gateway serves `account` (in `accounts`, or any when that is empty).
   bool serves(std::string_view account) const {
@@ -95,7 +100,7 @@ struct CommandLine {
 // Parses `fencing-gateway [options]`; a --config file is read first, flags override it, then
 // ZKAGENT_GATEWAY_TOKEN (`environmentToken`) overrides the file's token.
 // ZKAGENT_GATEWAY_OPERATOR_TOKEN (`environmentOperatorToken`) is an error together with
-// operatorToken, operatorTokenFile or --operator-token-file. Never throws.
+// operator_token, operator_token_file or --operator-token-file. Never throws.
 CommandLine parseCommandLine(const std::vector<std::string>& args,
                              std::optional<std::string> environmentToken,
                              std::optional<std::string> environmentOperatorToken = std::nullopt);

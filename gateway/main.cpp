@@ -99,17 +99,18 @@ int run(const gateway::Config& config) {
     spdlog::warn("insecure: plain HTTP on {}: anyone who can reach it can submit for any instance",
                  host);
   }
-  if (config.insecure) {
+  if (config.insecure && !subscribers.secure()) {
     spdlog::warn("insecure: subscribers on plain WebSocket at {}:{}",
                  bracketed(subscribers.address()), subscribers.port());
   }
   spdlog::info("presence leases: ttl {} ms, swept every {} ms; soft state, warming up for one ttl",
                config.leaseTtlMs, config.leaseSweepMs);
   spdlog::info(
-      "presence subscribers on ws://{}:{}/v1/presence/subscribe: debounce {} ms, "
+      "presence subscribers on {}://{}:{}/v1/presence/subscribe: debounce {} ms, "
       "coalesce {} ms, queue {} messages, at most {} subscribers, versions from restart {}",
-      bracketed(subscribers.address()), subscribers.port(), config.debounceMs, config.coalesceMs,
-      config.subscriberQueue, config.maxSubscribers, presence.versionBase() >> 32);
+      subscribers.secure() ? "wss" : "ws", bracketed(subscribers.address()), subscribers.port(),
+      config.debounceMs, config.coalesceMs, config.subscriberQueue, config.maxSubscribers,
+      presence.versionBase() >> 32);
 
   boost::asio::steady_timer refresh(io);
   refreshPeriodically(refresh, gateway);
@@ -150,6 +151,7 @@ int main(int argc, char** argv) {
   logging::setUp({"fencing-gateway",
                   config.jsonLogs ? logging::Format::Json : logging::Format::Text,
                   config.logLevel});
+  for (const auto& warning : config.warnings) spdlog::warn("config: {}", warning);
   try {
     return run(config);
   } catch (const std::exception& error) {

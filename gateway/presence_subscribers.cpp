@@ -1,5 +1,6 @@
-// The subscribers' WebSocket endpoint. The only translation unit of the gateway that includes
-// Beast's WebSocket; every handler runs on the presence model's strand.
+// The subscribers' WebSocket endpoint, ws:// or wss:// (the gateway's certificate, no client
+// certificates: a subscriber proves who it is with a token). The only translation unit of the
+// gateway that includes Beast's WebSocket; every handler runs on the presence model's strand.
 #include "presence_subscribers.hpp"
 
 #include <spdlog/spdlog.h>
@@ -10,6 +11,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <boost/beast/websocket.hpp>
 #include <deque>
 #include <map>
@@ -23,6 +25,7 @@
 #include "zkagent/fencing.hpp"
 #include "zkagent/http/accept_loop.hpp"
 #include "zkagent/http/query.hpp"
+#include "zkagent/http/tls.hpp"
 #include "zkagent/naming.hpp"
 
 namespace zkagent::gateway {
@@ -37,8 +40,9 @@ using SteadyClock = std::chrono::steady_clock;
 namespace {
 
 constexpr std::size_t kHeaderLimit = 16 * 1024;
-constexpr auto kUpgradeTimeout = std::chrono::seconds(5);  // reading the upgrade request
-constexpr auto kCloseGrace = std::chrono::seconds(2);      // a close frame, then the socket goes
+constexpr auto kHandshakeTimeout = std::chrono::seconds(5);  // the TLS handshake (wss)
+constexpr auto kUpgradeTimeout = std::chrono::seconds(5);    // reading the upgrade request
+constexpr auto kCloseGrace = std::chrono::seconds(2);        // a close frame, then the socket goes
 constexpr int kFullRetryAfterSeconds = 5;  // a 503 for a gateway at presence.max_subscribers
 
 [[noreturn]] void fail(const std::string& field, std::string_view problem) {
@@ -127,7 +131,18 @@ SubscriberCommand parseSubscriberCommand(std::string_view text) {
   return command;
 }
 
-class Session;
+// What the endpoint keeps of a session, plain or TLS (Session<Stream> below).
+class SessionBase {
+ public:
+  virtual ~SessionBase() = default;
+  virtual void start() = 0;
+  virtual void closeWith(std::uint16_t code, std::string reason) = 0;
+};
+
+std::optional<asio::ssl::context> subscriberTls(const Config& config) {
+  if (config.tlsCert.empty()) return std::nullopt;
+  return http::serverTlsContext({.cert = config.tlsCert, .key = config.tlsKey});
+}
 
 struct SubscriberEndpoint::Core : std::enable_shared_from_this<Core> {
   Core(asio::io_context& io, const Config& config, PresenceStore& presenceStore,
@@ -135,6 +150,7 @@ struct SubscriberEndpoint::Core : std::enable_shared_from_this<Core> {
       : strand(presenceStore.executor()),
         store(presenceStore),
         identity(config),
+        tls(subscriberTls(config)),
         router({.bearerToken = config.bearerToken}),
         listener(std::make_shared<http::AcceptLoop>(
             strand,
@@ -192,6 +208,7 @@ struct SubscriberEndpoint::Core : std::enable_shared_from_this<Core> {
   asio::any_io_executor strand;
   PresenceStore& store;
   SubscriberIdentity identity;
+  std::optional<asio::ssl::context> tls;  // set: wss
   http::Router router;
   std::shared_ptr<http::AcceptLoop> listener;
   const std::chrono::milliseconds coalesce;
@@ -199,7 +216,7 @@ struct SubscriberEndpoint::Core : std::enable_shared_from_this<Core> {
   const std::size_t maxSubscribers;
   std::size_t admitted = 0;  // sessions past the cap check (upgrading or open), on the strand
   bool stopping = false;
-  std::unordered_set<std::shared_ptr<Session>> sessions;
+  std::unordered_set<std::shared_ptr<SessionBase>> sessions;
 
   metrics::Gauge& subscribers;
   metrics::Gauge& watched;
@@ -210,20 +227,29 @@ struct SubscriberEndpoint::Core : std::enable_shared_from_this<Core> {
   metrics::CounterFamily& refused;
 };
 
-// One subscriber connection; lives while one of its operations is pending.
-class Session : public std::enable_shared_from_this<Session> {
+// One subscriber connection; lives while one of its operations is pending. `Stream` is
+// beast::tcp_stream (ws://) or an ssl_stream over one (wss://: the TLS handshake first, under its
+// own deadline); everything after it is the same.
+template <typename Stream>
+class Session : public SessionBase, public std::enable_shared_from_this<Session<Stream>> {
  public:
-  Session(std::shared_ptr<SubscriberEndpoint::Core> core, tcp::socket socket)
-      : core_(std::move(core)), ws_(std::move(socket)), timer_(core_->strand) {}
+  static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
 
-  void start() {
-    parser_.emplace();
-    parser_->header_limit(kHeaderLimit);
-    parser_->body_limit(0);
-    beast::get_lowest_layer(ws_).expires_after(kUpgradeTimeout);
-    bhttp::async_read(
-        ws_.next_layer(), buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->onRequest(ec); });
+  template <typename... Tls>
+  Session(std::shared_ptr<SubscriberEndpoint::Core> core, tcp::socket socket, Tls&... tls)
+      : core_(std::move(core)), ws_(std::move(socket), tls...), timer_(core_->strand) {}
+
+  void start() override {
+    if constexpr (kTls) {
+      beast::get_lowest_layer(ws_).expires_after(kHandshakeTimeout);
+      ws_.next_layer().async_handshake(asio::ssl::stream_base::server,
+                                       [self = this->shared_from_this()](beast::error_code ec) {
+                                         if (ec) return self->finish();
+                                         self->readRequest();
+                                       });
+    } else {
+      readRequest();
+    }
   }
 
   // Closes the socket under every pending operation.
@@ -236,7 +262,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Sends a close frame with `code` after the message being written, drops the rest, and cuts the
   // socket kCloseGrace later if the peer does not take the close (a reader that is stuck).
-  void closeWith(std::uint16_t code, std::string reason) {
+  void closeWith(std::uint16_t code, std::string reason) override {
     if (!open_) return abort();
     if (closing_) return;
     closing_ = true;
@@ -250,7 +276,7 @@ class Session : public std::enable_shared_from_this<Session> {
     close_ = websocket::close_reason(static_cast<websocket::close_code>(code), reason);
     timer_.cancel();
     timer_.expires_after(kCloseGrace);
-    timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+    timer_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
       if (!ec) self->abort();
     });
     if (!writing_) sendClose();
@@ -265,6 +291,17 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
  private:
+  void readRequest() {
+    parser_.emplace();
+    parser_->header_limit(kHeaderLimit);
+    parser_->body_limit(0);
+    beast::get_lowest_layer(ws_).expires_after(kUpgradeTimeout);
+    bhttp::async_read(ws_.next_layer(), buffer_, *parser_,
+                      [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
+                        self->onRequest(ec);
+                      });
+  }
+
   void onRequest(beast::error_code ec) {
     if (ec) return finish();
     const auto& raw = parser_->get();
@@ -305,8 +342,9 @@ class Session : public std::enable_shared_from_this<Session> {
     beast::get_lowest_layer(ws_).expires_never();
     ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
     ws_.read_message_max(kMaxSubscriberFrameBytes);
-    ws_.async_accept(
-        raw, [self = shared_from_this()](beast::error_code error) { self->onAccepted(error); });
+    ws_.async_accept(raw, [self = this->shared_from_this()](beast::error_code error) {
+      self->onAccepted(error);
+    });
   }
 
   void refuse(http::Response answer) {
@@ -318,7 +356,7 @@ class Session : public std::enable_shared_from_this<Session> {
     refusal_->body() = std::move(answer.body);
     refusal_->prepare_payload();
     bhttp::async_write(ws_.next_layer(), *refusal_,
-                       [self = shared_from_this()](beast::error_code, std::size_t) {
+                       [self = this->shared_from_this()](beast::error_code, std::size_t) {
                          self->abort();
                          self->finish();
                        });
@@ -331,7 +369,7 @@ class Session : public std::enable_shared_from_this<Session> {
     open_ = true;
     beast::error_code ignored;
     beast::get_lowest_layer(ws_).socket().set_option(tcp::no_delay(true), ignored);
-    core_->store.post([self = shared_from_this()](presence::PresenceService& service) {
+    core_->store.post([self = this->shared_from_this()](presence::PresenceService& service) {
       if (self->closing_ || self->done_) return;
       std::weak_ptr<Session> weak = self;
       auto subscribed = service.subscriptions().subscribe(
@@ -361,7 +399,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void read() {
-    ws_.async_read(incoming_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+    ws_.async_read(incoming_, [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
       self->onMessage(ec);
     });
   }
@@ -386,7 +424,7 @@ class Session : public std::enable_shared_from_this<Session> {
     } catch (const fencing::BadRequest& error) {
       return answerError(error.what());
     }
-    core_->store.post([self = shared_from_this(),
+    core_->store.post([self = this->shared_from_this(),
                        command = std::move(command)](presence::PresenceService& service) {
       if (self->closing_ || self->done_ || !self->subscribed_) return;
       auto& subscriptions = service.subscriptions();
@@ -416,11 +454,11 @@ class Session : public std::enable_shared_from_this<Session> {
     const auto due = lastFlush_ + core_->coalesce;
     if (due <= SteadyClock::now()) {
       // Still after everything the current strand task delivers (one lease batch, say).
-      asio::post(core_->strand, [self = shared_from_this()] { self->flush(); });
+      asio::post(core_->strand, [self = this->shared_from_this()] { self->flush(); });
       return;
     }
     timer_.expires_at(due);
-    timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+    timer_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
       if (!ec) self->flush();
     });
   }
@@ -460,9 +498,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void pump() {
     if (writing_ || queue_.empty()) return;
     writing_ = true;
-    ws_.async_write(
-        asio::buffer(queue_.front().first),
-        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->onWritten(ec); });
+    ws_.async_write(asio::buffer(queue_.front().first),
+                    [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
+                      self->onWritten(ec);
+                    });
   }
 
   void onWritten(beast::error_code ec) {
@@ -478,7 +517,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void sendClose() {
     if (closeSent_) return;
     closeSent_ = true;
-    ws_.async_close(close_, [self = shared_from_this()](beast::error_code) { self->abort(); });
+    ws_.async_close(close_,
+                    [self = this->shared_from_this()](beast::error_code) { self->abort(); });
   }
 
   void unsubscribe() {
@@ -499,12 +539,12 @@ class Session : public std::enable_shared_from_this<Session> {
     pending_.clear();
     queue_.clear();
     timer_.cancel();
-    auto self = shared_from_this();
+    auto self = this->shared_from_this();
     core_->sessions.erase(self);
   }
 
   std::shared_ptr<SubscriberEndpoint::Core> core_;
-  websocket::stream<beast::tcp_stream> ws_;
+  websocket::stream<Stream> ws_;
   asio::steady_timer timer_;  // the next flush, then the close grace
   beast::flat_buffer buffer_;
   beast::flat_buffer incoming_;
@@ -524,7 +564,13 @@ class Session : public std::enable_shared_from_this<Session> {
 
 void SubscriberEndpoint::Core::admit(tcp::socket socket) {
   if (stopping) return;
-  auto session = std::make_shared<Session>(shared_from_this(), std::move(socket));
+  std::shared_ptr<SessionBase> session;
+  if (tls) {
+    session = std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(
+        shared_from_this(), std::move(socket), *tls);
+  } else {
+    session = std::make_shared<Session<beast::tcp_stream>>(shared_from_this(), std::move(socket));
+  }
   sessions.insert(session);
   session->start();
 }
@@ -549,6 +595,8 @@ void SubscriberEndpoint::stop() {
     for (const auto& session : sessions) session->closeWith(kGoingAwayCode, "gateway stopping");
   });
 }
+
+bool SubscriberEndpoint::secure() const { return core_->tls.has_value(); }
 
 std::uint16_t SubscriberEndpoint::port() const { return core_->listener->port(); }
 

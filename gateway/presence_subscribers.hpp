@@ -1,7 +1,9 @@
 // The subscribers' side of presence at the gateway: a WebSocket listener of its own
 // (presence.subscribe_listen) where a viewer subscribes to targets and gets a snapshot of those it
 // may see, then their changes, trimmed by the targets' privacy rules. The wire protocol is in
-// docs/presence-runtime.md ("Subscribers").
+// docs/presence-runtime.md ("Subscribers"). With the gateway's certificate (tls.cert, tls.key)
+// the listener is wss://: TLS first, no client certificate asked for (a subscriber proves who it
+// is with a token, subscriber_identity.hpp).
 //
 // Every session runs on the presence model's strand (PresenceStore::executor()), so the model's
 // event sink writes into a session directly. Per session, changes are merged by target and sent
@@ -57,7 +59,8 @@ SubscriberCommand parseSubscriberCommand(std::string_view text);
 
 class SubscriberEndpoint {
  public:
-  // Binds and listens at once (so port() is known); throws std::system_error when it cannot.
+  // Binds and listens at once (so port() is known); throws std::system_error when it cannot, and
+  // std::invalid_argument when the certificate or key cannot be loaded.
   SubscriberEndpoint(boost::asio::io_context& io, const Config& config, PresenceStore& store,
                      metrics::Registry& registry);
   ~SubscriberEndpoint();
@@ -67,6 +70,7 @@ class SubscriberEndpoint {
   void start();
   // Stops accepting and closes every session (1001); io.run() can return afterwards.
   void stop();
+  bool secure() const;  // wss://
   std::uint16_t port() const;
   std::string address() const;
 

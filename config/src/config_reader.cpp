@@ -80,6 +80,18 @@ const json* FieldReader::find(std::string_view field) {
   return it == object_.end() ? nullptr : &*it;
 }
 
+std::string FieldReader::renamed(std::string_view field, std::string_view before,
+                                 std::vector<std::string>& warnings) {
+  known_.insert(std::string(before));
+  if (!object_.contains(before)) return std::string(field);
+  if (object_.contains(field)) {
+    fail(before, "is the old name of " + name(field) + ": give only " + name(field));
+  }
+  warnings.push_back(name(before) + " is deprecated: it is now " + name(field) +
+                     " (the old name is read until the next release)");
+  return std::string(before);
+}
+
 std::optional<std::string> FieldReader::string(std::string_view field) {
   const json* value = find(field);
   if (!value) return std::nullopt;

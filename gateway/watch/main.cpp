@@ -1,5 +1,9 @@
 // zk-presence-watch: one subscriber of the fencing-gateway's presence stream, printing one line
-// per snapshot entry and change (see kUsage and docs/presence-runtime.md "Subscribers").
+// per snapshot entry and change (see kUsage and docs/presence-runtime.md "Subscribers"), over
+// ws:// or wss:// (the gateway's certificate checked against --ca and the host dialled).
+#include <openssl/ssl.h>
+#include <openssl/x509_vfy.h>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -9,16 +13,21 @@
 #include <boost/asio/streambuf.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <boost/beast/websocket.hpp>
 #include <chrono>
 #include <cstdio>
 #include <deque>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "zkagent/http/tls.hpp"
 #include "zkagent/naming.hpp"
 
 namespace {
@@ -30,7 +39,7 @@ using tcp = asio::ip::tcp;
 using nlohmann::json;
 
 const char* const kUsage =
-    R"(usage: zk-presence-watch --gateway URL --viewer V --targets A,B,... [--token T]
+    R"(usage: zk-presence-watch --gateway URL [--ca FILE] --viewer V --targets A,B,... [--token T]
 
 Subscribes to the presence of the targets as viewer V at the fencing-gateway's subscriber
 endpoint and prints one line per event on stdout, flushed at once:
@@ -44,11 +53,15 @@ endpoint and prints one line per event on stdout, flushed at once:
 status is online, offline, recently, long_ago or unknown. Lines on stdin change the
 subscription: "add A,B", "remove A", or a raw JSON message sent as it is.
 Exit: 0 on SIGTERM/SIGINT (a close frame is sent first) or a normal close, 1 when the gateway
-refuses or cannot be reached, 3 when it closes the stream (4008: too slow, resubscribe),
+refuses or cannot be reached (with wss://: also when its certificate does not verify against
+--ca or does not name HOST), 3 when it closes the stream (4008: too slow, resubscribe),
 2 for bad arguments.
 
 options:
-  --gateway URL     the subscriber endpoint, ws://HOST:PORT (presence.subscribe_listen)
+  --gateway URL     the subscriber endpoint (presence.subscribe_listen): ws://HOST:PORT, or
+                    wss://HOST:PORT when the gateway has a certificate (tls.cert)
+  --ca FILE         with wss:// (required): the CA (PEM) the gateway's certificate must chain
+                    to; the certificate must also name HOST (a DNS name or an IP address)
   --viewer V        the viewing account
   --targets A,B     accounts to watch (may be empty: "")
   --token T         bearer token, when the gateway has one
@@ -56,6 +69,8 @@ options:
 
 struct Options {
   std::string host, port, viewer, targets, token;
+  bool tls = false;  // wss://
+  std::string ca;
 };
 
 [[noreturn]] void usageError(const std::string& message) {
@@ -76,15 +91,22 @@ Options parseArgs(int argc, char** argv) {
     const std::string value = argv[++i];
     if (flag == "--gateway") {
       std::string rest = value;
-      if (rest.starts_with("ws://")) rest = rest.substr(5);
+      options.tls = rest.starts_with("wss://");
+      if (options.tls) {
+        rest = rest.substr(6);
+      } else if (rest.starts_with("ws://")) {
+        rest = rest.substr(5);
+      }
       if (rest.ends_with("/")) rest.pop_back();
       zkagent::naming::HostPort address;
       if (rest.find('/') != std::string::npos ||
           zkagent::naming::hostPortError(rest, address, zkagent::naming::PortZero::Refused)) {
-        usageError("--gateway: expected ws://HOST:PORT, got '" + value + "'");
+        usageError("--gateway: expected ws://HOST:PORT or wss://HOST:PORT, got '" + value + "'");
       }
       options.host = address.host;
       options.port = std::to_string(address.port);
+    } else if (flag == "--ca") {
+      options.ca = value;
     } else if (flag == "--viewer") {
       if (auto error = zkagent::naming::accountIdError(value)) usageError("--viewer: " + *error);
       options.viewer = value;
@@ -106,6 +128,13 @@ Options parseArgs(int argc, char** argv) {
     }
   }
   if (options.host.empty()) usageError("--gateway: required");
+  if (options.tls && options.ca.empty()) {
+    usageError("--ca: required with a wss:// gateway (the CA its certificate chains to)");
+  }
+  if (!options.tls && !options.ca.empty()) usageError("--ca: only with a wss:// gateway");
+  if (!options.ca.empty() && !std::ifstream(options.ca)) {
+    usageError("--ca: cannot read " + options.ca);
+  }
   if (options.viewer.empty()) usageError("--viewer: required");
   if (!haveTargets) usageError("--targets: required");
   return options;
@@ -133,10 +162,19 @@ std::vector<std::string> splitList(std::string_view list) {
   return out;
 }
 
+// `Stream` is beast::tcp_stream (ws://) or an ssl_stream over one (wss://).
+template <typename Stream>
 class Watch {
  public:
-  Watch(asio::io_context& io, Options options)
-      : io_(io), options_(std::move(options)), resolver_(io), ws_(io), stdin_(io, ::dup(0)) {}
+  static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
+
+  template <typename... Tls>
+  Watch(asio::io_context& io, Options options, Tls&... tls)
+      : io_(io),
+        options_(std::move(options)),
+        resolver_(io),
+        ws_(io, tls...),
+        stdin_(io, ::dup(0)) {}
 
   int run() {
     asio::signal_set signals(io_, SIGINT, SIGTERM);
@@ -172,19 +210,55 @@ class Watch {
         results, [this](beast::error_code ec, const tcp::endpoint&) {
           if (ec)
             return failed("connect " + options_.host + ":" + options_.port + ": " + ec.message());
-          ws_.set_option(websocket::stream_base::decorator([this](websocket::request_type& req) {
-            if (!options_.token.empty()) {
-              req.set(beast::http::field::authorization, "Bearer " + options_.token);
-            }
-          }));
-          const std::string target =
-              "/v1/presence/subscribe?viewer=" + options_.viewer + "&targets=" + options_.targets;
-          ws_.async_handshake(response_, options_.host + ":" + options_.port, target,
-                              [this](beast::error_code error) { onHandshake(error); });
+          if constexpr (kTls) {
+            beast::get_lowest_layer(ws_).expires_after(std::chrono::seconds(10));
+            zkagent::http::expectServerName(ws_.next_layer().native_handle(), options_.host);
+            ws_.next_layer().async_handshake(asio::ssl::stream_base::client,
+                                             [this](beast::error_code error) {
+                                               if (error) return failed(tlsRefusal(error));
+                                               upgrade();
+                                             });
+          } else {
+            upgrade();
+          }
         });
   }
 
+  // Why the TLS handshake failed: the certificate check's own words when it was that.
+  std::string tlsRefusal(const beast::error_code& ec) {
+    const std::string where = "TLS handshake with " + options_.host + ":" + options_.port + ": ";
+    const long verify = SSL_get_verify_result(ws_.next_layer().native_handle());
+    const std::string detail = X509_verify_cert_error_string(verify);
+    if (verify == X509_V_ERR_HOSTNAME_MISMATCH || verify == X509_V_ERR_IP_ADDRESS_MISMATCH) {
+      return where + "host name mismatch: the gateway's certificate does not name " +
+             options_.host + " (" + detail + ")";
+    }
+    if (verify != X509_V_OK) {
+      return where + "certificate verify failed: " + detail + " (trusted CA: " + options_.ca + ")";
+    }
+    return where + ec.message();
+  }
+
+  // The WebSocket upgrade (over TLS with wss://).
+  void upgrade() {
+    ws_.set_option(websocket::stream_base::decorator([this](websocket::request_type& req) {
+      if (!options_.token.empty()) {
+        req.set(beast::http::field::authorization, "Bearer " + options_.token);
+      }
+    }));
+    const std::string target =
+        "/v1/presence/subscribe?viewer=" + options_.viewer + "&targets=" + options_.targets;
+    ws_.async_handshake(response_, options_.host + ":" + options_.port, target,
+                        [this](beast::error_code error) { onHandshake(error); });
+  }
+
   void onHandshake(beast::error_code ec) {
+    // A WebSocket handshake error means an HTTP answer was read; anything else means none came.
+    if (ec && ec != websocket::condition::handshake_failed) {
+      return failed("subscribe failed at " + options_.host + ":" + options_.port +
+                    ": no HTTP answer (" + ec.message() + ")" +
+                    (kTls ? "" : "; a wss:// listener answers nothing to ws://"));
+    }
     if (ec) {
       return failed("subscribe refused: HTTP " + std::to_string(response_.result_int()) + " " +
                     response_.body());
@@ -284,7 +358,7 @@ class Watch {
   asio::io_context& io_;
   Options options_;
   tcp::resolver resolver_;
-  websocket::stream<beast::tcp_stream> ws_;
+  websocket::stream<Stream> ws_;
   asio::posix::stream_descriptor stdin_;
   websocket::response_type response_;
   beast::flat_buffer buffer_;
@@ -299,6 +373,12 @@ class Watch {
 int main(int argc, char** argv) {
   Options options = parseArgs(argc, argv);
   asio::io_context io;
-  Watch watch(io, std::move(options));
-  return watch.run();
+  if (!options.tls) return Watch<beast::tcp_stream>(io, std::move(options)).run();
+  std::optional<asio::ssl::context> tls;
+  try {
+    tls.emplace(zkagent::http::clientTlsContext({.ca = options.ca}));
+  } catch (const std::invalid_argument& error) {
+    usageError(std::string("--ca: ") + error.what());
+  }
+  return Watch<beast::ssl_stream<beast::tcp_stream>>(io, std::move(options), *tls).run();
 }

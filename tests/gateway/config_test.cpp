@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "gateway.hpp"
@@ -50,9 +51,9 @@ TEST(GatewayConfig, FlagsFillTheConfig) {
 TEST(GatewayConfig, FileIsReadFirstThenFlagsAndEnvironmentOverrideIt) {
   zkagent::fencing::testing::TempDir dir;
   auto file = dir.path() / "gateway.json";
-  std::ofstream(file) << R"({"listen":"127.0.0.1:7000","dataDir":"/from/file","token":"file-token",
-    "zookeeper":{"hosts":"zk:2181","sessionTimeoutMs":4000,"untrusted":"refuse"},
-    "accounts":["a","b"],"handlerThreads":8,"log":{"level":"debug","format":"json"}})";
+  std::ofstream(file) << R"({"listen":"127.0.0.1:7000","data_dir":"/from/file","token":"file-token",
+    "zookeeper":{"hosts":"zk:2181","session_timeout_ms":4000,"untrusted":"refuse"},
+    "accounts":["a","b"],"handler_threads":8,"log":{"level":"debug","format":"json"}})";
   auto result = parse({"--data-dir", "/from/flag", "--config", file.string()}, "env-token");
   ASSERT_TRUE(result.config) << result.message;
   const auto& config = *result.config;
@@ -87,12 +88,57 @@ TEST(GatewayConfig, ErrorsNameTheFieldAndWhatIsExpected) {
 
 TEST(GatewayConfig, FileErrorsNameTheJsonField) {
   EXPECT_NE(error("{").find("not valid JSON"), std::string::npos);
-  EXPECT_NE(error(R"({"zookeeper":{"sessionTimeoutMs":10}})").find("zookeeper.sessionTimeoutMs"),
-            std::string::npos);
+  EXPECT_NE(
+      error(R"({"zookeeper":{"session_timeout_ms":10}})").find("zookeeper.session_timeout_ms"),
+      std::string::npos);
   EXPECT_NE(error(R"({"accounts":["ok","b/d"]})").find("accounts[1]"), std::string::npos);
   EXPECT_NE(error(R"({"tokn":"x"})").find("tokn: unknown field"), std::string::npos);
   EXPECT_NE(error(R"({"log":{"level":"loud"}})").find("log.level"), std::string::npos);
-  EXPECT_NE(error(R"({"handlerThreads":"many"})").find("handlerThreads"), std::string::npos);
+  EXPECT_NE(error(R"({"handler_threads":"many"})").find("handler_threads"), std::string::npos);
+}
+
+// Keys are snake_case like the agent's; each camelCase name of earlier releases is still read,
+// with a warning naming its new key; both names at once is an error naming both.
+TEST(GatewayConfig, OldCamelCaseKeysAreReadWithAWarningNamingTheNewKey) {
+  const auto old = zkagent::gateway::parseConfigJson(
+      R"({"dataDir":"/old","commitMode":"per_operation","handlerThreads":3,"ioThreads":2,
+          "agentTimeoutMs":700,"maxRequestsPerSecond":5,
+          "zookeeper":{"sessionTimeoutMs":4000},"tls":{"clientCa":"ca.pem"}})");
+  EXPECT_EQ(old.dataDir, "/old");
+  EXPECT_EQ(old.commitMode, zkagent::fencing::CommitMode::per_operation);
+  EXPECT_EQ(old.handlerThreads, 3u);
+  EXPECT_EQ(old.ioThreads, 2u);
+  EXPECT_EQ(old.agentTimeoutMs, 700);
+  EXPECT_EQ(old.maxRequestsPerSecond, 5u);
+  EXPECT_EQ(old.zkSessionTimeoutMs, 4000);
+  EXPECT_EQ(old.tlsClientCa, "ca.pem");
+  ASSERT_EQ(old.warnings.size(), 8u);
+  EXPECT_EQ(old.warnings[0],
+            "dataDir is deprecated: it is now data_dir (the old name is read until the next "
+            "release)");
+  EXPECT_EQ(std::count_if(old.warnings.begin(), old.warnings.end(),
+                          [](const std::string& w) {
+                            return w.starts_with(
+                                       "tls.clientCa is deprecated: it is now "
+                                       "tls.client_ca") ||
+                                   w.starts_with(
+                                       "zookeeper.sessionTimeoutMs is deprecated: it "
+                                       "is now zookeeper.session_timeout_ms");
+                          }),
+            2);
+
+  const auto current = zkagent::gateway::parseConfigJson(
+      R"({"data_dir":"/new","zookeeper":{"session_timeout_ms":4000}})");
+  EXPECT_EQ(current.dataDir, "/new");
+  EXPECT_TRUE(current.warnings.empty());
+
+  const auto both = error(R"({"data_dir":"/new","dataDir":"/old"})");
+  EXPECT_NE(both.find("dataDir: is the old name of data_dir: give only data_dir"),
+            std::string::npos)
+      << both;
+  EXPECT_NE(error(R"({"zookeeper":{"sessionTimeoutMs":10}})").find("zookeeper.sessionTimeoutMs"),
+            std::string::npos)
+      << "a bad value is named as written";
 }
 
 // The gateway and the agent read their fields with one reader (zkagent/config_reader.hpp) and one
@@ -133,7 +179,7 @@ TEST(GatewayConfig, PresenceLeaseSettingsComeFromTheFileAndFlagsOverrideThem) {
   EXPECT_EQ(defaults.config->leaseSweepMs, 5000);
   zkagent::fencing::testing::TempDir dir;
   auto file = dir.path() / "gateway.json";
-  std::ofstream(file) << R"({"dataDir":"d","presence":{"lease_ttl_ms":1200,"sweep_ms":100}})";
+  std::ofstream(file) << R"({"data_dir":"d","presence":{"lease_ttl_ms":1200,"sweep_ms":100}})";
   auto fromFile = parse({"--config", file.string()});
   ASSERT_TRUE(fromFile.config) << fromFile.message;
   EXPECT_EQ(fromFile.config->leaseTtlMs, 1200);
@@ -180,7 +226,7 @@ TEST(GatewayConfig, SubscriberSettingsHaveDefaultsComeFromTheFileAndFlagsAndAreC
   zkagent::fencing::testing::TempDir dir;
   auto file = dir.path() / "gateway.json";
   std::ofstream(file)
-      << R"({"dataDir":"d","presence":{"debounce_ms":500,"coalesce_ms":10,)"
+      << R"({"data_dir":"d","presence":{"debounce_ms":500,"coalesce_ms":10,)"
          R"("subscriber_queue":4,"max_subscribers":3,"subscribe_listen":"127.0.0.1:9000"}})";
   auto fromFile = parse({"--config", file.string()});
   ASSERT_TRUE(fromFile.config) << fromFile.message;

@@ -189,19 +189,22 @@ TEST(GatewayTransportConfig, PlainHttpOffLoopbackNeedsInsecure) {
   EXPECT_TRUE(parse({"--listen", "[::1]:9000", "--data-dir", "/d"}).config);
 }
 
-// The subscriber WebSocket has no TLS: off loopback it needs insecure, also when the HTTP
-// listener has TLS (its address is the default for the subscribers').
-TEST(GatewayTransportConfig, SubscribersOffLoopbackNeedInsecure) {
+// The subscriber WebSocket is wss:// with the gateway's certificate; without one it is plain
+// ws://, and off loopback that needs insecure.
+TEST(GatewayTransportConfig, SubscribersOffLoopbackNeedTlsOrInsecure) {
   auto refused = parse({"--subscribe-listen", "0.0.0.0:9001", "--data-dir", "/d"});
   ASSERT_FALSE(refused.config);
-  EXPECT_NE(refused.message.find("presence.subscribe_listen (--subscribe-listen): is 0.0.0.0"),
+  EXPECT_NE(refused.message.find("presence.subscribe_listen (--subscribe-listen): is 0.0.0.0: "
+                                 "without tls.cert (--tls-cert) the subscriber WebSocket is plain"),
             std::string::npos)
       << refused.message;
   const auto& certs = zktest::testCertificates();
-  auto tlsDefault =
-      parse({"--listen", "0.0.0.0:0", "--data-dir", "/d", "--tls-cert",
-             (certs / "gateway.pem").string(), "--tls-key", (certs / "gateway.key").string(),
-             "--tls-client-ca", (certs / "ca.pem").string()});
+  const std::vector<std::string> tls{"--tls-cert",      (certs / "gateway.pem").string(),
+                                     "--tls-key",       (certs / "gateway.key").string(),
+                                     "--tls-client-ca", (certs / "ca.pem").string()};
+  std::vector<std::string> tlsArgs{"--listen", "0.0.0.0:0", "--data-dir", "/d"};
+  tlsArgs.insert(tlsArgs.end(), tls.begin(), tls.end());
+  auto tlsDefault = parse(tlsArgs);
   // Without subscriber tokens the default subscriber listener stays on loopback.
   ASSERT_TRUE(tlsDefault.config) << tlsDefault.message;
   EXPECT_EQ(tlsDefault.config->subscribeAddress, "127.0.0.1");
@@ -220,6 +223,21 @@ TEST(GatewayTransportConfig, SubscribersOffLoopbackNeedInsecure) {
   EXPECT_EQ(withViewerKeys.config->subscribeAddress, "0.0.0.0");
   EXPECT_EQ(withViewerKeys.config->viewerAuth->keys.size(), 1u);
   EXPECT_TRUE(parse({"--subscribe-listen", "127.0.0.1:9001", "--data-dir", "/d"}).config);
+  // With the certificate (wss://) and viewer tokens, off loopback needs no insecure: explicitly,
+  // and as the default next to a TLS HTTP listener off loopback.
+  std::vector<std::string> secure{"--config",     file.string(), "--subscribe-listen",
+                                  "0.0.0.0:9001", "--data-dir",  "/d"};
+  secure.insert(secure.end(), tls.begin(), tls.end());
+  auto wss = parse(secure);
+  ASSERT_TRUE(wss.config) << wss.message;
+  EXPECT_FALSE(wss.config->insecure);
+  std::vector<std::string> byDefault{"--config",     file.string(), "--listen",
+                                     "0.0.0.0:9000", "--data-dir",  "/d"};
+  byDefault.insert(byDefault.end(), tls.begin(), tls.end());
+  auto wssDefault = parse(byDefault);
+  ASSERT_TRUE(wssDefault.config) << wssDefault.message;
+  EXPECT_EQ(wssDefault.config->subscribeAddress, "0.0.0.0");
+  EXPECT_EQ(wssDefault.config->subscribePort, 9001);
 }
 
 // The operator token from a file, the config or ZKAGENT_GATEWAY_OPERATOR_TOKEN, one of them; never
@@ -244,12 +262,12 @@ TEST(GatewayTransportConfig, TheOperatorTokenComesFromOnePlaceAndDiffersFromTheA
   auto same =
       gateway::parseCommandLine({"--data-dir", "/d", "--operator-token-file", file}, "op-secret");
   ASSERT_FALSE(same.config);
-  EXPECT_NE(same.message.find("operatorToken: must differ from token"), std::string::npos)
+  EXPECT_NE(same.message.find("operator_token: must differ from token"), std::string::npos)
       << same.message;
-  EXPECT_EQ(gateway::parseConfigJson(json{{"operatorTokenFile", file}}.dump()).operatorToken,
+  EXPECT_EQ(gateway::parseConfigJson(json{{"operator_token_file", file}}.dump()).operatorToken,
             "op-secret");
   EXPECT_THROW(
-      gateway::parseConfigJson(json{{"operatorToken", "a"}, {"operatorTokenFile", file}}.dump()),
+      gateway::parseConfigJson(json{{"operator_token", "a"}, {"operator_token_file", file}}.dump()),
       std::invalid_argument);
 }
 
@@ -270,7 +288,7 @@ TEST(GatewayTransportConfig, TlsSettingsComeTogetherAndMustBeReadable) {
                     ca = (certs / "ca.pem").string();
   auto partial = parse({"--data-dir", "/d", "--tls-cert", cert, "--tls-key", key});
   ASSERT_FALSE(partial.config);
-  EXPECT_NE(partial.message.find("tls.clientCa (--tls-client-ca)"), std::string::npos);
+  EXPECT_NE(partial.message.find("tls.client_ca (--tls-client-ca)"), std::string::npos);
   auto unreadable = parse(
       {"--data-dir", "/d", "--tls-cert", cert, "--tls-key", "/nope/k.pem", "--tls-client-ca", ca});
   ASSERT_FALSE(unreadable.config);
@@ -298,7 +316,7 @@ TEST(GatewayTransportConfig, TheConfigFileTakesTlsInsecureAndATokenFile) {
   fencing::testing::TempDir dir;
   std::ofstream(dir.path() / "token") << "s3cret\n";
   auto config = gateway::parseConfigJson(json{
-      {"tls", {{"cert", "c.pem"}, {"key", "k.pem"}, {"clientCa", "ca.pem"}}},
+      {"tls", {{"cert", "c.pem"}, {"key", "k.pem"}, {"client_ca", "ca.pem"}}},
       {"insecure", true},
       {"tokenFile",
        (dir.path() / "token").string()}}.dump());

@@ -6,7 +6,9 @@
 // - a field the program never asked for is an error ("tokn: unknown field"), so a typo never
 //   silently falls back to a default;
 // - the same kind of value is refused with the same words (integers, booleans, choices, log
-//   levels).
+//   levels);
+// - keys are snake_case; a key renamed to it is still read under its old name for one release,
+//   with a warning naming the new one (FieldReader::renamed).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace zkagent::config {
 
@@ -61,6 +64,12 @@ class FieldReader {
 
   // The field's value or nullptr; either way the field is known from now on.
   const nlohmann::json* find(std::string_view field);
+
+  // The key to read `field` under: `field`, or `before` (its name until this release) when only
+  // that one is given, which appends to `warnings` a line naming both. Both given: FieldError.
+  //   top.string(top.renamed("data_dir", "dataDir", warnings))
+  std::string renamed(std::string_view field, std::string_view before,
+                      std::vector<std::string>& warnings);
 
   std::optional<std::string> string(std::string_view field);
   std::string string(std::string_view field, std::string fallback) {
