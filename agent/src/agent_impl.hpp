@@ -16,8 +16,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "leadership/balance.hpp"
 #include "devices/device_endpoint.hpp"
+#include "leadership/balance.hpp"
 #include "operations/gateway_link.hpp"
 #include "zkagent/agent.hpp"
 #include "zkagent/http.hpp"

@@ -23,8 +23,8 @@
 #include <thread>
 #include <vector>
 
-#include "leadership/balance.hpp"
 #include "balance_cluster.hpp"
+#include "leadership/balance.hpp"
 #include "zktest/zookeeper_server.hpp"
 
 namespace {

@@ -3,6 +3,7 @@
 // check, close deadline). Every asynchronous handler holds the Connection it was started on and
 // does nothing when that connection is no longer the current one, so a replaced socket's late
 // completions cannot touch the new one.
+#include <algorithm>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -13,7 +14,6 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
 #include <boost/beast/websocket/ssl.hpp>
-#include <algorithm>
 #include <charconv>
 #include <map>
 #include <mutex>
@@ -50,7 +50,8 @@ struct Connection {
   using Tls = websocket::stream<asio::ssl::stream<tcp::socket>>;
 
   Connection(asio::io_context& io, asio::ssl::context* tls)
-      : ws(tls ? Stream(std::in_place_type<Tls>, io, *tls) : Stream(std::in_place_type<Plain>, io)) {}
+      : ws(tls ? Stream(std::in_place_type<Tls>, io, *tls)
+               : Stream(std::in_place_type<Plain>, io)) {}
 
   tcp::socket& socket() {
     return std::visit([](auto& s) -> tcp::socket& { return beast::get_lowest_layer(s); }, ws);
@@ -164,7 +165,7 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
   std::uint64_t nextSeq = 1;
   std::uint64_t outstandingSeq = 0;
   SteadyClock::time_point outstandingSentAt;
-  bool pingDue = false;  // a ping waits for the write in progress
+  bool pingDue = false;       // a ping waits for the write in progress
   bool refreshToken = false;  // the last token was refused (401) or expired (4003)
 
   DeviceStats stats;
@@ -339,16 +340,16 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
     auto* stream = std::get_if<Connection::Tls>(&c->ws);
     if (stream == nullptr) return upgrade(c);
     http::expectServerName(stream->next_layer().native_handle(), c->url.host);
-    stream->next_layer().async_handshake(
-        asio::ssl::stream_base::client, [self = shared_from_this(), c](beast::error_code e) {
-          if (c != self->conn) return;
-          if (e) {
-            return self->failAttempt(
-                "tls_failed: " +
-                http::handshakeFailure(std::get<Connection::Tls>(c->ws).next_layer().native_handle(), e));
-          }
-          self->upgrade(c);
-        });
+    stream->next_layer().async_handshake(asio::ssl::stream_base::client, [self = shared_from_this(),
+                                                                          c](beast::error_code e) {
+      if (c != self->conn) return;
+      if (e) {
+        return self->failAttempt(
+            "tls_failed: " + http::handshakeFailure(
+                                 std::get<Connection::Tls>(c->ws).next_layer().native_handle(), e));
+      }
+      self->upgrade(c);
+    });
   }
 
   void upgrade(const std::shared_ptr<Connection>& c) {

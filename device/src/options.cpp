@@ -64,8 +64,8 @@ std::string validate(const DeviceOptions& options) {
   for (std::size_t i = 0; i < options.endpoints.size(); ++i) {
     const auto url = parseWsUrl(options.endpoints[i], false);
     if (!url) {
-      return "endpoints[" + std::to_string(i) + "]: must be ws://host:port or wss://host:port, got \"" +
-             options.endpoints[i] + "\"";
+      return "endpoints[" + std::to_string(i) +
+             "]: must be ws://host:port or wss://host:port, got \"" + options.endpoints[i] + "\"";
     }
     if (url->tls && options.caFile.empty()) {
       return "caFile: is required for the wss:// endpoint \"" + options.endpoints[i] +

@@ -240,7 +240,8 @@ std::optional<Arguments> parse(int argc, char** argv) {
     }
     args.signingKey = zkagent::auth::SigningKey{signKid.value_or(""), *algorithm, material};
     try {  // a key libjwt cannot sign with is refused now, not at every connect
-      zkagent::auth::mint(*args.signingKey, {"probe", "", "device", "", zkagent::auth::unixNow() + 60, {}});
+      zkagent::auth::mint(*args.signingKey,
+                          {"probe", "", "device", "", zkagent::auth::unixNow() + 60, {}});
     } catch (const std::invalid_argument& error) {
       throw UsageError(std::string("--sign-key: ") + error.what());
     }

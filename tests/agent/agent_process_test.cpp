@@ -254,8 +254,8 @@ TEST_F(AgentProcessTest, AnAdminTokenInTheEnvironmentAndTheConfigIsAStartError) 
   EXPECT_EQ(agent.stderrText().find("from-the-"), std::string::npos) << "no token in the error";
 }
 
-// The device endpoint has no TLS: off loopback the agent starts only with presence.insecure, and
-// says so at start.
+// A plain (no presence.tls) device endpoint off loopback: the agent starts only with
+// presence.insecure, and says so at start.
 TEST_F(AgentProcessTest, APlainDeviceEndpointOffLoopbackNeedsPresenceInsecureAndIsLogged) {
   auto config = agentConfig("host-a", {"acct-0"}, gateway_->port());
   config["presence"]["listen"] = "0.0.0.0:0";
@@ -263,7 +263,8 @@ TEST_F(AgentProcessTest, APlainDeviceEndpointOffLoopbackNeedsPresenceInsecureAnd
                        {"--config", writeConfig("host-a", config).string()});
   EXPECT_EQ(refused.wait(10s).code, 2) << refused.transcript();
   EXPECT_NE(
-      refused.stderrText().find("presence.listen: '0.0.0.0:0': the device endpoint has no TLS"),
+      refused.stderrText().find("presence.listen: '0.0.0.0:0': plain ws:// is served on loopback "
+                                "only; set presence.tls"),
       std::string::npos)
       << refused.transcript();
   config["presence"]["insecure"] = true;
@@ -278,8 +279,7 @@ TEST_F(AgentProcessTest, APlainDeviceEndpointOffLoopbackNeedsPresenceInsecureAnd
   ChildProcess check(zktest::binaryPath("zk-agent").string(),
                      {"--config", writeConfig("host-a", config).string(), "--check-config"});
   EXPECT_EQ(check.wait(10s).code, 0) << check.transcript();
-  EXPECT_NE(check.stderrText().find("warning: presence.insecure_no_device_auth"),
-            std::string::npos)
+  EXPECT_NE(check.stderrText().find("warning: presence.insecure_no_device_auth"), std::string::npos)
       << check.transcript();
   auto& a = startAgent(config);
   EXPECT_TRUE(eventually(

@@ -63,7 +63,7 @@ inline constexpr size_t kMaxQueuedPongs = 64;     // a device that pings without
 // closed with 1008. A device heartbeats every few seconds at most; a flood costs one check each.
 inline constexpr int kMaxPingsPerSecond = 20;
 inline constexpr int kPingBurst = 40;
-inline constexpr int kRetryAfterSeconds = 1;      // a 503's Retry-After
+inline constexpr int kRetryAfterSeconds = 1;                         // a 503's Retry-After
 inline constexpr auto kUpgradeTimeout = std::chrono::seconds(5);     // request read + refusal write
 inline constexpr auto kHandshakeTimeout = std::chrono::seconds(5);   // websocket accept and close
 inline constexpr auto kStopGrace = std::chrono::milliseconds(1000);  // close handshakes at shutdown
@@ -194,11 +194,11 @@ class Session : public std::enable_shared_from_this<Session> {
 
  protected:
   // The stream's part. Each completes on the endpoint's thread with the handler named.
-  virtual void readRequest() = 0;    // TLS handshake if any, then the upgrade request: onRequest
-  virtual void writeRefusal() = 0;   // *refusal_, then the socket is closed: onRefusalWritten
-  virtual void acceptSocket() = 0;   // the WebSocket handshake for *parser_: onHandshake
-  virtual void readFrame() = 0;      // one message into buffer_: onRead (gotText() tells its kind)
-  virtual void writeFrame() = 0;     // out_ as a text frame: onWritten
+  virtual void readRequest() = 0;   // TLS handshake if any, then the upgrade request: onRequest
+  virtual void writeRefusal() = 0;  // *refusal_, then the socket is closed: onRefusalWritten
+  virtual void acceptSocket() = 0;  // the WebSocket handshake for *parser_: onHandshake
+  virtual void readFrame() = 0;     // one message into buffer_: onRead (gotText() tells its kind)
+  virtual void writeFrame() = 0;    // out_ as a text frame: onWritten
   virtual void writeClose(const websocket::close_reason& reason) = 0;  // onCloseWritten
   virtual bool socketOpen() const = 0;
   virtual bool gotText() const = 0;
@@ -252,9 +252,9 @@ class Session : public std::enable_shared_from_this<Session> {
   presence::DeviceKey key_;
   presence::Epoch epoch_;
   uint64_t upgradeId_ = 0;
-  uint64_t acceptToken_ = 0;  // the handshake in progress admits under this token, or
-  uint16_t inBandCode_ = 0;   // closes at once with this code (an in-band redirect)
-  int64_t refusedFrom_ = 0;   // with a token: the first unix second it is refused
+  uint64_t acceptToken_ = 0;                // the handshake in progress admits under this token, or
+  uint16_t inBandCode_ = 0;                 // closes at once with this code (an in-band redirect)
+  int64_t refusedFrom_ = 0;                 // with a token: the first unix second it is refused
   SteadyClock::time_point pingsDueFrom_{};  // the rate limit's theoretical arrival time
   std::optional<std::multimap<int64_t, Session*>::iterator> expiry_;  // in core_->expiries
   uint16_t closeCode_ = kNormal;

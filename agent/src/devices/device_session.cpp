@@ -155,8 +155,8 @@ void Session::onRead(beast::error_code ec) {
   if (!pingWithinRate(SteadyClock::now())) {
     core_->m.pingFloods.inc();
     readLoop();
-    return closeWith(kPolicy, "pings faster than " + std::to_string(kMaxPingsPerSecond) +
-                                  " per second");
+    return closeWith(kPolicy,
+                     "pings faster than " + std::to_string(kMaxPingsPerSecond) + " per second");
   }
   core_->m.heartbeats.inc();
   if (inTable_) core_->table->ping(epoch_);

@@ -31,11 +31,11 @@ class SessionOver final : public Session {
   void readRequest() override {
     if constexpr (kTls) {
       // The reaper bounds the handshake like the rest of the upgrade (kUpgradeTimeout).
-      ws_.next_layer().async_handshake(
-          asio::ssl::stream_base::server, [self = shared()](beast::error_code ec) {
-            if (ec) return self->onTlsHandshakeFailed();
-            self->readHttpRequest();
-          });
+      ws_.next_layer().async_handshake(asio::ssl::stream_base::server,
+                                       [self = shared()](beast::error_code ec) {
+                                         if (ec) return self->onTlsHandshakeFailed();
+                                         self->readHttpRequest();
+                                       });
     } else {
       readHttpRequest();
     }

@@ -221,7 +221,7 @@ void Session::onRequest(beast::error_code ec) {
 }
 
 void Session::onGate(const election::GateDecision& decision, std::string_view target, bool inBand) {
-  core_->awaitingGate.erase(upgradeId_);  // the caller holds this Session
+  core_->awaitingGate.erase(upgradeId_);                  // the caller holds this Session
   if (!parser_ || !socketOpen()) return finishUpgrade();  // cut off meanwhile
   if (!core_->stopping && decision.allowed() && !fencedUnder(decision.token)) {
     return upgrade(static_cast<uint64_t>(decision.token));

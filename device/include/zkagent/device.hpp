@@ -1,4 +1,4 @@
-// zkdevice: the client a device application embeds to stay present at the agent that leads its
+// device: the client a device application embeds to stay present at the agent that leads its
 // account (wire protocol: docs/presence-runtime.md; usage and the zk-device tool: docs/device.md).
 //
 //   boost::asio::io_context io;

@@ -1,4 +1,4 @@
-// The TLS rules of every listener and client in the project: zkhttp's Server and Client, the
+// The TLS rules of every listener and client in the project: http's Server and Client, the
 // agent's device endpoint, the gateway's subscriber listener, the device library and
 // zk-presence-watch. PEM files, TLS 1.2 as the floor (the rest OpenSSL's defaults), the peer
 // verified against a CA; a client also checks that the server's certificate names the host it
