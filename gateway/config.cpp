@@ -50,7 +50,7 @@ Options:
                             overrides)
   --operator-token-file FILE  the operator token (HWM reset, privacy rules), read from FILE
   --max-requests-per-second N  per connection on the HTTP listener, beyond it 429 (default
-                            1000; 0: no limit)
+                            10000; 0: no limit)
   --log-level LEVEL         trace, debug, info (default), warn, error, critical, off
   --log-format FORMAT       text (default) or json
   --help, --version
