@@ -15,8 +15,6 @@
 #include <boost/beast/websocket.hpp>
 #include <boost/beast/websocket/ssl.hpp>
 #include <charconv>
-#include <map>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <variant>
@@ -74,58 +72,6 @@ struct Connection {
 };
 
 enum class Phase { Idle, Waiting, Connecting, AwaitingWelcome, Open, Stopping, Stopped };
-
-// Into `out`, reusing its capacity: a heartbeat allocates nothing once the buffer has grown.
-void pingFrame(std::string& out, std::uint64_t seq) {
-  constexpr std::string_view head = R"({"type":"ping","seq":)";
-  char digits[24];
-  const auto end = std::to_chars(digits, digits + sizeof digits, seq).ptr;
-  out.assign(head);
-  out.append(digits, end);
-  out.push_back('}');
-}
-
-// Exactly `{"type":"pong","seq":N}` (what the agent sends) -> N, without building a DOM; anything
-// else -> nullopt for the full parser.
-std::optional<std::uint64_t> exactPong(std::string_view text) {
-  constexpr std::string_view head = R"({"type":"pong","seq":)";
-  if (text.size() < head.size() + 2 || !text.starts_with(head) || text.back() != '}')
-    return std::nullopt;
-  const auto digits = text.substr(head.size(), text.size() - head.size() - 1);
-  if (digits.size() > 1 && digits.front() == '0') return std::nullopt;
-  std::uint64_t seq = 0;
-  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), seq);
-  if (error != std::errc{} || end != digits.data() + digits.size()) return std::nullopt;
-  return seq;
-}
-
-// The one-line reason of an agent's refusal body {"error": "..."}: the text, or the body itself
-// (cut to one line of at most 200 bytes) when it is not that JSON.
-std::string refusalReason(const std::string& body) {
-  const auto parsed = nlohmann::json::parse(body, nullptr, false);
-  if (parsed.is_object()) {
-    const auto error = parsed.find("error");
-    if (error != parsed.end() && error->is_string()) return error->get<std::string>();
-  }
-  std::string line = body.substr(0, std::min<std::size_t>(body.find('\n'), 200));
-  return line.empty() ? "no reason given" : line;
-}
-
-// One context per CA file for every client of the process (a simulator runs thousands): the CA
-// is parsed once, and each connection's SSL object shares it. Throws std::invalid_argument naming
-// the file when it cannot be loaded.
-std::shared_ptr<asio::ssl::context> sharedTlsContext(const std::string& caFile) {
-  static std::mutex mutex;
-  static std::map<std::string, std::weak_ptr<asio::ssl::context>> contexts;
-  std::lock_guard lock(mutex);
-  auto& slot = contexts[caFile];
-  auto context = slot.lock();
-  if (!context) {
-    context = std::make_shared<asio::ssl::context>(http::clientTlsContext({.ca = caFile}));
-    slot = context;
-  }
-  return context;
-}
 
 }  // namespace
 

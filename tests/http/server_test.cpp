@@ -2,12 +2,12 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 
+#include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <future>

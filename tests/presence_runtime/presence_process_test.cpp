@@ -368,9 +368,9 @@ TEST_F(PresenceProcessTest, PausedLeaderLosesItsDevicesToTheSuccessorAndCannotWr
   auto refusal = [](const char* list, int index, const char* reason) {
     return json{{"index", index}, {"list", list}, {"account", "acct-0"}, {"reason", reason}};
   };
-  EXPECT_EQ(counts["refused"], (json{refusal("renew", 0, "not_current_leader"),
-                                     refusal("renew", 1, "stale_token"),
-                                     refusal("remove", 0, "not_current_leader")}))
+  EXPECT_EQ(counts["refused"],
+            (json{refusal("renew", 0, "not_current_leader"), refusal("renew", 1, "stale_token"),
+                  refusal("remove", 0, "not_current_leader")}))
       << answer.body;
   // The gateway counts them as fenced; the resumed agent's own last batch may be counted too.
   EXPECT_GE(gatewaySample(leaseEntries("renew", "fenced")) - renewFenced, 2);
