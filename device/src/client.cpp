@@ -14,7 +14,6 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
 #include <boost/beast/websocket/ssl.hpp>
-#include <charconv>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <variant>
