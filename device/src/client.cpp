@@ -285,16 +285,17 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
     auto* stream = std::get_if<Connection::Tls>(&c->ws);
     if (stream == nullptr) return upgrade(c);
     http::expectServerName(stream->next_layer().native_handle(), c->url.host);
-    stream->next_layer().async_handshake(asio::ssl::stream_base::client, [self = shared_from_this(),
-                                                                          c](beast::error_code e) {
-      if (c != self->conn) return;
-      if (e) {
-        return self->failAttempt(
-            "tls_failed: " + http::handshakeFailure(
-                                 std::get<Connection::Tls>(c->ws).next_layer().native_handle(), e));
-      }
-      self->upgrade(c);
-    });
+    stream->next_layer().async_handshake(
+        asio::ssl::stream_base::client, [self = shared_from_this(), c](beast::error_code e) {
+          if (c != self->conn) return;
+          if (e) {
+            return self->failAttempt(
+                "tls_failed: " +
+                http::handshakeFailure(
+                    std::get<Connection::Tls>(c->ws).next_layer().native_handle(), e, c->url.host));
+          }
+          self->upgrade(c);
+        });
   }
 
   void upgrade(const std::shared_ptr<Connection>& c) {

@@ -224,19 +224,11 @@ class Watch {
         });
   }
 
-  // Why the TLS handshake failed: the certificate check's own words when it was that.
+  // Why the TLS handshake failed, in the words every client of the project uses.
   std::string tlsRefusal(const beast::error_code& ec) {
-    const std::string where = "TLS handshake with " + options_.host + ":" + options_.port + ": ";
-    const long verify = SSL_get_verify_result(ws_.next_layer().native_handle());
-    const std::string detail = X509_verify_cert_error_string(verify);
-    if (verify == X509_V_ERR_HOSTNAME_MISMATCH || verify == X509_V_ERR_IP_ADDRESS_MISMATCH) {
-      return where + "host name mismatch: the gateway's certificate does not name " +
-             options_.host + " (" + detail + ")";
-    }
-    if (verify != X509_V_OK) {
-      return where + "certificate verify failed: " + detail + " (trusted CA: " + options_.ca + ")";
-    }
-    return where + ec.message();
+    return "TLS handshake with " + options_.host + ":" + options_.port + ": " +
+           zkagent::http::handshakeFailure(ws_.next_layer().native_handle(), ec, options_.host) +
+           " (trusted CA: " + options_.ca + ")";
   }
 
   // The WebSocket upgrade (over TLS with wss://).

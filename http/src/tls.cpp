@@ -94,12 +94,16 @@ void expectServerName(SSL* ssl, const std::string& host) {
            const_cast<char*>(host.c_str()));
 }
 
-std::string handshakeFailure(SSL* ssl, const boost::system::error_code& error) {
+std::string handshakeFailure(SSL* ssl, const boost::system::error_code& error,
+                             const std::string& host) {
   std::string why = error.message();
   // OpenSSL appends "(SSL routines)" or similar: the library adds nothing for a reader.
   if (const auto paren = why.find(" ("); paren != std::string::npos) why.resize(paren);
   const long verdict = SSL_get_verify_result(ssl);
   if (verdict != X509_V_OK) why += std::string(": ") + X509_verify_cert_error_string(verdict);
+  if (verdict == X509_V_ERR_HOSTNAME_MISMATCH || verdict == X509_V_ERR_IP_ADDRESS_MISMATCH) {
+    why += " (host name mismatch: the certificate does not name " + host + ")";
+  }
   return why;
 }
 

@@ -28,9 +28,11 @@ boost::asio::ssl::context clientTlsContext(const ClientTls& tls);
 // SNI.
 void expectServerName(SSL* ssl, const std::string& host);
 
-// Why a client's handshake failed, for a log line or a disconnect reason: the error, and when the
-// server's certificate was refused, OpenSSL's reason ("certificate verify failed: hostname
-// mismatch", "...: unable to get local issuer certificate").
-std::string handshakeFailure(SSL* ssl, const boost::system::error_code& error);
+// Why a client's handshake with `host` failed, for a log line or a disconnect reason: the error,
+// and when the server's certificate was refused, OpenSSL's reason ("certificate verify failed:
+// unable to get local issuer certificate"); a name the certificate does not hold is said so
+// ("...: IP address mismatch (host name mismatch: the certificate does not name 127.0.0.2)").
+std::string handshakeFailure(SSL* ssl, const boost::system::error_code& error,
+                             const std::string& host);
 
 }  // namespace zkagent::http
