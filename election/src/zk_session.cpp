@@ -34,13 +34,6 @@ void globalWatcher(zhandle_t*, int type, int state, const char* path, void* ctx)
   hc->session->onWatcherEvent(hc->generation, type, state, path);
 }
 
-// Closes a handle and frees its watcher context once the C client's threads are joined.
-void closeHandle(zhandle_t* zh) {
-  auto* ctx = static_cast<HandleContext*>(const_cast<void*>(zoo_get_context(zh)));
-  zookeeper_close(zh);
-  delete ctx;
-}
-
 }  // namespace
 
 ZkSession::ZkSession(asio::io_context& io, SessionOptions options)
@@ -60,6 +53,16 @@ ZkSession::~ZkSession() {
   }
   if (zh != nullptr) closeHandle(zh);  // joins the C client's threads: no callback runs after
   for (auto& t : closers) t.join();
+}
+
+// The watcher context is freed once the C client's threads are joined; so are the calls it never
+// answered (in_flight_calls.hpp), answered Closing on their executors.
+void ZkSession::closeHandle(zhandle_t* zh) {
+  auto* ctx = static_cast<HandleContext*>(const_cast<void*>(zoo_get_context(zh)));
+  const uint64_t generation = ctx->generation;
+  zookeeper_close(zh);
+  delete ctx;
+  for (auto& dropped : inFlight_.takeGeneration(generation)) dropped->answerClosing();
 }
 
 ZkError ZkSession::fromRc(int rc) {
@@ -185,7 +188,7 @@ void ZkSession::expireLocally(const char* why) {
 
 void ZkSession::retireHandle(zhandle_t* zh) {
   std::lock_guard lock(mu_);
-  closers_.emplace_back([zh] { closeHandle(zh); });
+  closers_.emplace_back([this, zh] { closeHandle(zh); });
 }
 
 void ZkSession::close(std::function<void()> done) {
@@ -235,7 +238,7 @@ void ZkSession::closeOnStrand(std::function<void()> done) {
   publish(SessionState::Closed, false);
   sessionId_.store(0);
   std::lock_guard lock(mu_);
-  closers_.emplace_back([zh, done = std::move(done), ex = io_.get_executor()]() mutable {
+  closers_.emplace_back([this, zh, done = std::move(done), ex = io_.get_executor()]() mutable {
     if (zh != nullptr) closeHandle(zh);  // closeSession: the server drops our ephemerals at once
     if (done) asio::post(ex, std::move(done));
   });

@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "in_flight_calls.hpp"
 #include "keeper.hpp"
 #include "zkagent/election.hpp"
 
@@ -97,6 +98,9 @@ class ZkSession : public Session, public Keeper, public std::enable_shared_from_
   void addWatch(uint64_t generation, bool childWatch, const std::string& path, const void* owner,
                 const Executor& ex, TypedWatch watch);
 
+  // The completion of `call` runs: it is no longer the session's to answer.
+  void answered(InFlightCall* call) { inFlight_.remove(call); }
+
   static ZkError fromRc(int rc);
   void noteContact() { lastContactTicks_.store(Clock::now().time_since_epoch().count()); }
 
@@ -130,6 +134,12 @@ class ZkSession : public Session, public Keeper, public std::enable_shared_from_
   void handleSessionState(uint64_t generation, int zkState);
   void expireLocally(const char* why);
   void retireHandle(zhandle_t* zh);  // closes an old handle off the io thread
+  // Closes a handle (joining the C client's threads) and answers the calls it dropped.
+  void closeHandle(zhandle_t* zh);
+  // Lists `call` and hands it to the C client (`issue`, under mu_ with a handle open); unlisted
+  // again when the client refuses it at once. Returns the client's code.
+  template <typename Issue>
+  int issueListed(InFlightCall* call, Issue issue);
   void armPing();
   void dropWatchesLocally();
   void armDeadline();
@@ -148,6 +158,7 @@ class ZkSession : public Session, public Keeper, public std::enable_shared_from_
   WatchTable dataWatches_;
   WatchTable childWatches_;
   std::vector<std::thread> closers_;
+  InFlightCalls inFlight_;                     // issued, not answered yet
   std::vector<PendingCreate> pendingCreates_;  // createBatchedOn, until the next flushCreates
   bool flushPosted_ = false;                   // a flushCreates is on its way
   size_t createsInFlight_ = 0;                 // batches sent and not answered yet

@@ -22,21 +22,27 @@ inline NodeStat toNodeStat(const Stat* stat) {
   return out;
 }
 
-// Heap state of one asynchronous call; the C client invokes its completion exactly once (with
-// ZCLOSING when the handle closes first), and the completion frees it.
+// Reports a call that the C client refused synchronously (bad state, marshalling error).
+template <typename... Args>
+void refuse(Executor ex, std::function<void(ZkError, Args...)> done, ZkError err) {
+  boost::asio::post(ex, [done = std::move(done), err] { done(err, std::decay_t<Args>{}...); });
+}
+
+// Heap state of one asynchronous call; its completion frees it, or the session does when the C
+// client drops it (in_flight_calls.hpp).
 template <typename Done>
-struct Call {
-  Call(ZkSession* s, uint64_t gen, Executor ex, Done d, const void* o = nullptr, TypedWatch w = {},
+struct Call : InFlightCall {
+  Call(ZkSession* s, Executor ex, Done d, const void* o = nullptr, TypedWatch w = {},
        std::string p = {})
       : session(s),
-        generation(gen),
         executor(std::move(ex)),
         done(std::move(d)),
         owner(o),
         watch(std::move(w)),
         path(std::move(p)) {}
+  void answerClosing() override { refuse(std::move(executor), std::move(done), ZkError::Closing); }
+
   ZkSession* session;
-  uint64_t generation;
   Executor executor;
   Done done;
   // Watch registration, applied on the completion thread so it is ordered before any event.
@@ -47,6 +53,7 @@ struct Call {
 
 template <typename Done, typename... Args>
 void deliver(Call<Done>* call, ZkError err, Args&&... args) {
+  call->session->answered(call);
   if (!linkLost(err)) {
     call->session->noteContact();  // any answer proves the server still knows our session
   }
@@ -54,12 +61,6 @@ void deliver(Call<Done>* call, ZkError err, Args&&... args) {
                     [done = std::move(call->done), err,
                      ... a = std::forward<Args>(args)]() mutable { done(err, std::move(a)...); });
   delete call;
-}
-
-// Reports a call that the C client refused synchronously (bad state, marshalling error).
-template <typename... Args>
-void refuse(Executor ex, std::function<void(ZkError, Args...)> done, ZkError err) {
-  boost::asio::post(ex, [done = std::move(done), err] { done(err, std::decay_t<Args>{}...); });
 }
 
 }  // namespace zkagent::election::detail

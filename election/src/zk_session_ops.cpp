@@ -37,15 +37,26 @@ ACL_vector kAuthenticatedAcl{2, kAuthenticatedAcls};
 
 // ---- operations -----------------------------------------------------------------------------
 
+// Listed before the C client holds it: its completion may run (and unlist it) before this returns.
+template <typename Issue>
+int ZkSession::issueListed(InFlightCall* call, Issue issue) {
+  if (zh_ == nullptr) return ZINVALIDSTATE;
+  call->generation = generation_;
+  inFlight_.add(call);
+  const int rc = issue(zh_);
+  if (rc != ZOK) inFlight_.remove(call);
+  return rc;
+}
+
 // Every call goes through here: the handle lock is held while the C client queues the request, so
 // a handle is never closed under a call; a request it refuses at once is answered on `ex`.
 template <typename Done, typename Issue>
 void ZkSession::submit(Executor ex, Done done, const void* owner, TypedWatch watch,
                        std::string path, Issue issue) {
-  std::unique_lock lock(mu_);
-  auto* call = new Call<Done>(this, generation_, std::move(ex), std::move(done), owner,
-                              std::move(watch), std::move(path));
-  const int rc = zh_ == nullptr ? ZINVALIDSTATE : issue(zh_, call);
+  auto* call = new Call<Done>(this, std::move(ex), std::move(done), owner, std::move(watch),
+                              std::move(path));
+  std::unique_lock lock(mu_);  // held while submitting: a handle is never closed under a call
+  const int rc = issueListed(call, [&](zhandle_t* zh) { return issue(zh, call); });
   lock.unlock();
   if (rc != ZOK) {
     refuse(std::move(call->executor), std::move(call->done), fromRc(rc));
@@ -189,7 +200,12 @@ void ZkSession::removeOn(Executor ex, std::string path, int32_t version,
          });
 }
 void ZkSession::multiOn(Executor ex, std::vector<MultiOp> ops, MultiDone done) {
-  struct MultiCall {
+  struct MultiCall : InFlightCall {
+    MultiCall(ZkSession* s, std::vector<MultiOp> o, Executor ex, MultiDone d)
+        : session(s), ops(std::move(o)), executor(std::move(ex)), done(std::move(d)) {}
+    void answerClosing() override {
+      refuse(std::move(executor), std::move(done), ZkError::Closing);
+    }
     ZkSession* session;
     std::vector<MultiOp> ops;
     std::vector<zoo_op_t> zops;
@@ -198,7 +214,7 @@ void ZkSession::multiOn(Executor ex, std::vector<MultiOp> ops, MultiDone done) {
     Executor executor;
     MultiDone done;
   };
-  auto* call = new MultiCall{this, std::move(ops), {}, {}, {}, ex, std::move(done)};
+  auto* call = new MultiCall(this, std::move(ops), std::move(ex), std::move(done));
   const size_t n = call->ops.size();
   call->zops.resize(n);
   call->results.resize(n);
@@ -227,32 +243,32 @@ void ZkSession::multiOn(Executor ex, std::vector<MultiOp> ops, MultiDone done) {
     }
   }
   std::unique_lock lock(mu_);  // held while submitting: a handle is never closed under a call
-  const int rc =
-      zh_ == nullptr
-          ? ZINVALIDSTATE
-          : zoo_amulti(
-                zh_, static_cast<int>(n), call->zops.data(), call->results.data(),
-                [](int rc2, const void* p) {
-                  std::unique_ptr<MultiCall> c(static_cast<MultiCall*>(const_cast<void*>(p)));
-                  const ZkError err = fromRc(rc2);
-                  if (!linkLost(err)) c->session->noteContact();
-                  std::vector<MultiResult> results(c->ops.size());
-                  for (size_t i = 0; i < results.size(); ++i) {
-                    // The others say RuntimeInconsistency or Ok, rolled back either way.
-                    const int own = c->results[i].err;
-                    if (!linkLost(err) && own != ZOK && own != ZRUNTIMEINCONSISTENCY) {
-                      results[i].failure = fromRc(own);
-                    }
-                    if (err == ZkError::Ok && c->ops[i].kind == MultiOp::Kind::Create) {
-                      results[i].path = c->created[i].c_str();
-                    }
-                  }
-                  asio::post(c->executor, [done = std::move(c->done), err,
-                                           results = std::move(results)]() mutable {
-                    done(err, std::move(results));
-                  });
-                },
-                call);
+  const int rc = issueListed(call, [&](zhandle_t* zh) {
+    return zoo_amulti(
+        zh, static_cast<int>(n), call->zops.data(), call->results.data(),
+        [](int rc2, const void* p) {
+          std::unique_ptr<MultiCall> c(static_cast<MultiCall*>(const_cast<void*>(p)));
+          c->session->answered(c.get());
+          const ZkError err = fromRc(rc2);
+          if (!linkLost(err)) c->session->noteContact();
+          std::vector<MultiResult> results(c->ops.size());
+          for (size_t i = 0; i < results.size(); ++i) {
+            // The others say RuntimeInconsistency or Ok, rolled back either way.
+            const int own = c->results[i].err;
+            if (!linkLost(err) && own != ZOK && own != ZRUNTIMEINCONSISTENCY) {
+              results[i].failure = fromRc(own);
+            }
+            if (err == ZkError::Ok && c->ops[i].kind == MultiOp::Kind::Create) {
+              results[i].path = c->created[i].c_str();
+            }
+          }
+          asio::post(c->executor,
+                     [done = std::move(c->done), err, results = std::move(results)]() mutable {
+                       done(err, std::move(results));
+                     });
+        },
+        call);
+  });
   lock.unlock();
   if (rc != ZOK) {
     refuse(std::move(call->executor), std::move(call->done), fromRc(rc));

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <random>
 #include <set>
@@ -221,6 +222,29 @@ TEST_F(HardeningTest, DestroyingAGroupWithOperationsInFlightIsClean) {
   Contender last(hosts(), root, "host-last");
   last.join("acct-0");
   EXPECT_TRUE(eventually([&] { return last.leads("acct-0"); }, 10s));
+}
+
+// libzookeeper_mt 3.8.0 stops its completion thread as soon as a close is requested: answers
+// still queued then are never called. The session answers those calls itself (Closing), so no
+// caller waits forever and nothing a call captured (its owner, the session) is leaked.
+TEST_F(HardeningTest, EveryCallInFlightIsAnsweredWhenTheSessionCloses) {
+  constexpr int kCalls = 20000;
+  for (int round = 0; round < 5; ++round) {
+    auto c = std::make_unique<Contender>(hosts(), root, "host-" + std::to_string(round));
+    ASSERT_TRUE(eventually(
+        [&] { return c->group().sessionState() == el::SessionState::Connected; }, 10s));
+    auto answered = std::make_shared<std::atomic<int>>(0);
+    for (int i = 0; i < kCalls; ++i) {
+      c->group().session().exists(root, nullptr,
+                                  [answered](el::ZkError, auto) { answered->fetch_add(1); });
+    }
+    // Closed while the answers stream in: the completion thread is busy when the close comes.
+    ASSERT_TRUE(eventually([&] { return answered->load() >= kCalls / 10; }, 20s));
+    c->abandon();
+    EXPECT_TRUE(eventually([&] { return answered->load() == kCalls; }, 10s))
+        << "round " << round << ": " << kCalls - answered->load() << " of " << kCalls
+        << " calls never answered";
+  }
 }
 
 // Session marks (our own shortcut, held to the same standard): a successor tells a clean stop
