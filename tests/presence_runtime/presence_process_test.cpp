@@ -18,6 +18,7 @@
 #include "zktest/agent_process.hpp"
 #include "zktest/child_process.hpp"
 #include "zktest/deadline.hpp"
+#include "zktest/tcp_proxy.hpp"
 #include "zktest/test_certs.hpp"
 #include "zktest/zookeeper_server.hpp"
 
@@ -137,10 +138,10 @@ class PresenceProcessTest : public zktest::AgentProcessFixture {
     std::string connect;
     for (const auto& url : urls) connect += (connect.empty() ? "" : ",") + url;
     std::vector<std::string> args{"--connect",      connect,
-                                  "--account",      account,
                                   "--device",       device,
                                   "--heartbeat-ms", std::to_string(kHeartbeatMs),
                                   "--timeout-ms",   std::to_string(kPingTimeoutMs)};
+    if (!account.empty()) args.insert(args.end(), {"--account", account});  // else in `extra`
     args.insert(args.end(), extra.begin(), extra.end());
     devices_.push_back(
         std::make_unique<ChildProcess>(zktest::binaryPath("zk-device").string(), args));
@@ -396,6 +397,102 @@ TEST_F(PresenceProcessTest, AgentKilledWhileItsDevicesAreGoneHasTheirLeasesExpir
                          milliseconds(kLeaseTtlMs + kSweepMs + 5000)));
   EXPECT_EQ(expirations() - expiredBefore, 1) << "nobody removed it: the TTL did";
   EXPECT_EQ(removalsAccepted() - removalsBefore, 0);
+}
+
+// The first POST /v1/presence/leases among the bytes a proxy forwarded, its body parsed; null
+// until one has arrived whole.
+json firstLeaseBatch(const std::vector<zktest::TcpProxy::Forwarded>& forwarded) {
+  std::map<size_t, std::string> streams;  // per client connection, in the order written
+  for (const auto& write : forwarded) streams[write.connection] += write.bytes;
+  for (const auto& [connection, bytes] : streams) {
+    const auto start = bytes.find("POST /v1/presence/leases ");
+    if (start == std::string::npos) continue;
+    const auto headersEnd = bytes.find("\r\n\r\n", start);
+    if (headersEnd == std::string::npos) return json();
+    std::string headers = bytes.substr(start, headersEnd - start);
+    for (auto& c : headers) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const auto length = headers.find("content-length: ");
+    if (length == std::string::npos) return json();
+    const size_t size = std::stoul(headers.substr(length + 16));
+    if (bytes.size() < headersEnd + 4 + size) return json();
+    return json::parse(bytes.substr(headersEnd + 4, size));
+  }
+  return json();
+}
+
+// The gateway drops every packet (a partition neither side sees) while 150 devices keep renewing
+// and one leaves: the agent's lease queue stays at its bound (100 entries with one entry per
+// batch), dropping renewals and never the removal; once the network heals, the first batch that
+// reaches the gateway is that removal, and the devices still connected are renewed after it.
+TEST_F(PresenceProcessTest, AGatewayThatDropsPacketsLeavesTheLeaseQueueBoundedAndRemovalsGoFirst) {
+  constexpr int kDevices = 150;
+  constexpr double kQueueBound = 100;  // kQueuedBatches (100) x max_batch_entries (1)
+  zktest::TcpProxy proxy(gateway_->port());
+  auto& a = startAgent("host-a", {"acct-0"}, [&](json& c) {
+    c["gateway"]["url"] = "http://" + proxy.connectString();
+    c["gateway"]["request_timeout_ms"] = 500;
+    c["presence"]["max_batch_entries"] = 1;  // a queue of 100 entries: fewer than the devices
+  });
+  ASSERT_TRUE(eventually([&] { return a.leads("acct-0"); }, 15s));
+  auto& many = startDevice({a.deviceUrl}, "", "sim",
+                           {"--devices", std::to_string(kDevices), "--accounts", "acct-0"});
+  auto& leaver = startDevice({a.deviceUrl}, "acct-0", "leaver");
+  leaver.waitForLine("CONNECTED ", 10s);
+  // One entry per request does not keep up with 151 devices renewed every 400 ms even before the
+  // partition (renewals are dropped and some leases lapse): the leaver's lease is what counts.
+  ASSERT_TRUE(eventually([&] { return !leaseOf("acct-0", "leaver").is_null(); }, 10s));
+
+  auto agentSample = [&](const std::string& sample) { return sampleOf(a.metrics(), sample); };
+  const std::string queued = "zkagent_presence_lease_queued_entries";
+  const std::string renewalsDropped = R"(zkagent_presence_lease_dropped_total{kind="renew"})";
+  const std::string removalsDropped = R"(zkagent_presence_lease_dropped_total{kind="remove"})";
+  double mostQueued = 0;
+  // Samples the queue while waiting for `done`.
+  auto whileQueueing = [&](const std::function<bool()>& done, milliseconds timeout) {
+    return eventually(
+        [&] {
+          mostQueued = std::max(mostQueued, agentSample(queued));
+          return done();
+        },
+        timeout);
+  };
+
+  auto open = [&] { return agentSample(R"(zkagent_presence_device_connections{state="open"})"); };
+  ASSERT_TRUE(eventually([&] { return open() == kDevices + 1; }, 30s)) << open() << " open";
+
+  proxy.setMode(zktest::TcpProxy::Mode::blackhole);
+  // A round of renewals (every device every 400 ms) is more than the queue holds.
+  const double droppedAtPartition = agentSample(renewalsDropped);
+  ASSERT_TRUE(whileQueueing(
+      [&] { return agentSample(renewalsDropped) >= droppedAtPartition + kDevices; }, 10s));
+  leaver.kill();  // the agent reads EOF: the removal is queued behind a full queue of renewals
+  ASSERT_TRUE(eventually([&] { return open() == kDevices; }, 5s));
+  // Two more full rounds of renewals press on the queue while the removal waits in it.
+  const double droppedAtLeave = agentSample(renewalsDropped);
+  ASSERT_TRUE(whileQueueing(
+      [&] { return agentSample(renewalsDropped) >= droppedAtLeave + 2 * kDevices; }, 10s));
+  EXPECT_LE(mostQueued, kQueueBound);
+  EXPECT_EQ(agentSample(removalsDropped), 0) << "a removal is dropped only after every renewal";
+  EXPECT_TRUE(many.running());
+
+  proxy.record();
+  proxy.setMode(zktest::TcpProxy::Mode::pass);
+  json first;
+  ASSERT_TRUE(eventually(
+      [&] {
+        first = firstLeaseBatch(proxy.forwarded());
+        return !first.is_null();
+      },
+      10s))
+      << "no lease batch reached the gateway after the network healed";
+  ASSERT_EQ(first.value("remove", json::array()).size(), 1u) << first.dump();
+  EXPECT_EQ(first["remove"][0]["device"], "leaver") << first.dump();
+  EXPECT_EQ(first.value("renew", json::array()).size(), 0u) << first.dump();
+  // Then the devices still connected are renewed again (the gateway expired them meanwhile).
+  EXPECT_TRUE(eventually(
+      [&] { return leases("acct-0").value("devices", json::array()).size() >= kDevices / 2; },
+      20s));
+  EXPECT_TRUE(leaseOf("acct-0", "leaver").is_null());
 }
 
 TEST_F(PresenceProcessTest, HeartbeatsDisabledWithZeroKeepAQuietConnectionAndTheCheckStillWorks) {
