@@ -3,7 +3,11 @@
 prints what the module reports. The page is about:blank with the module evaluated into it through
 the DevTools protocol (spoken with python3-websockets), so no web server is involved.
 
-usage: browser_device.py URL ACCOUNT DEVICE [TOKEN]
+usage: browser_device.py [--trust CERT] URL ACCOUNT DEVICE [TOKEN]
+
+--trust: the agents' certificate (PEM) for wss://; Chromium is told to accept that one public key
+(--ignore-certificate-errors-spki-list, which Chromium honours only with its own profile
+directory) instead of having a test CA installed into an NSS database.
 
 Prints, flushed at once: BROWSER <version> once, then CONNECTED <agent> <token>.<counter>,
 HEARTBEAT <agent> (the first pong of a connection), REDIRECTED <origin>,
@@ -11,6 +15,8 @@ DISCONNECTED <reason>. SIGTERM stops the device (close 1000), ends Chromium and 
 Exit 3 when Chromium does not start.
 """
 import asyncio
+import base64
+import hashlib
 import json
 import os
 import pathlib
@@ -31,12 +37,22 @@ def say(*words):
     print(*words, flush=True)
 
 
-def start_chromium(profile):
+def spki_sha256(certificate):
+    """base64(SHA-256(SubjectPublicKeyInfo)) of a PEM certificate, with the openssl CLI."""
+    key = subprocess.run(["openssl", "x509", "-in", certificate, "-noout", "-pubkey"],
+                         check=True, capture_output=True).stdout
+    der = subprocess.run(["openssl", "pkey", "-pubin", "-outform", "der"], input=key,
+                         check=True, capture_output=True).stdout
+    return base64.b64encode(hashlib.sha256(der).digest()).decode()
+
+
+def start_chromium(profile, trust):
     binary = shutil.which("chromium") or "/usr/bin/chromium"
+    pins = [f"--ignore-certificate-errors-spki-list={spki_sha256(trust)}"] if trust else []
     browser = subprocess.Popen(
         [binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
          "--disable-extensions", "--disable-background-networking", "--remote-debugging-port=0",
-         f"--user-data-dir={profile}", "about:blank"],
+         f"--user-data-dir={profile}", *pins, "about:blank"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     port_file = pathlib.Path(profile) / "DevToolsActivePort"
     deadline = time.monotonic() + 30
@@ -73,9 +89,9 @@ class Page:
                 return result.get("result", {}).get("value")
 
 
-async def run(url, account, device, token):
+async def run(url, account, device, token, trust):
     profile = tempfile.mkdtemp(prefix="zk-browser-device-")
-    browser, debugger = start_chromium(profile)
+    browser, debugger = start_chromium(profile, trust)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     try:
@@ -121,7 +137,10 @@ async def run(url, account, device, token):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (4, 5):
+    args, trust = sys.argv[1:], None
+    if args[:1] == ["--trust"] and len(args) > 1:
+        trust, args = args[1], args[2:]
+    if len(args) not in (3, 4):
         print(__doc__, file=sys.stderr)
         sys.exit(2)
-    asyncio.run(run(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else ""))
+    asyncio.run(run(args[0], args[1], args[2], args[3] if len(args) > 3 else "", trust))

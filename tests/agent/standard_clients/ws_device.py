@@ -3,7 +3,10 @@
 docs/device-protocol.md alone: the library follows the 307 to the leader by itself; this script
 adds the welcome, ping/pong, the 4001 close naming the leader and reconnects.
 
-usage: ws_device.py URL ACCOUNT DEVICE [TOKEN]
+usage: ws_device.py [--ca FILE] URL ACCOUNT DEVICE [TOKEN]
+
+With wss:// the agent's certificate must chain to the CA in FILE and name the host (Python's
+default TLS context).
 
 Prints, flushed at once: CONNECTED <agent> <token>.<counter>, HEARTBEAT <agent> (the first
 pong of a connection), CLOSED <code> <reason>. SIGTERM closes with 1000 and exits 0.
@@ -12,6 +15,7 @@ import asyncio
 import json
 import random
 import signal
+import ssl
 import sys
 import urllib.parse
 
@@ -27,7 +31,8 @@ def origin(url):
     return f"{parts.scheme}://{parts.netloc}"
 
 
-async def run(url, account, device, token):
+async def run(url, account, device, token, ca):
+    tls = ssl.create_default_context(cafile=ca) if ca else None
     query = urllib.parse.urlencode({"account": account, "device": device})
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     stop = asyncio.Event()
@@ -35,8 +40,10 @@ async def run(url, account, device, token):
     target, failures = origin(url), 0
     while not stop.is_set():
         try:
+            secure = target.startswith("wss:")
             async with websockets.connect(f"{target}/v1/devices?{query}", extra_headers=headers,
-                                          ping_interval=None, open_timeout=5) as ws:
+                                          ping_interval=None, open_timeout=5,
+                                          ssl=tls if secure else None) as ws:
                 welcome = json.loads(await asyncio.wait_for(ws.recv(), 5))
                 assert welcome["type"] == "welcome", welcome
                 failures = 0
@@ -66,6 +73,8 @@ async def run(url, account, device, token):
             if code == 4001 and reason:
                 target = origin(reason)
                 continue
+        except ssl.SSLCertVerificationError as error:
+            say("FAILED", "SSLCertVerificationError", error.verify_message.replace(" ", "_"))
         except (OSError, asyncio.TimeoutError, websockets.InvalidHandshake) as error:
             say("FAILED", type(error).__name__)
         target = origin(url)
@@ -74,7 +83,10 @@ async def run(url, account, device, token):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (4, 5):
+    args, ca = sys.argv[1:], None
+    if args[:1] == ["--ca"] and len(args) > 1:
+        ca, args = args[1], args[2:]
+    if len(args) not in (3, 4):
         print(__doc__, file=sys.stderr)
         sys.exit(2)
-    asyncio.run(run(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else ""))
+    asyncio.run(run(args[0], args[1], args[2], args[3] if len(args) > 3 else "", ca))
