@@ -14,32 +14,30 @@ using nlohmann::json;
 
 constexpr int kMaxJsonDepth = 8;
 
-[[noreturn]] void fail(const std::string& field, std::string_view problem) {
-  throw BadRequest(field + ": " + std::string(problem));
-}
-
 const json& member(const json& object, const std::string& where, const char* key) {
   auto it = object.find(key);
-  if (it == object.end()) fail(where + key, "missing");
+  if (it == object.end()) fencing::failField(where + key, "missing");
   return *it;
 }
 
 std::string idField(const json& object, const std::string& where, const char* key) {
   const json& value = member(object, where, key);
   if (!value.is_string() || naming::accountIdError(value.get<std::string>())) {
-    fail(where + key, naming::kIdRule);
+    fencing::failField(where + key, naming::kIdRule);
   }
   return value.get<std::string>();
 }
 
 std::uint64_t unsignedField(const json& object, const std::string& where, const char* key) {
   const json& value = member(object, where, key);
-  if (!value.is_number_unsigned()) fail(where + key, "must be a non-negative integer");
+  if (!value.is_number_unsigned())
+    fencing::failField(where + key, "must be a non-negative integer");
   return value.get<std::uint64_t>();
 }
 
 presence::LeaseEntry entryFrom(const json& object, const std::string& where) {
-  if (!object.is_object()) fail(where.substr(0, where.size() - 1), "must be a JSON object");
+  if (!object.is_object())
+    fencing::failField(where.substr(0, where.size() - 1), "must be a JSON object");
   presence::LeaseEntry entry;
   entry.key.user = idField(object, where, "account");
   entry.key.device = idField(object, where, "device");
@@ -51,7 +49,7 @@ presence::LeaseEntry entryFrom(const json& object, const std::string& where) {
 const json* optionalArray(const json& body, const char* key) {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return nullptr;
-  if (!it->is_array()) fail(key, "must be an array");
+  if (!it->is_array()) fencing::failField(key, "must be an array");
   return &*it;
 }
 
@@ -62,22 +60,23 @@ LeaseBatch parseLeaseBatch(std::string_view text) {
   try {
     body = json::parse(text.begin(), text.end(), [](int depth, json::parse_event_t, json&) {
       if (depth > kMaxJsonDepth) {
-        fail("body", "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+        fencing::failField("body",
+                           "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
       }
       return true;
     });
   } catch (const json::exception&) {  // the parser's message quotes raw bytes: not echoed
-    fail("body", "not valid JSON");
+    fencing::failField("body", "not valid JSON");
   }
-  if (!body.is_object()) fail("body", "must be a JSON object");
+  if (!body.is_object()) fencing::failField("body", "must be a JSON object");
   LeaseBatch batch;
   const json& instance = member(body, "", "instanceId");
   if (!instance.is_string() || naming::printableIdError(instance.get<std::string>())) {
-    fail("instanceId", naming::kPrintableIdRule);
+    fencing::failField("instanceId", naming::kPrintableIdRule);
   }
   batch.instanceId = instance.get<std::string>();
   const auto session = fencing::sessionIdFrom(member(body, "", "sessionId"));
-  if (!session) fail("sessionId", fencing::kSessionIdRule);
+  if (!session) fencing::failField("sessionId", fencing::kSessionIdRule);
   batch.sessionId = *session;
   if (const json* renew = optionalArray(body, "renew")) {
     batch.renew.reserve(renew->size());
@@ -96,7 +95,7 @@ LeaseBatch parseLeaseBatch(std::string_view text) {
       } else if (reason == "ping_timeout") {
         removal.reason = presence::LeaveReason::PingTimeout;
       } else {
-        fail(where + "reason", "must be \"close\" or \"ping_timeout\"");
+        fencing::failField(where + "reason", "must be \"close\" or \"ping_timeout\"");
       }
       batch.remove.push_back(std::move(removal));
     }

@@ -20,10 +20,6 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-[[noreturn]] void fail(const std::string& field, std::string_view problem) {
-  throw fencing::BadRequest(field + ": " + std::string(problem));
-}
-
 [[noreturn]] void failIo(const std::string& what) {
   throw std::runtime_error(what + ": " + std::strerror(errno));
 }
@@ -32,14 +28,14 @@ std::vector<std::string> idList(const json& body, const char* key) {
   std::vector<std::string> ids;
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return ids;
-  if (!it->is_array()) fail(key, "must be an array of account ids");
+  if (!it->is_array()) fencing::failField(key, "must be an array of account ids");
   if (it->size() > kMaxPrivacyList) {
-    fail(key, "more than " + std::to_string(kMaxPrivacyList) + " entries");
+    fencing::failField(key, "more than " + std::to_string(kMaxPrivacyList) + " entries");
   }
   for (std::size_t i = 0; i < it->size(); ++i) {
     const json& id = (*it)[i];
     if (!id.is_string() || naming::accountIdError(id.get<std::string>())) {
-      fail(std::string(key) + "[" + std::to_string(i) + "]", naming::kIdRule);
+      fencing::failField(std::string(key) + "[" + std::to_string(i) + "]", naming::kIdRule);
     }
     ids.push_back(id.get<std::string>());
   }
@@ -96,16 +92,16 @@ std::string readFile(const fs::path& path) {
 
 presence::TargetPrivacy parsePrivacyBody(std::string_view text) {
   json body = json::parse(text.begin(), text.end(), nullptr, false);
-  if (body.is_discarded()) fail("body", "not valid JSON");
-  if (!body.is_object()) fail("body", "must be a JSON object");
+  if (body.is_discarded()) fencing::failField("body", "not valid JSON");
+  if (!body.is_object()) fencing::failField("body", "must be a JSON object");
   for (const auto& [key, value] : body.items()) {
     if (key != "granularity" && key != "contacts" && key != "blocked") {
-      fail(key.substr(0, 64), "unknown field (granularity, contacts, blocked)");
+      fencing::failField(key.substr(0, 64), "unknown field (granularity, contacts, blocked)");
     }
   }
   presence::TargetPrivacy rules;
   auto granularity = body.find("granularity");
-  if (granularity == body.end()) fail("granularity", "missing");
+  if (granularity == body.end()) fencing::failField("granularity", "missing");
   if (*granularity == "exact") {
     rules.level = presence::PrivacyLevel::Exact;
   } else if (*granularity == "coarse") {
@@ -113,7 +109,7 @@ presence::TargetPrivacy parsePrivacyBody(std::string_view text) {
   } else if (*granularity == "hidden") {
     rules.level = presence::PrivacyLevel::Hidden;
   } else {
-    fail("granularity", "must be \"exact\", \"coarse\" or \"hidden\"");
+    fencing::failField("granularity", "must be \"exact\", \"coarse\" or \"hidden\"");
   }
   rules.contacts = idList(body, "contacts");
   rules.blocked = idList(body, "blocked");

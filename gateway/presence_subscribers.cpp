@@ -45,18 +45,14 @@ constexpr auto kUpgradeTimeout = std::chrono::seconds(5);    // reading the upgr
 constexpr auto kCloseGrace = std::chrono::seconds(2);        // a close frame, then the socket goes
 constexpr int kFullRetryAfterSeconds = 5;  // a 503 for a gateway at presence.max_subscribers
 
-[[noreturn]] void fail(const std::string& field, std::string_view problem) {
-  throw fencing::BadRequest(field + ": " + std::string(problem));
-}
-
 void checkTargetCount(const std::string& field, std::size_t count) {
   if (count > kMaxSubscribeTargets) {
-    fail(field, "more than " + std::to_string(kMaxSubscribeTargets) + " targets");
+    fencing::failField(field, "more than " + std::to_string(kMaxSubscribeTargets) + " targets");
   }
 }
 
 std::string checkedId(const std::string& field, std::string id) {
-  if (auto error = naming::accountIdError(id)) fail(field, *error);
+  if (auto error = naming::accountIdError(id)) fencing::failField(field, *error);
   return id;
 }
 
@@ -78,12 +74,14 @@ SubscribeRequest parseSubscribeQuery(std::string_view query) {
                                        : key == "targets" ? &targets
                                        : key == "token"   ? &token
                                                           : nullptr;
-    if (slot == nullptr) fail(key.substr(0, 64), "unknown parameter (viewer, targets, token)");
+    if (slot == nullptr)
+      fencing::failField(key.substr(0, 64), "unknown parameter (viewer, targets, token)");
     if (*slot && twice.empty()) twice = key;
     *slot = http::parameterValue(part);
   });
-  if (!twice.empty()) fail(twice, "given twice");
-  if (!targets) fail("targets", "missing (a comma-separated list of account ids; may be empty)");
+  if (!twice.empty()) fencing::failField(twice, "given twice");
+  if (!targets)
+    fencing::failField("targets", "missing (a comma-separated list of account ids; may be empty)");
   SubscribeRequest request;
   if (viewer) request.viewer = checkedId("viewer", std::move(*viewer));
   request.token = std::move(token);
@@ -95,7 +93,7 @@ SubscribeRequest parseSubscribeQuery(std::string_view query) {
     checkTargetCount("targets", request.targets.size());
     list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
     if (comma != std::string_view::npos && list.empty()) {
-      fail("targets[" + std::to_string(i + 1) + "]", naming::kIdRule);
+      fencing::failField("targets[" + std::to_string(i + 1) + "]", naming::kIdRule);
     }
   }
   return request;
@@ -103,29 +101,30 @@ SubscribeRequest parseSubscribeQuery(std::string_view query) {
 
 SubscriberCommand parseSubscriberCommand(std::string_view text) {
   const auto message = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
-  if (message.is_discarded()) fail("message", "not valid JSON");
-  if (!message.is_object()) fail("message", "must be a JSON object");
+  if (message.is_discarded()) fencing::failField("message", "not valid JSON");
+  if (!message.is_object()) fencing::failField("message", "must be a JSON object");
   for (const auto& [key, value] : message.items()) {
-    if (key != "type" && key != "targets") fail(key.substr(0, 64), "unknown field (type, targets)");
+    if (key != "type" && key != "targets")
+      fencing::failField(key.substr(0, 64), "unknown field (type, targets)");
   }
   SubscriberCommand command;
   const auto type = message.find("type");
-  if (type == message.end()) fail("type", "missing");
+  if (type == message.end()) fencing::failField("type", "missing");
   if (*type == "add") {
     command.add = true;
   } else if (*type == "remove") {
     command.add = false;
   } else {
-    fail("type", "must be \"add\" or \"remove\"");
+    fencing::failField("type", "must be \"add\" or \"remove\"");
   }
   const auto targets = message.find("targets");
-  if (targets == message.end()) fail("targets", "missing");
-  if (!targets->is_array()) fail("targets", "must be an array of account ids");
+  if (targets == message.end()) fencing::failField("targets", "missing");
+  if (!targets->is_array()) fencing::failField("targets", "must be an array of account ids");
   checkTargetCount("targets", targets->size());
   for (std::size_t i = 0; i < targets->size(); ++i) {
     const auto& id = (*targets)[i];
     const std::string field = "targets[" + std::to_string(i) + "]";
-    if (!id.is_string()) fail(field, naming::kIdRule);
+    if (!id.is_string()) fencing::failField(field, naming::kIdRule);
     command.targets.push_back(checkedId(field, id.get<std::string>()));
   }
   return command;

@@ -93,6 +93,10 @@ void validateFencingToken(const FencingToken& token) {
   requireId(token.instanceId, "instanceId");
 }
 
+void failField(std::string_view field, std::string_view problem) {
+  throw BadRequest(std::string(field) + ": " + std::string(problem));
+}
+
 void requireValidAccountId(std::string_view account) {
   if (auto error = naming::accountIdError(account)) throw BadRequest("field 'account': " + *error);
 }

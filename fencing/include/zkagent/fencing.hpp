@@ -72,6 +72,9 @@ class BadRequest : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+// Throws BadRequest "<field>: <problem>", the shape of every bad-body message the gateway sends.
+[[noreturn]] void failField(std::string_view field, std::string_view problem);
+
 // Throws BadRequest naming field 'account' and the account-id rule (zkagent/naming.hpp).
 void requireValidAccountId(std::string_view account);
 
