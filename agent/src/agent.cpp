@@ -553,14 +553,22 @@ void Agent::Impl::shutdown(std::function<void()> done) {
   reconcileTimer.cancel();
   link->stop();
   auto self = shared_from_this();
-  group->stop([self, done = std::move(done)]() mutable {
-    // Every account was reported lost (its devices got 4001); the rest get 1001.
-    self->devices->stop([self, done = std::move(done)] {
-      spdlog::info("stopped instance={}", self->config.instanceId);
-      self->server->stop();
-      done();
-    });
-  });
+  group->stop(
+      [self, done = std::move(done)]() mutable {
+        // Every account was reported lost (its devices got 4001); the rest get 1001.
+        self->devices->stop([self, done = std::move(done)] {
+          spdlog::info("stopped instance={}", self->config.instanceId);
+          self->server->stop();
+          done();
+        });
+      },
+      [self, since = std::chrono::steady_clock::now()] {
+        spdlog::info(
+            "accounts handed over instance={} after_ms={}", self->config.instanceId,
+            std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - since)
+                .count());
+        self->devices->successorsTookOver();
+      });
 }
 
 void Agent::Impl::closeNow() {

@@ -127,7 +127,7 @@ void ElectionGroup::jumpQueue(std::string_view account, int64_t receiverSeq,
 // record); every elector closes its gate and hands back the operations that hand its account over,
 // which StopHandover sends batched into multis; then the session is closed, which removes the rest
 // of our nodes in one more request.
-void ElectionGroup::stop(std::function<void()> done) {
+void ElectionGroup::stop(std::function<void()> done, std::function<void()> handedOver) {
   auto electors = impl_->all();
   // With our mark saying "stopping", a successor learns the stop from it: no handover record per
   // account (a write each, about a tenth of the release). A successor that did not follow the mark
@@ -135,14 +135,15 @@ void ElectionGroup::stop(std::function<void()> done) {
   const bool marked =
       impl_->session->usable() && impl_->ctx->marks->markStopping(impl_->session->sessionId());
   auto impl = impl_;
-  auto handover =
-      detail::StopHandover::start(impl_->io, impl_->session, electors.size(), kStopDeadline,
-                                  [impl, done = std::move(done)]() mutable {
-                                    impl->session->close([impl, done = std::move(done)] {
-                                      impl->ctx->marks->forget();
-                                      if (done) done();
-                                    });
-                                  });
+  auto handover = detail::StopHandover::start(
+      impl_->io, impl_->session, electors.size(), kStopDeadline,
+      [impl, done = std::move(done), handedOver = std::move(handedOver)]() mutable {
+        if (handedOver) asio::post(impl->io, std::move(handedOver));
+        impl->session->close([impl, done = std::move(done)] {
+          impl->ctx->marks->forget();
+          if (done) done();
+        });
+      });
   for (auto& e : electors) {
     e->stop(!marked,
             [handover](std::vector<detail::MultiOp> ops) { handover->collect(std::move(ops)); });

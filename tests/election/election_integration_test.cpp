@@ -1,10 +1,14 @@
 // Election against a real ZooKeeper server, contenders in this process.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <future>
 #include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "contender.hpp"
 #include "zktest/deadline.hpp"
@@ -85,6 +89,55 @@ TEST_F(ElectionTest, GracefulStopHandsOverWithoutWaitingForTheSessionTimeout) {
   ASSERT_TRUE(eventually([&] { return b.leads("acct"); }, 5s));
   EXPECT_EQ(a->lastLoss("acct"), LossReason::Stopped);
   EXPECT_FALSE(a->leads("acct"));
+}
+
+// A stopping group says when its accounts are with their successors, before its session closes
+// (the agent sends its devices on at that moment): by then none of its `active` nodes is left and
+// its session is still open; `done` follows once the session is closed.
+TEST_F(ElectionTest, StopSaysWhenTheAccountsAreHandedOverBeforeItClosesTheSession) {
+  constexpr int kAccounts = 20;
+  Contender a(hosts(), root, "host-a", 20000ms);
+  Contender b(hosts(), root, "host-b");
+  for (int i = 0; i < kAccounts; ++i) a.join("acct" + std::to_string(i));
+  ASSERT_TRUE(eventually([&] { return a.leadingCount() == kAccounts; }, 10s));
+  for (int i = 0; i < kAccounts; ++i) b.join("acct" + std::to_string(i));
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto all = b.group().status();
+        return all.size() == kAccounts &&
+               std::all_of(all.begin(), all.end(), [](const auto& s) { return s.seq >= 0; });
+      },
+      10s));
+
+  std::mutex mu;
+  std::vector<std::string> order;
+  int activesOfA = -1;
+  el::SessionState sessionAtHandover = el::SessionState::Closed;
+  std::promise<void> stopped;
+  a.group().stop(
+      [&] {
+        std::lock_guard lock(mu);
+        order.push_back("done");
+        stopped.set_value();
+      },
+      [&] {
+        int left = 0;  // read on b's session (its own io thread)
+        for (int i = 0; i < kAccounts; ++i) {
+          const auto active = b.get(root + "/acct" + std::to_string(i) + "/active");
+          if (active && active->find("\"host-a\"") != std::string::npos) ++left;
+        }
+        std::lock_guard lock(mu);
+        activesOfA = left;
+        sessionAtHandover = a.group().sessionState();
+        order.push_back("handedOver");
+      });
+  ASSERT_EQ(stopped.get_future().wait_for(10s), std::future_status::ready);
+  a.abandon();
+  std::lock_guard lock(mu);
+  EXPECT_EQ(order, (std::vector<std::string>{"handedOver", "done"}));
+  EXPECT_EQ(activesOfA, 0) << "handedOver ran before the hand-over was done";
+  EXPECT_EQ(sessionAtHandover, el::SessionState::Connected) << "the session was closed already";
+  EXPECT_TRUE(eventually([&] { return b.leadingCount() == kAccounts; }, 5s));
 }
 
 // ~ElectionGroup without stop() closes the session, so the server drops its nodes at once rather

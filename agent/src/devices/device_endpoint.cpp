@@ -165,6 +165,10 @@ void DeviceEndpoint::leadershipLost(const std::string& account) {
   post([core = core_, account] { core->leadershipLost(account); });
 }
 
+void DeviceEndpoint::successorsTookOver() {
+  post([core = core_] { core->closeMovingNow(); });
+}
+
 void DeviceEndpoint::stop(std::function<void()> done) {
   std::unique_lock lock(mutex_);
   if (halted_) {

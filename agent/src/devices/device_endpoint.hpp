@@ -56,6 +56,10 @@ class DeviceEndpoint {
   // The account's leadership is gone (any reason): its leases are no longer written, its devices
   // are closed with 4001 and the new leader's device endpoint once it is known.
   void leadershipLost(const std::string& account);
+  // The accounts this agent lost are with their successors now (a stopping agent's hand-over is
+  // done; it will not hear who leads them): their devices still waiting to learn the new leader
+  // are closed with 4001 at once, naming it when known, so they reconnect without the wait.
+  void successorsTookOver();
   // Closes every connection (1001, or 4001 for those whose account was just lost), stops the
   // listener, the lease writer and the clock; `done` runs on the io_context once every
   // connection is gone (or after a short bound).

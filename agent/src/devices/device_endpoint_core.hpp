@@ -115,6 +115,7 @@ struct DeviceEndpoint::Core : std::enable_shared_from_this<Core> {
   void expireTokens();  // 4003 for every connection whose token is no longer valid
   void leadershipLost(const std::string& account);
   void closeMoved(std::string account, std::vector<std::weak_ptr<Session>> sessions, int attempt);
+  void closeMovingNow();
   void onTimeout(presence::Epoch epoch);
   void onFenced(const std::string& account, uint64_t token);
   void stop(std::function<void()> done);
@@ -143,6 +144,7 @@ struct DeviceEndpoint::Core : std::enable_shared_from_this<Core> {
   std::unique_ptr<presence::ConnectionTable> table;
   asio::steady_timer reaper, stopTimer;
   bool stopping = false;
+  bool handedOver = false;  // a stopping agent's accounts are with their successors
   std::function<void()> stopDone;
 
   std::unordered_set<Session*> sessions;           // every live session

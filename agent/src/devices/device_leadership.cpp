@@ -34,7 +34,7 @@ void DeviceEndpoint::Core::leadershipLost(const std::string& account) {
 void DeviceEndpoint::Core::closeMoved(std::string account,
                                       std::vector<std::weak_ptr<Session>> moving, int attempt) {
   const auto leader = gate ? leaderElsewhere(gate(account)) : std::nullopt;
-  if (!leader && attempt < kLeaderLookups && !stopping) {
+  if (!leader && attempt < kLeaderLookups && !stopping && !handedOver) {
     auto timer = std::make_shared<asio::steady_timer>(executor, kLeaderLookup);
     timer->async_wait([self = shared_from_this(), timer, account = std::move(account),
                        moving = std::move(moving), attempt](beast::error_code) mutable {
@@ -45,6 +45,21 @@ void DeviceEndpoint::Core::closeMoved(std::string account,
   for (const auto& weak : moving) {
     auto session = weak.lock();
     if (!session || session->state() != Session::State::Moving) continue;
+    m.leaderMovedCloses.inc();
+    session->closeWith(kLeaderMoved, leader.value_or(""));
+  }
+}
+
+// A stopping agent's hand-over is done and its electors no longer watch who leads: the devices
+// closeMoved holds for the successor's endpoint leave now (their round then finds the leader).
+void DeviceEndpoint::Core::closeMovingNow() {
+  handedOver = true;
+  std::vector<std::shared_ptr<Session>> moving;
+  for (Session* session : sessions) {
+    if (session->state() == Session::State::Moving) moving.push_back(session->shared_from_this());
+  }
+  for (auto& session : moving) {
+    const auto leader = gate ? leaderElsewhere(gate(session->key().user)) : std::nullopt;
     m.leaderMovedCloses.inc();
     session->closeWith(kLeaderMoved, leader.value_or(""));
   }

@@ -220,8 +220,11 @@ class ElectionGroup {
   void jumpQueue(std::string_view account, int64_t receiverSeq, std::vector<int64_t> aheadSeqs,
                  std::function<void(ZkError)> done);
   // Reports Lost(stopped) for every led account, then closes the session (the server removes every
-  // ephemeral node in one request). `done` runs on the io_context once closed.
-  void stop(std::function<void()> done);
+  // ephemeral node in one request). `done` runs on the io_context once closed. `handedOver`, if
+  // given, runs on the io_context before that, as soon as every led account has been handed over
+  // (its successor may take it from then on; also when the stop deadline cuts the hand-over
+  // short): the moment to send the accounts' clients on.
+  void stop(std::function<void()> done, std::function<void()> handedOver = {});
 
   // Thread-safe, fast: the in-memory gate.
   GateDecision check(std::string_view account) const;
