@@ -24,7 +24,7 @@ struct World {
   explicit World(const Params& p) : params(p), service(clock, params) {
     for (int g = 0; g < kGateways; ++g) {
       gateways.push_back(std::make_unique<ConnectionTable>(
-          clock, params, GatewayIdentity{"gateway-" + std::to_string(g), 1}, service.leases()));
+          clock, params, HolderIdentity{"gateway-" + std::to_string(g), 1}, service.leases()));
     }
   }
   ConnectionTable& gatewayFor(std::size_t i) { return *gateways[i % gateways.size()]; }

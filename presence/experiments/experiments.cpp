@@ -92,12 +92,12 @@ class RenewalCounter final : public LeaseWriter {
     for (const auto& [second, count] : perSecond_) peak = std::max(peak, count);
     return peak;
   }
-  void renew(std::string_view gateway, std::span<const LeaseEntry> entries) override {
+  void renew(std::string_view holder, std::span<const LeaseEntry> entries) override {
     if (enabled_) {
       const auto second = std::chrono::floor<Seconds>(clock_.now()).time_since_epoch().count();
       perSecond_[second] += entries.size();
     }
-    store_.renew(gateway, entries);
+    store_.renew(holder, entries);
   }
   void remove(const DeviceKey& key, Epoch epoch, LeaveReason reason) override {
     store_.remove(key, epoch, reason);
@@ -125,7 +125,7 @@ RenewalPeak measureRenewalPeak(double renewJitter, std::uint64_t seed) {
   for (int g = 0; g < kGateways; ++g) {
     const std::string name = "gateway-" + std::to_string(g + 1);
     auto& gateway = *gateways.emplace_back(std::make_unique<ConnectionTable>(
-        clock, params, GatewayIdentity{name, static_cast<std::uint64_t>(g + 1)}, counter,
+        clock, params, HolderIdentity{name, static_cast<std::uint64_t>(g + 1)}, counter,
         ConnectionTable::TimeoutHandler{}, seed));
     for (int c = 0; c < kConnectionsPerGateway; ++c) {
       const DeviceKey key{name + "-user-" + std::to_string(c), "phone"};

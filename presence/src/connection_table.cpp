@@ -5,7 +5,7 @@
 #include <vector>
 
 namespace zkagent::presence {
-ConnectionTable::ConnectionTable(Clock& clock, const Params& params, GatewayIdentity identity,
+ConnectionTable::ConnectionTable(Clock& clock, const Params& params, HolderIdentity identity,
                                  LeaseWriter& store, TimeoutHandler onTimeout,
                                  std::uint64_t runSeed)
     : timers_(clock),
@@ -15,7 +15,7 @@ ConnectionTable::ConnectionTable(Clock& clock, const Params& params, GatewayIden
       onTimeout_(std::move(onTimeout)),
       random_(identity_.name, runSeed) {
   validate(params_);
-  if (identity_.name.empty()) throw std::invalid_argument("gateway name must not be empty");
+  if (identity_.name.empty()) throw std::invalid_argument("lease holder name must not be empty");
   if (params_.pingTimeout > Millis{0}) {
     // Deadlines are at most one ping timeout ahead of the last check: a lap of the wheel covers it.
     wheel_.resize(static_cast<std::size_t>(params_.pingTimeout / params_.checkInterval) + 2);

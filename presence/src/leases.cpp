@@ -28,7 +28,7 @@ LeaseStore::LeaseStore(Clock& clock, const Params& params, ChangeHandler onChang
   timers_.after(params_.sweepInterval, [this] { sweep(); });
 }
 
-void LeaseStore::renew(std::string_view gateway, std::span<const LeaseEntry> entries) {
+void LeaseStore::renew(std::string_view holder, std::span<const LeaseEntry> entries) {
   const TimePoint now = timers_.now();
   for (const LeaseEntry& entry : entries) {
     if (auto removed = removed_.find(entry.key);
@@ -43,7 +43,7 @@ void LeaseStore::renew(std::string_view gateway, std::span<const LeaseEntry> ent
       continue;
     }
     lease.epoch = entry.epoch;
-    if (lease.gateway != gateway) lease.gateway = gateway;
+    if (lease.holder != holder) lease.holder = holder;
     lease.expires = now + params_.leaseTtl;
     expiries_.emplace_back(lease.expires, entry.key);
     ++counters_.renewalsAccepted;

@@ -16,8 +16,8 @@ class LateRemovals final : public LeaseWriter {
  public:
   LateRemovals(Clock& clock, LeaseWriter& store, Millis delay)
       : timers_(clock), store_(store), delay_(delay) {}
-  void renew(std::string_view gateway, std::span<const LeaseEntry> entries) override {
-    store_.renew(gateway, entries);
+  void renew(std::string_view holder, std::span<const LeaseEntry> entries) override {
+    store_.renew(holder, entries);
   }
   void remove(const DeviceKey& key, Epoch epoch, LeaveReason reason) override {
     timers_.after(delay_, [this, key, epoch, reason] { store_.remove(key, epoch, reason); });
@@ -127,7 +127,7 @@ TEST(DetectionCases, LateOfflineFromOldGatewayIsRejectedAndTheLeaseStaysWithTheN
   EXPECT_EQ(world.service.leases().counters().rejectedStale, 1u);
   const Lease* lease = world.service.leases().find({"alice", "phone"});
   ASSERT_NE(lease, nullptr);
-  EXPECT_EQ(lease->gateway, "new");
+  EXPECT_EQ(lease->holder, "new");
   EXPECT_EQ(world.changesOf("alice").size(), 1u);
 }
 

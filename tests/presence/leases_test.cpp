@@ -42,7 +42,7 @@ TEST(LeaseStore, FirstRenewalCreatesTheLeaseAndReportsTheDeviceOnline) {
   world.renew("a", {1, 1});
   const Lease* lease = world.store.find(world.key);
   ASSERT_NE(lease, nullptr);
-  EXPECT_EQ(lease->gateway, "a");
+  EXPECT_EQ(lease->holder, "a");
   EXPECT_EQ(lease->expires, at(150));
   ASSERT_EQ(world.changes.size(), 1u);
   EXPECT_TRUE(world.changes[0].online);
@@ -56,7 +56,7 @@ TEST(LeaseStore, RenewalWithALowerEpochIsRejectedAndChangesNothing) {
   world.clock.runUntil(at(30));
   world.renew("old", {1, 7});
   EXPECT_EQ(world.store.counters().staleRenewalsRejected, 1u);
-  EXPECT_EQ(world.store.find(world.key)->gateway, "new");
+  EXPECT_EQ(world.store.find(world.key)->holder, "new");
   EXPECT_EQ(world.store.find(world.key)->expires, at(150));
 }
 
@@ -110,7 +110,7 @@ TEST(CrossLeader, LateOfflineFromAnOldLeaderNeverRemovesTheNewLeadersLease) {
   EXPECT_TRUE(world.gateway.close(oldConnection));
   const Lease* lease = world.service.leases().find({"alice", "phone"});
   ASSERT_NE(lease, nullptr);
-  EXPECT_EQ(lease->gateway, "gateway-b");
+  EXPECT_EQ(lease->holder, "gateway-b");
   EXPECT_EQ(lease->epoch, newConnection);
   EXPECT_EQ(world.service.leases().counters().rejectedStale, 1u);
   EXPECT_GT(world.service.leases().counters().staleRenewalsRejected, 0u);
@@ -191,7 +191,7 @@ TEST(ConnectionTable, TimeoutHandlerMayCrashTheTableWithoutBreakingTheCheck) {
   PresenceService service(clock, params);
   std::unique_ptr<ConnectionTable> gateway;
   int timeouts = 0;
-  gateway = std::make_unique<ConnectionTable>(clock, params, GatewayIdentity{"gateway-a", 1},
+  gateway = std::make_unique<ConnectionTable>(clock, params, HolderIdentity{"gateway-a", 1},
                                               service.leases(), [&](const DeviceKey&, Epoch) {
                                                 ++timeouts;
                                                 gateway->crash();

@@ -38,10 +38,10 @@ struct Published {
 class RenewalLog final : public LeaseWriter {
  public:
   RenewalLog(Clock& clock, LeaseWriter& store) : clock_(clock), store_(store) {}
-  void renew(std::string_view gateway, std::span<const LeaseEntry> entries) override {
+  void renew(std::string_view holder, std::span<const LeaseEntry> entries) override {
     batchTimes.push_back(clock_.now());
     for (const LeaseEntry& entry : entries) lastRenewal[entry.key.user] = clock_.now();
-    store_.renew(gateway, entries);
+    store_.renew(holder, entries);
   }
   void remove(const DeviceKey& key, Epoch epoch, LeaveReason reason) override {
     store_.remove(key, epoch, reason);

@@ -147,7 +147,7 @@ void DeviceEndpoint::start(GateCheck gate, AdmitCheck admit, std::function<int64
     core->admitGate = std::move(admit);
     core->sessionId = std::move(sessionId);
     core->table = std::make_unique<presence::ConnectionTable>(
-        core->clock, presenceParams(core->settings), presence::GatewayIdentity{core->instanceId, 0},
+        core->clock, presenceParams(core->settings), presence::HolderIdentity{core->instanceId, 0},
         *core->writer,
         [weak = std::weak_ptr<DeviceEndpoint::Core>(core)](const presence::DeviceKey&,
                                                            presence::Epoch epoch) {

@@ -49,7 +49,7 @@ class GatewayLeaseWriter final : public presence::LeaseWriter,
   GatewayLeaseWriter(PresenceExecutor executor, const Config& config, PresenceMetrics& metrics,
                      GateCheck gate, std::function<int64_t()> sessionId, FencedHandler onFenced);
 
-  void renew(std::string_view gateway, std::span<const presence::LeaseEntry> entries) override;
+  void renew(std::string_view holder, std::span<const presence::LeaseEntry> entries) override;
   void remove(const presence::DeviceKey& key, presence::Epoch epoch,
               presence::LeaveReason reason) override;
   void stop();  // drops what is queued; nothing more is sent

@@ -17,7 +17,9 @@
 
 namespace zkagent::presence {
 
-struct GatewayIdentity {
+// Who holds the table's leases: the leader agent's instance id (in the presence model's terms the
+// agent is the devices' gateway; nothing here is the fencing-gateway).
+struct HolderIdentity {
   std::string name;  // seeds the renewal jitter (CRC32), names the lease holder
   // Fencing token for connect(key): a table that lives under one leadership. An agent leading
   // many accounts passes each account's own token to connect(key, token) instead.
@@ -31,9 +33,9 @@ class ConnectionTable {
   using TimeoutHandler = std::function<void(const DeviceKey&, Epoch)>;
 
   // Starts the timeout check and the renewal schedule at once. `runSeed` varies the jitter between
-  // experiment runs; the gateway name alone fixes it otherwise. Throws std::invalid_argument for
-  // invalid params or an empty gateway name.
-  ConnectionTable(Clock& clock, const Params& params, GatewayIdentity identity, LeaseWriter& store,
+  // experiment runs; the holder's name alone fixes it otherwise. Throws std::invalid_argument for
+  // invalid params or an empty holder name.
+  ConnectionTable(Clock& clock, const Params& params, HolderIdentity identity, LeaseWriter& store,
                   TimeoutHandler onTimeout = {}, std::uint64_t runSeed = 0);
 
   // Registers a new connection and announces its lease at once; the returned epoch identifies it.
@@ -53,7 +55,7 @@ class ConnectionTable {
   void crash();
 
   std::size_t size() const { return connections_.size(); }
-  const GatewayIdentity& identity() const { return identity_; }
+  const HolderIdentity& identity() const { return identity_; }
   // Entries of the timeout schedule: at most one per connection that existed within the last
   // ping timeout, however often each pings (read by tests).
   std::size_t scheduled() const;
@@ -76,7 +78,7 @@ class ConnectionTable {
 
   TimerScope timers_;
   Params params_;
-  GatewayIdentity identity_;
+  HolderIdentity identity_;
   LeaseWriter& store_;
   TimeoutHandler onTimeout_;
   StableRandom random_;

@@ -51,8 +51,9 @@ std::string_view toString(LeaveReason reason);
 class LeaseWriter {
  public:
   virtual ~LeaseWriter() = default;
-  // Creates or extends the leases of `entries`, all held by `gateway` (one request per batch).
-  virtual void renew(std::string_view gateway, std::span<const LeaseEntry> entries) = 0;
+  // Creates or extends the leases of `entries`, all held by `holder`, the instance id of the
+  // leader agent that renews them (one request per batch).
+  virtual void renew(std::string_view holder, std::span<const LeaseEntry> entries) = 0;
   // Ends the lease of `key` if `epoch` is still its current epoch.
   virtual void remove(const DeviceKey& key, Epoch epoch, LeaveReason reason) = 0;
 };
@@ -67,7 +68,7 @@ struct DeviceChange {
 
 struct Lease {
   Epoch epoch;
-  std::string gateway;
+  std::string holder;  // the instance id of the agent whose renewals hold it
   TimePoint expires;
 };
 
@@ -88,7 +89,7 @@ class LeaseStore final : public LeaseWriter {
 
   // Accepts an entry only if its epoch is >= the current lease's and above the last removed epoch
   // of that device (so a batch that crossed a close in flight cannot resurrect the lease).
-  void renew(std::string_view gateway, std::span<const LeaseEntry> entries) override;
+  void renew(std::string_view holder, std::span<const LeaseEntry> entries) override;
   // Only an equal epoch removes: a late close from an older connection counts in rejectedStale.
   void remove(const DeviceKey& key, Epoch epoch, LeaveReason reason) override;
 
