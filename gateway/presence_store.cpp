@@ -15,6 +15,7 @@
 #include <set>
 
 #include "gateway.hpp"
+#include "presence_disk.hpp"
 #include "presence_privacy.hpp"
 #include "zkagent/presence/asio_clock.hpp"
 
@@ -319,7 +320,7 @@ http::Response PresenceStore::accountPresence(const std::string& account) {
           sorted.emplace_back(
               key.device,
               ordered{{"device", key.device},
-                      {"agent", lease.gateway},
+                      {"agent", lease.holder},
                       {"epoch",
                        {{"token", lease.epoch.leaderToken}, {"counter", lease.epoch.connection}}},
                       {"age_ms", age.count()}});

@@ -85,7 +85,7 @@ class PresenceStore {
   http::Response putPrivacy(const std::string& account, std::string_view body);
   http::Response getPrivacy(const std::string& account);
   // Added to every version sent to subscribers: the durable restart counter << 32 (see
-  // presence_privacy.hpp), so versions grow across restarts.
+  // presence_disk.hpp), so versions grow across restarts.
   std::uint64_t versionBase() const;
   // The strand the model runs on, for the I/O objects of what plugs in (their handlers then run
   // where the model does, and may touch it directly).

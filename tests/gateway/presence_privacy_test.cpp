@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "gateway.hpp"
+#include "presence_disk.hpp"
 #include "presence_store.hpp"
 #include "presence_subscribers.hpp"
 #include "temp_dir.hpp"
