@@ -136,7 +136,8 @@ TEST_F(DeviceEndpointTest, LeaderWelcomesWithItsTokenAnswersEveryPingAndTheLease
   }
   EXPECT_EQ(a.account("acct-0")["devices"], 1);
   EXPECT_EQ(a.account("acct-1")["devices"], 0);
-  EXPECT_NE(a.metrics().find("zkagent_presence_heartbeats_total 5"), std::string::npos);
+  EXPECT_NE(a.metrics().find("\nzkagent_presence_heartbeats_total 5\n"), std::string::npos)
+      << "not exactly 5 heartbeats";
 
   ASSERT_TRUE(eventually([&] { return leases("acct-0").contains("phone"); }, 3s))
       << gatewayClient_->get("/v1/presence/acct-0").body;
@@ -198,7 +199,7 @@ TEST_F(DeviceEndpointTest, BadUpgradesAreRefusedBeforeTheHandshakeNamingTheProbl
   EXPECT_EQ(refused->status, 400);
   Device good;
   EXPECT_FALSE(good.connect(a.devicePort, devicePath("acct-0", "d")));
-  EXPECT_NE(a.metrics().find("zkagent_presence_refused_upgrades_total{reason=\"bad_request\"} 7"),
+  EXPECT_NE(a.metrics().find("zkagent_presence_refused_upgrades_total{reason=\"bad_request\"} 7\n"),
             std::string::npos)
       << a.metrics();
 }
@@ -210,7 +211,7 @@ TEST_F(DeviceEndpointTest, NonLeaderRedirectsToTheLeadersDeviceEndpointWithTheSa
   ASSERT_TRUE(refused);
   EXPECT_EQ(refused->status, 307) << refused->body;
   EXPECT_EQ(refused->location, a.deviceUrl + devicePath("acct-0", "tv"));
-  EXPECT_NE(b.metrics().find("zkagent_presence_redirects_total{code=\"307\"} 1"),
+  EXPECT_NE(b.metrics().find("zkagent_presence_redirects_total{code=\"307\"} 1\n"),
             std::string::npos);
   // Following the redirect works.
   Device follow;
@@ -247,7 +248,7 @@ TEST_F(DeviceEndpointTest, NonLeaderRedirectsInBandWithACloseNamingTheLeadersUrl
   EXPECT_EQ(b.account("acct-0")["devices"], 0);
   EXPECT_TRUE(eventually(
       [&] {
-        return b.metrics().find("zkagent_presence_device_connections{state=\"closing\"} 0") !=
+        return b.metrics().find("zkagent_presence_device_connections{state=\"closing\"} 0\n") !=
                std::string::npos;
       },
       2s));
@@ -321,7 +322,7 @@ TEST_F(DeviceEndpointTest, NoLeaderKnownAnswers503WithRetryAfter) {
   ASSERT_TRUE(refused);
   EXPECT_EQ(refused->status, 503) << refused->body;
   EXPECT_EQ(refused->retryAfter, "1");
-  EXPECT_NE(a.metrics().find("zkagent_presence_redirects_total{code=\"503\"} 1"),
+  EXPECT_NE(a.metrics().find("zkagent_presence_redirects_total{code=\"503\"} 1\n"),
             std::string::npos);
   // In band: the handshake completes and the close says "try again later"; nothing is admitted.
   Device inBand;
@@ -329,7 +330,7 @@ TEST_F(DeviceEndpointTest, NoLeaderKnownAnswers503WithRetryAfter) {
   const auto closed = inBand.awaitClose();
   ASSERT_TRUE(closed);
   EXPECT_EQ(closed->code, 1013) << closed->reason;
-  EXPECT_NE(a.metrics().find("zkagent_presence_redirects_total{code=\"1013\"} 1"),
+  EXPECT_NE(a.metrics().find("zkagent_presence_redirects_total{code=\"1013\"} 1\n"),
             std::string::npos);
   EXPECT_EQ(a.account("acct-0")["devices"], 0);
 }
@@ -390,7 +391,8 @@ TEST_F(DeviceEndpointTest, ResignClosesDevicesWith4001NamingTheNewLeaderWhoTakes
   ASSERT_TRUE(closed);
   EXPECT_EQ(closed->code, 4001);
   EXPECT_EQ(closed->reason, b.deviceUrl);
-  EXPECT_NE(a.metrics().find("zkagent_presence_leader_moved_closes_total 1"), std::string::npos);
+  EXPECT_NE(a.metrics().find("\nzkagent_presence_leader_moved_closes_total 1\n"),
+            std::string::npos);
 
   ASSERT_TRUE(eventually([&] { return b.leads("acct-0"); }, 5s));
   const int64_t token = b.account("acct-0")["token"];
@@ -430,7 +432,7 @@ TEST_F(DeviceEndpointTest, SilentDeviceIsClosedWith4002AndItsLeaseRemoved) {
   EXPECT_EQ(closed->code, 4002);
   EXPECT_TRUE(eventually([&] { return !leases("acct-0").contains("silent"); }, 1s));
   EXPECT_TRUE(leases("acct-0").contains("chatty"));
-  EXPECT_NE(a.metrics().find("zkagent_presence_ping_timeouts_total 1"), std::string::npos);
+  EXPECT_NE(a.metrics().find("\nzkagent_presence_ping_timeouts_total 1\n"), std::string::npos);
 }
 
 TEST_F(DeviceEndpointTest, SigtermClosesEveryDeviceAndTheAgentExitsZero) {
@@ -517,7 +519,8 @@ TEST_F(DeviceEndpointTest, AnAgentWarnsOnceWhenTheGatewaysLeaseTtlIsNotItsOwn) {
                                       "zkagent_presence_gateway_lease_ttl_seconds") == 1.2;
         },
         5s))
-        << c.id << "\n" << agent.metrics();
+        << c.id << "\n"
+        << agent.metrics();
     // Two renewal rounds more, each answered with the same TTL: still one line.
     const auto batches = [&] {
       return zktest::metricSample(agent.metrics(),
