@@ -154,7 +154,8 @@ class ZkSession : public Session, public Keeper, public std::enable_shared_from_
 
   mutable std::mutex mu_;  // guards zh_, generation_, watches, closers_
   zhandle_t* zh_ = nullptr;
-  uint64_t generation_ = 0;
+  // Changed under mu_; read without it by the watcher (a stale handle's events are ignored).
+  std::atomic<uint64_t> generation_{0};
   WatchTable dataWatches_;
   WatchTable childWatches_;
   std::vector<std::thread> closers_;

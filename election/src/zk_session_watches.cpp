@@ -11,8 +11,10 @@ namespace asio = boost::asio;
 void ZkSession::onWatcherEvent(uint64_t generation, int type, int state, const char* path) {
   if (type == ZOO_SESSION_EVENT) {
     // The gate must close the instant the link drops, before anything is posted: a leader that
-    // cannot hear ZooKeeper must not act.
-    if (state != ZOO_CONNECTED_STATE) {
+    // cannot hear ZooKeeper must not act. Only the current handle's link counts: a retired handle
+    // (an expired session's, closed on another thread) reports its own end, which says nothing
+    // of the session that replaced it and would otherwise close its gate for good.
+    if (state != ZOO_CONNECTED_STATE && generation == generation_.load()) {
       connected_.store(false);
       linkEpoch_.fetch_add(1);
     }

@@ -1,14 +1,19 @@
 // The failure modes other election libraries shipped (issue 3), each against a real ZooKeeper.
 // Every test here fails without the mechanism it names.
 #include <gtest/gtest.h>
+#include <zookeeper/zookeeper.h>
 
 #include <algorithm>
 #include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
 #include <filesystem>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "contender.hpp"
+#include "zk_session.hpp"
 #include "zktest/deadline.hpp"
 #include "zktest/tcp_proxy.hpp"
 #include "zktest/zookeeper_server.hpp"
@@ -231,8 +236,8 @@ TEST_F(HardeningTest, EveryCallInFlightIsAnsweredWhenTheSessionCloses) {
   constexpr int kCalls = 20000;
   for (int round = 0; round < 5; ++round) {
     auto c = std::make_unique<Contender>(hosts(), root, "host-" + std::to_string(round));
-    ASSERT_TRUE(eventually(
-        [&] { return c->group().sessionState() == el::SessionState::Connected; }, 10s));
+    ASSERT_TRUE(
+        eventually([&] { return c->group().sessionState() == el::SessionState::Connected; }, 10s));
     auto answered = std::make_shared<std::atomic<int>>(0);
     for (int i = 0; i < kCalls; ++i) {
       c->group().session().exists(root, nullptr,
@@ -245,6 +250,29 @@ TEST_F(HardeningTest, EveryCallInFlightIsAnsweredWhenTheSessionCloses) {
         << "round " << round << ": " << kCalls - answered->load() << " of " << kCalls
         << " calls never answered";
   }
+}
+
+// After a session expires the old handle is closed on another thread while a new one connects;
+// what the old handle reports about its own end (not connected any more) must not close the gate
+// of the session that replaced it, which nothing would open again until its next reconnect (a
+// leader would stay Suspended for good). Seen once under TSan as a leader that never passed its
+// gate again.
+TEST_F(HardeningTest, AStaleHandlesSessionEventLeavesTheCurrentSessionsGateOpen) {
+  boost::asio::io_context io;
+  auto work = boost::asio::make_work_guard(io);
+  std::thread thread([&] { io.run(); });
+  auto session = std::make_shared<el::detail::ZkSession>(io, el::SessionOptions{hosts(), 2000ms});
+  session->start([](const el::SessionEvent&) {});
+  ASSERT_TRUE(eventually([&] { return session->usable(); }, 10s));
+  const uint64_t epoch = session->linkEpoch();
+  // Generation 0 is no handle's (the first handle is 1): a handle that is gone.
+  session->onWatcherEvent(0, ZOO_SESSION_EVENT, ZOO_CONNECTING_STATE, nullptr);
+  EXPECT_TRUE(session->usable()) << "a stale handle closed the gate";
+  EXPECT_EQ(session->linkEpoch(), epoch);
+  EXPECT_EQ(session->state(), el::SessionState::Connected);
+  session->closeNow();
+  work.reset();
+  thread.join();
 }
 
 // Session marks (our own shortcut, held to the same standard): a successor tells a clean stop
