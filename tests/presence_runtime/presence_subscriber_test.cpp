@@ -13,13 +13,13 @@
 #include <chrono>
 #include <fstream>
 #include <map>
-#include <tuple>
 #include <string>
+#include <tuple>
 
 #include "presence_cluster.hpp"
 #include "zkagent/auth.hpp"
-#include "zktest/test_certs.hpp"
 #include "zktest/deadline.hpp"
+#include "zktest/test_certs.hpp"
 #include "zktest/zookeeper_server.hpp"
 
 namespace {
@@ -253,14 +253,15 @@ TEST_F(PresenceSubscriberTest, VersionsNeverGoBackAcrossAGatewayRestartAndALeade
 TEST_F(PresenceSubscriberTest, ASubscriberIsTheViewerItsTokenNamesAndSeesWhatThatViewerMay) {
   const auto secret = zktest::testCertificates() / "tokens" / "hs256.secret";
   std::ofstream(dir_ / "viewers.json")
-      << json{{"presence", {{"viewer_auth", {{"keys", {{{"kid", "v1"}, {"alg", "HS256"},
-                                                         {"file", secret.string()}}}}}}}}}
+      << json{{"presence",
+               {{"viewer_auth",
+                 {{"keys", {{{"kid", "v1"}, {"alg", "HS256"}, {"file", secret.string()}}}}}}}}}
              .dump();
   cluster_.reset();
-  cluster_ = std::make_unique<Cluster>(zktest::sharedZooKeeper().connectString(),
-                                       zktest::uniqueTestRoot(), dir_, zktest::presence::Timing{},
-                                       std::vector<std::string>{"--config",
-                                                                (dir_ / "viewers.json").string()});
+  cluster_ = std::make_unique<Cluster>(
+      zktest::sharedZooKeeper().connectString(), zktest::uniqueTestRoot(), dir_,
+      zktest::presence::Timing{},
+      std::vector<std::string>{"--config", (dir_ / "viewers.json").string()});
   ASSERT_EQ(cluster_->setPrivacy("acct-0", {{"granularity", "exact"}, {"contacts", {"bob"}}}), 200);
   const auto now = zkagent::auth::unixNow();
   auto tokenFor = [&](const std::string& viewer, std::int64_t expiresAt, std::string key) {
