@@ -5,6 +5,7 @@
 
 #include <boost/asio/post.hpp>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "device_endpoint_core.hpp"
@@ -51,17 +52,17 @@ void DeviceEndpoint::Core::closeMoved(std::string account,
 }
 
 // A stopping agent's hand-over is done and its electors no longer watch who leads: the devices
-// closeMoved holds for the successor's endpoint leave now (their round then finds the leader).
+// closeMoved would hold for the successor's endpoint leave now (their round then finds the leader).
 void DeviceEndpoint::Core::closeMovingNow() {
-  handedOver = true;
-  std::vector<std::shared_ptr<Session>> moving;
+  handedOver = true;  // closeMoved waits no more
+  std::unordered_map<std::string, std::vector<std::weak_ptr<Session>>> moving;
   for (Session* session : sessions) {
-    if (session->state() == Session::State::Moving) moving.push_back(session->shared_from_this());
+    if (session->state() == Session::State::Moving) {
+      moving[session->key().user].push_back(session->weak_from_this());
+    }
   }
-  for (auto& session : moving) {
-    const auto leader = gate ? leaderElsewhere(gate(session->key().user)) : std::nullopt;
-    m.leaderMovedCloses.inc();
-    session->closeWith(kLeaderMoved, leader.value_or(""));
+  for (auto& [account, sessionsOfAccount] : moving) {
+    closeMoved(account, std::move(sessionsOfAccount), 0);
   }
 }
 
