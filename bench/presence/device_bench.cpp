@@ -6,8 +6,12 @@
 //              simulators' CPU apart (they share the machine), heartbeat RTT p50/p99 as the
 //              devices measure it (the median over the window's per-second STATS lines);
 //   migration  D devices over A accounts on a leader; SIGTERM it: time from the signal until each
-//              device is connected to the successor (p50/max), and whether any device's lease was
-//              missing at the gateway meanwhile;
+//              device is connected to the successor (p50/max), from a device's close until its
+//              welcome there, each process's CPU meanwhile, and whether any device's lease was
+//              missing at the gateway (its lease gauge every 20 ms, its removal and expiry
+//              counters over the whole migration); --events-file writes the simulators' event
+//              lines for a timeline; --migration-per-simulator spreads the devices over more
+//              simulator processes (default 12500 each);
 //   connects   C devices connect to one agent at once, without device tokens and with HS256 and
 //              ES256 tokens (presence.auth; the simulators sign a token per device): the agent's
 //              CPU per connect (upgrade, token check, welcome, lease) and connects per agent
@@ -19,7 +23,7 @@
 //
 // usage: device_bench [--devices N] [--accounts A] [--migration-devices D] [--seconds S]
 //                     [--connect-devices C] [--skip-load] [--skip-migration] [--skip-connects]
-//                     [--tls]
+//                     [--tls] [--migration-per-simulator M] [--events-file F]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -38,6 +42,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -60,6 +65,10 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using zktest::ChildProcess;
 
+// Devices per simulator process and per source address: one source address gives at most the
+// ephemeral port range (about 28 000) connections to one agent port.
+constexpr size_t kDevicesPerSimulator = 12500;
+
 struct Options {
   size_t devices = 50000;
   size_t accounts = 1000;
@@ -70,11 +79,15 @@ struct Options {
   bool migration = true;
   bool connects = true;
   bool tls = false;  // wss:// between devices and agents
+  size_t migrationPerSimulator = kDevicesPerSimulator;
+  std::string eventsFile;  // the simulators' event lines during the migration, for a timeline
 };
 
-// Devices per simulator process and per source address: one source address gives at most the
-// ephemeral port range (about 28 000) connections to one agent port.
-constexpr size_t kDevicesPerSimulator = 12500;
+long long unixNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 uint16_t portOf(const std::string& line) { return zkagent::naming::trailingPort(line).value(); }
 
@@ -90,6 +103,7 @@ long rssKiB(pid_t pid) {
 double cpuSeconds(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.rfind(')') == std::string::npos) return 0;  // the process is gone
   std::istringstream fields(text.substr(text.rfind(')') + 2));
   std::string field;
   unsigned long long utime = 0, stime = 0;
@@ -235,12 +249,13 @@ class Bench {
   // Simulators of `total` devices over `accounts`, each bound to its own source address.
   std::vector<ChildProcess*> startDevices(const std::vector<std::string>& urls,
                                           const std::filesystem::path& accountsFile, size_t total,
-                                          bool events, const std::vector<std::string>& extra = {}) {
+                                          bool events, const std::vector<std::string>& extra = {},
+                                          size_t perSimulator = kDevicesPerSimulator) {
     std::vector<ChildProcess*> started;
     std::string connect;
     for (const auto& url : urls) connect += (connect.empty() ? "" : ",") + url;
-    for (size_t first = 0, index = 0; first < total; first += kDevicesPerSimulator, ++index) {
-      const size_t count = std::min(kDevicesPerSimulator, total - first);
+    for (size_t first = 0, index = 0; first < total; first += perSimulator, ++index) {
+      const size_t count = std::min(perSimulator, total - first);
       std::vector<std::string> args{"--connect",          connect,
                                     "--accounts-file",    accountsFile.string(),
                                     "--device",           "sim" + std::to_string(index),
@@ -366,34 +381,70 @@ class Bench {
     auto& b = startAgent("mig-b", accounts);
     std::this_thread::sleep_for(3s);  // b registers as a candidate everywhere
     auto sims = startDevices({a.deviceUrl, b.deviceUrl}, writeAccounts(accounts),
-                             options_.migrationDevices, true);
+                             options_.migrationDevices, true, {}, options_.migrationPerSimulator);
     awaitConnected(sims, options_.migrationDevices, 120s);
     for (auto* sim : sims) {
       while (sim->tryReadLine(0ms)) {
       }
     }
 
-    // Watch every account's leases while the devices move.
+    // Watch the gateway's leases while the devices move: the lease gauge every 20 ms (one small
+    // request, so the watch takes almost nothing from the processes under test) and, over the
+    // whole migration, the counters of removals and expirations, which catch a lease that went
+    // and came back between two polls.
+    const std::string removals =
+        "zkagent_gateway_presence_lease_entries_total{op=\"remove\",result=\"accepted\"}";
+    const std::string expirations = "zkagent_gateway_presence_lease_expirations_total";
+    auto gatewayMetrics = [&] {
+      auto r = gateway->get("/metrics");
+      if (!r.delivered() || r.status != 200) throw std::runtime_error("gateway /metrics failed");
+      return r.body;
+    };
+    // Every device's lease is at the gateway before the signal (the leader writes them in
+    // batches after the welcomes), so that a missing one during the migration is the migration's.
+    const auto leasesIn = Clock::now() + 60s;
+    while (sampleOf(gatewayMetrics(), "zkagent_gateway_presence_leases") <
+           static_cast<double>(options_.migrationDevices)) {
+      if (Clock::now() > leasesIn) throw std::runtime_error("not every lease reached the gateway");
+      std::this_thread::sleep_for(50ms);
+    }
+    const auto metricsBefore = gatewayMetrics();
     std::atomic<bool> watching{true};
-    std::atomic<size_t> rounds{0}, missingSeen{0};
+    std::vector<std::pair<long long, double>> leaseSamples;  // (unix ns, leases); -1: no answer
+    std::atomic<double> aCpu{cpuSeconds(a.process->pid())};  // a exits during the migration
+    const double aCpuBefore = aCpu;
     std::thread watcher([&] {
       while (watching) {
-        size_t devices = 0;
-        for (const auto& account : accounts) {
-          auto r = gateway->get("/v1/presence/" + account);
-          if (r.status == 200) {
-            devices += json::parse(r.body, nullptr, false).value("devices", json::array()).size();
-          }
-        }
-        if (devices < options_.migrationDevices) ++missingSeen;
-        ++rounds;
+        auto r = gateway->get("/metrics");
+        const double leases = r.delivered() && r.status == 200
+                                  ? sampleOf(r.body, "zkagent_gateway_presence_leases")
+                                  : -1.0;
+        leaseSamples.emplace_back(unixNanos(), leases);
+        if (::kill(a.process->pid(), 0) == 0)
+          aCpu = std::max(aCpu.load(), cpuSeconds(a.process->pid()));
+        std::this_thread::sleep_for(20ms);
       }
     });
+    std::map<std::string, double> cpuBefore{{"b", cpuSeconds(b.process->pid())},
+                                            {"gateway", cpuSeconds(gateway_->pid())},
+                                            {"zookeeper", cpuSeconds(zk_.pid())},
+                                            {"simulators", 0.0}};
+    for (auto* sim : sims) cpuBefore["simulators"] += cpuSeconds(sim->pid());
 
+    std::optional<std::ofstream> events;
+    if (!options_.eventsFile.empty()) events.emplace(options_.eventsFile);
     const auto signalled = std::chrono::system_clock::now();
+    if (events) {
+      *events << "SIGTERM a "
+              << std::chrono::duration_cast<std::chrono::nanoseconds>(signalled.time_since_epoch())
+                     .count()
+              << '\n';
+    }
     a.process->signal(SIGTERM);
     std::vector<double> moveMs, closedMs;  // connected to b; first close by a
-    std::set<std::string> moved, closed;
+    std::vector<double> reconnectMs;       // from a device's close by a to its welcome at b
+    std::set<std::string> moved;
+    std::map<std::string, double> closedAt;
     std::map<std::string, size_t> reasons;  // every disconnect and failed attempt, by reason
     size_t redirects = 0;
     auto sinceSignal = [&](long long unixNs) {
@@ -406,6 +457,7 @@ class Bench {
       for (auto* sim : sims) {
         while (auto line = sim->tryReadLine(0ms)) {
           any = true;
+          if (events) *events << *line << '\n';
           std::istringstream in(*line);
           std::string word, account, device, third;
           in >> word >> account >> device >> third;
@@ -415,7 +467,7 @@ class Bench {
             in >> unixNs;
             ++reasons[third.substr(
                 0, third.find(':') == std::string::npos ? third.size() : third.find(':') + 12)];
-            if (closed.insert(account + "/" + device).second)
+            if (closedAt.emplace(account + "/" + device, sinceSignal(unixNs)).second)
               closedMs.push_back(sinceSignal(unixNs));
           }
           if (word != "CONNECTED" || third != "mig-b") continue;
@@ -424,32 +476,64 @@ class Bench {
           in >> epoch >> unixNs;
           if (!moved.insert(account + "/" + device).second) continue;
           moveMs.push_back(sinceSignal(unixNs));
+          if (auto it = closedAt.find(account + "/" + device); it != closedAt.end())
+            reconnectMs.push_back(moveMs.back() - it->second);
         }
       }
       if (!any) std::this_thread::sleep_for(10ms);
     }
+    const double window =
+        std::chrono::duration<double>(std::chrono::system_clock::now() - signalled).count();
     watching = false;
     watcher.join();
+    const auto metricsAfter = gatewayMetrics();
+    const auto devices = static_cast<double>(options_.migrationDevices);
+    double fewest = devices;
+    for (const auto& [at, leases] : leaseSamples) {
+      fewest = std::min(fewest, leases);
+      if (events) *events << "LEASES gateway - " << leases << ' ' << at << '\n';
+    }
+    // CPU-seconds each process spent from the signal until every device was on b.
+    json cpu{{"a", aCpu - aCpuBefore},
+             {"b", cpuSeconds(b.process->pid()) - cpuBefore["b"]},
+             {"gateway", cpuSeconds(gateway_->pid()) - cpuBefore["gateway"]},
+             {"zookeeper", cpuSeconds(zk_.pid()) - cpuBefore["zookeeper"]},
+             {"simulators", -cpuBefore["simulators"]}};
+    for (auto* sim : sims)
+      cpu["simulators"] = cpu["simulators"].get<double>() + cpuSeconds(sim->pid());
     std::sort(moveMs.begin(), moveMs.end());
     std::sort(closedMs.begin(), closedMs.end());
+    std::sort(reconnectMs.begin(), reconnectMs.end());
     auto quantile = [](const std::vector<double>& v, double q) {
       return v.empty() ? -1.0 : v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))];
     };
     auto at = [&](double q) { return quantile(moveMs, q); };
-    json result{{"devices", options_.migrationDevices},
-                {"accounts", options_.accounts},
-                {"moved", moveMs.size()},
-                {"move_ms_p50", at(0.5)},
-                {"move_ms_p99", at(0.99)},
-                {"move_ms_max", moveMs.empty() ? -1.0 : moveMs.back()},
-                {"move_ms_min", moveMs.empty() ? -1.0 : moveMs.front()},
-                {"closed_by_a_ms_min", closedMs.empty() ? -1.0 : closedMs.front()},
-                {"closed_by_a_ms_p50", quantile(closedMs, 0.5)},
-                {"closed_by_a_ms_max", closedMs.empty() ? -1.0 : closedMs.back()},
-                {"disconnect_reasons", reasons},
-                {"redirects", redirects},
-                {"lease_poll_rounds", rounds.load()},
-                {"rounds_with_a_lease_missing", missingSeen.load()}};
+    json result{
+        {"devices", options_.migrationDevices},
+        {"accounts", options_.accounts},
+        {"moved", moveMs.size()},
+        {"move_ms_p50", at(0.5)},
+        {"move_ms_p99", at(0.99)},
+        {"move_ms_max", moveMs.empty() ? -1.0 : moveMs.back()},
+        {"move_ms_min", moveMs.empty() ? -1.0 : moveMs.front()},
+        {"closed_by_a_ms_min", closedMs.empty() ? -1.0 : closedMs.front()},
+        {"closed_by_a_ms_p50", quantile(closedMs, 0.5)},
+        {"closed_by_a_ms_max", closedMs.empty() ? -1.0 : closedMs.back()},
+        {"close_to_b_ms_p50", quantile(reconnectMs, 0.5)},
+        {"close_to_b_ms_max", reconnectMs.empty() ? -1.0 : reconnectMs.back()},
+        {"disconnect_reasons", reasons},
+        {"redirects", redirects},
+        {"simulators", sims.size()},
+        {"cpu_s", cpu},
+        {"window_s", window},
+        {"lease_poll_rounds", leaseSamples.size()},
+        {"rounds_with_a_lease_missing",
+         std::count_if(leaseSamples.begin(), leaseSamples.end(),
+                       [&](const auto& sample) { return sample.second < devices; })},
+        {"fewest_leases", fewest},
+        {"leases_removed", sampleOf(metricsAfter, removals) - sampleOf(metricsBefore, removals)},
+        {"leases_expired",
+         sampleOf(metricsAfter, expirations) - sampleOf(metricsBefore, expirations)}};
     simulators_.clear();
     agents_.clear();
     return result;
@@ -545,6 +629,11 @@ Options parse(int argc, char** argv) {
       o.migration = false;
     } else if (arg == "--tls") {
       o.tls = true;
+    } else if (arg == "--migration-per-simulator") {
+      o.migrationPerSimulator = std::clamp<size_t>(next(), 1, kDevicesPerSimulator);
+    } else if (arg == "--events-file") {
+      if (i + 1 >= argc) throw std::invalid_argument(arg + ": needs a value");
+      o.eventsFile = argv[++i];
     } else {
       throw std::invalid_argument("unknown argument " + arg);
     }

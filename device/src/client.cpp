@@ -100,9 +100,13 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
 
   Phase phase = Phase::Idle;
   std::shared_ptr<Connection> conn;
-  // The round: position 0 is `preferred` (a 4001's endpoint), 1..n the configured endpoints.
+  // The round: position 0 is `preferred` (a 4001's endpoint), 1..n the configured endpoints
+  // starting at `roundStart`: the one after the endpoint of the last welcome, since the agent a
+  // connection ended on is the least likely to lead now (it closed us with 4001, or it is gone).
   std::optional<WsUrl> preferred;
   std::size_t roundPosition = 0;
+  std::size_t roundStart = 0;
+  std::optional<std::size_t> attemptEndpoint;  // index in `endpoints` of the current attempt
   unsigned redirectsLeft = 0;
   SteadyClock::time_point deadline;  // connect/welcome/close deadline
   SteadyClock::time_point nextPingAt;
@@ -206,10 +210,13 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
         if (!preferred) continue;
         WsUrl url = *preferred;
         preferred.reset();
+        attemptEndpoint.reset();
         attempt(std::move(url), false);
         return;
       }
-      attempt(endpoints[position - 1], false);
+      const std::size_t index = (roundStart + position - 1) % endpoints.size();
+      attemptEndpoint = index;
+      attempt(endpoints[index], false);
       return;
     }
     wait(backoff.next());
@@ -381,6 +388,7 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
     closeSocket(conn);
     if (redirectedCallback) redirectedCallback(location);
     if (phase != Phase::Connecting) return;  // the callback stopped us
+    attemptEndpoint.reset();
     attempt(std::move(*url), true);
   }
 
@@ -507,6 +515,8 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
 
     phase = Phase::Open;
     backoff.reset();
+    // Welcomed by a redirect's target (no index): the next round starts at the first endpoint.
+    roundStart = attemptEndpoint ? (*attemptEndpoint + 1) % endpoints.size() : 0;
     ++stats.connects;
     if (options.heartbeat.count() > 0) nextPingAt = SteadyClock::now() + heartbeatInterval();
     armOpenTimer();

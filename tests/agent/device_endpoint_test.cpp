@@ -2,8 +2,14 @@
 // real zk-agent processes and a small Beast WebSocket client in the test (the wire protocol of
 // docs/presence-runtime.md: refusals before the upgrade, welcome, ping/pong, close codes, leases
 // at the gateway).
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <boost/asio/connect.hpp>
@@ -302,6 +308,94 @@ TEST_F(DeviceEndpointTest, ADeviceWaitsOutTheLockDelayOfASuccessorLikeAnOperatio
   EXPECT_GE(waited, remaining - 200ms) << "admitted during the lock delay";
   EXPECT_EQ((*welcome)["agent"], "host-b");
   a.process->signal(SIGCONT);
+}
+
+// A raw TCP connection to the device port for the tests that need its bytes timed by hand.
+class RawConnection {
+ public:
+  explicit RawConnection(uint16_t port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(port);
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0;
+  }
+  ~RawConnection() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+  bool connected() const { return connected_; }
+  bool send(const std::string& bytes) {
+    return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+           static_cast<ssize_t>(bytes.size());
+  }
+  // What arrives within `timeout` up to the end of the HTTP head (or the connection's end).
+  std::string readHead(milliseconds timeout) {
+    std::string head;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (head.find("\r\n\r\n") == std::string::npos) {
+      const auto left =
+          std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+      pollfd p{fd_, POLLIN, 0};
+      if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+      char buffer[1024];
+      const auto n = ::recv(fd_, buffer, sizeof buffer, 0);
+      if (n <= 0) break;
+      head.append(buffer, static_cast<size_t>(n));
+    }
+    return head;
+  }
+
+ private:
+  int fd_;
+  bool connected_ = false;
+};
+
+// The bound on unfinished upgrades drops idle connects, not devices whose request is waiting for
+// the agent: a device that sent its whole upgrade request while the agent could not read it (here
+// SIGSTOP; in a reconnect storm, a busy endpoint thread) is upgraded although it is the oldest
+// unfinished upgrade, long past the idle bound, when the next connect comes over the bound.
+TEST_F(DeviceEndpointTest, TheUpgradeBoundDropsIdleConnectsButNotADeviceWaitingToBeRead) {
+  constexpr size_t kSoftBound = 4096;  // agent/src/devices/device_endpoint_core.hpp kMaxUpgrading
+  // This process and the agent (which inherits the limit) each hold one socket per connect.
+  rlimit files{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &files), 0);
+  files.rlim_cur = files.rlim_max;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &files), 0);
+  ASSERT_GE(files.rlim_cur, kSoftBound + 512) << "the fd hard limit is too low for this test";
+  auto& a = startAgent("host-a", {"acct-0"});
+  ASSERT_TRUE(eventually([&] { return a.leads("acct-0"); }, 15s));
+  const std::string upgrading = "zkagent_presence_device_connections{state=\"upgrading\"}";
+  const std::string evicted = "zkagent_presence_refused_upgrades_total{reason=\"evicted\"}";
+  RawConnection device(a.devicePort);  // the oldest: nothing sent yet
+  ASSERT_TRUE(device.connected());
+  std::vector<std::unique_ptr<RawConnection>> idle;
+  for (size_t i = 1; i < kSoftBound; ++i) {
+    idle.push_back(std::make_unique<RawConnection>(a.devicePort));
+    ASSERT_TRUE(idle.back()->connected()) << "idle connect " << i;
+  }
+  ASSERT_TRUE(eventually(
+      [&] { return zktest::metricSample(a.metrics(), upgrading) == double(kSoftBound); }, 20s))
+      << zktest::metricSample(a.metrics(), upgrading).value_or(-1);
+  std::this_thread::sleep_for(1100ms);  // every upgrade is past the idle bound (kStaleUpgrade 1 s)
+
+  a.process->signal(SIGSTOP);
+  ASSERT_TRUE(device.send("GET " + devicePath("acct-0", "phone") +
+                          " HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+                          "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                          "Sec-WebSocket-Version: 13\r\n\r\n"));
+  RawConnection next(a.devicePort);  // over the bound: the agent finds both when it runs again
+  ASSERT_TRUE(next.connected());
+  a.process->signal(SIGCONT);
+
+  EXPECT_EQ(device.readHead(10s).substr(0, 12), "HTTP/1.1 101") << "the waiting device was dropped";
+  // The bound still holds against idle connects: the next connect over it drops the oldest idle
+  // one (the device's own upgrade is finished and out of the count).
+  RawConnection overflow(a.devicePort);
+  ASSERT_TRUE(overflow.connected());
+  EXPECT_TRUE(eventually([&] { return zktest::metricSample(a.metrics(), evicted) >= 1.0; }, 10s))
+      << a.metrics();
 }
 
 TEST_F(DeviceEndpointTest, NoLeaderKnownAnswers503WithRetryAfter) {

@@ -145,6 +145,24 @@ TEST(DeviceClient, LeaderMovedCloseReconnectsToTheReasonsEndpointFirst) {
   EXPECT_EQ(oldLeader.upgradeRequests(), 1);
 }
 
+// A 4001 without an endpoint (the old leader no longer knows who leads, e.g. at its shutdown): the
+// next round starts after the endpoint the device was on, so the agent that just closed it is
+// asked last, and the list wraps around.
+TEST(DeviceClient, LeaderMovedCloseWithoutAnEndpointTriesTheNextEndpointFirst) {
+  FakeAgent first("agent-a", 7);
+  FakeAgent second("agent-b", 8);
+  DeviceHarness device(optionsFor({first.endpoint(), second.endpoint()}));
+  ASSERT_TRUE(device.waitFor("CONNECTED agent-a"));
+  first.closeAll(4001, "");
+  ASSERT_TRUE(device.waitFor("CONNECTED agent-b"));
+  EXPECT_EQ(first.upgradeRequests(), 1);
+  second.closeAll(4001, "");
+  ASSERT_TRUE(device.waitFor("CONNECTED agent-a", 2));
+  EXPECT_EQ(second.upgradeRequests(), 1);
+  EXPECT_EQ(device.eventsStartingWith("DISCONNECTED"),
+            (std::vector<std::string>{"DISCONNECTED leader_moved", "DISCONNECTED leader_moved"}));
+}
+
 // A 4001 reason may be a whole URL (an in-band redirect, docs/device-protocol.md): it is used as
 // it is, path and query included.
 TEST(DeviceClient, LeaderMovedCloseNamingAWholeUrlIsFollowedToThatUrl) {

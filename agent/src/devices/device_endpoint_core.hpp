@@ -49,10 +49,11 @@ using SteadyClock = std::chrono::steady_clock;
 
 // Bounds of the endpoint (docs/agent.md "Limits worth knowing").
 inline constexpr size_t kMaxConnections = 200000;  // sockets at once; more are closed at accept
-// Unfinished upgrades. Over the soft bound the oldest is dropped if it has waited kStaleUpgrade (an
-// idle connect); a reconnect storm (every device of a deposed leader within a few hundred ms) is
-// younger than that and is let through up to the hard bound, where the oldest is dropped anyway.
-// Dropping young upgrades sends their devices into longer backoff and slows the storm down.
+// Unfinished upgrades. Over the soft bound the oldest is dropped if it has waited kStaleUpgrade and
+// has sent nothing (an idle connect); a reconnect storm (every device of a deposed leader at once)
+// is let through up to the hard bound, where the oldest is dropped anyway, even when this thread
+// is too busy to read the storm's requests within kStaleUpgrade. Dropping a device's upgrade
+// sends it into a longer backoff and slows the storm down.
 inline constexpr size_t kMaxUpgrading = 4096;
 inline constexpr size_t kMaxUpgradingBurst = 16384;
 inline constexpr auto kStaleUpgrade = std::chrono::seconds(1);
@@ -190,6 +191,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void timedOut();
   // Its token is no longer valid: close 4003 (once).
   void tokenExpired();
+  // An upgrade that has sent nothing yet: its request not read and no byte waiting in its socket.
+  // Only such a connection is an idle connect; one whose bytes wait for this (busy) thread is a
+  // device in a reconnect storm.
+  bool idle() const { return !requestRead_ && bytesWaiting() == 0; }
   State state() const { return state_; }
   const presence::DeviceKey& key() const { return key_; }
   uint64_t token() const { return epoch_.leaderToken; }
@@ -203,6 +208,7 @@ class Session : public std::enable_shared_from_this<Session> {
   virtual void writeFrame() = 0;    // out_ as a text frame: onWritten
   virtual void writeClose(const websocket::close_reason& reason) = 0;  // onCloseWritten
   virtual bool socketOpen() const = 0;
+  virtual size_t bytesWaiting() const = 0;  // unread bytes in the TCP socket
   virtual bool gotText() const = 0;
   virtual void setNoDelay() = 0;
 
@@ -262,6 +268,7 @@ class Session : public std::enable_shared_from_this<Session> {
   uint16_t closeCode_ = kNormal;
   State state_ = State::Upgrading;
   bool inTable_ = false, writing_ = false, welcomePending_ = false, closeSent_ = false;
+  bool requestRead_ = false;
 };
 
 }  // namespace zkagent::agent::detail

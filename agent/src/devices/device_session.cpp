@@ -103,7 +103,9 @@ void Session::onAccepted(beast::error_code ec, uint64_t token) {
   finishUpgrade();
   buffer_.clear();
   buffer_.shrink_to_fit();
-  if (ec) return;
+  // Cut off (evicted, shutdown) after the handshake completed but before this ran: the device has
+  // no connection, so it must not enter the table and get a lease that is removed at once.
+  if (ec || !socketOpen()) return;
   setNoDelay();
   // Leadership may have moved while the handshake ran: accept only under the same token.
   const auto decision = core_->gate(key_.user);

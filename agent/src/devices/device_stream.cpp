@@ -71,6 +71,10 @@ class SessionOver final : public Session {
   }
 
   bool socketOpen() const override { return beast::get_lowest_layer(ws_).is_open(); }
+  size_t bytesWaiting() const override {
+    beast::error_code ignored;
+    return beast::get_lowest_layer(ws_).available(ignored);
+  }
   bool gotText() const override { return ws_.got_text(); }
   void setNoDelay() override {
     beast::error_code ignored;

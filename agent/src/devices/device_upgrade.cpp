@@ -107,14 +107,16 @@ void DeviceEndpoint::Core::admit(tcp::socket socket) {
     socket.close(ignored);
     return;
   }
-  if (upgrading.size() >= kMaxUpgrading &&
-      (upgrading.size() >= kMaxUpgradingBurst ||
-       upgrading.begin()->second.first < SteadyClock::now() - kStaleUpgrade)) {
+  if (upgrading.size() >= kMaxUpgrading) {
     // A flood of connects that never finish their upgrade: the oldest makes room.
     auto oldest = upgrading.begin();
-    if (auto session = oldest->second.second.lock()) session->abort();
-    upgrading.erase(oldest);
-    m.refused.with({"evicted"}).inc();
+    auto session = oldest->second.second.lock();
+    if (upgrading.size() >= kMaxUpgradingBurst || !session ||
+        (oldest->second.first < SteadyClock::now() - kStaleUpgrade && session->idle())) {
+      if (session) session->abort();
+      upgrading.erase(oldest);
+      m.refused.with({"evicted"}).inc();
+    }
   }
   auto session = makeSession(std::move(socket));
   const uint64_t id = ++nextUpgrade;
@@ -170,6 +172,7 @@ void Session::finishUpgrade() {
 }
 
 void Session::onRequest(beast::error_code ec) {
+  requestRead_ = true;
   if (ec == bhttp::error::end_of_stream || ec == asio::error::eof ||
       ec == asio::error::operation_aborted || ec == asio::error::connection_reset) {
     return finishUpgrade();
