@@ -16,6 +16,8 @@
 //              ES256 tokens (presence.auth; the simulators sign a token per device): the agent's
 //              CPU per connect (upgrade, token check, welcome, lease) and connects per agent
 //              CPU-second. The devices send no heartbeats meanwhile, so the CPU is the connects'.
+//              Then the same devices (no tokens) pointed at an agent that does not lead their
+//              accounts: the follower's CPU per 307 beside the leader's per connect.
 //
 // With --tls every agent serves wss:// (presence.tls, the test certificates of
 // scripts/make-test-certs) and every device checks it against the test CA: the same scenarios
@@ -170,6 +172,16 @@ struct AgentProcess {
     size_t n = 0;
     for (const auto& a : json::parse(r.body, nullptr, false).value("accounts", json::array())) {
       if (a["role"] == "LEADER") ++n;
+    }
+    return n;
+  }
+  // Accounts whose leader it knows to be another agent (where it redirects devices).
+  size_t leadersElsewhere() const {
+    auto r = admin->get("/v1/status");
+    if (!r.delivered() || r.status != 200) return 0;
+    size_t n = 0;
+    for (const auto& a : json::parse(r.body, nullptr, false).value("accounts", json::array())) {
+      if (a["role"] != "LEADER" && a["leader"].is_object()) ++n;
     }
     return n;
   }
@@ -580,7 +592,45 @@ class Bench {
       simulators_.clear();
       agents_.clear();
     }
+    rows.push_back(connectsThroughA307(accounts, accountsFile));
     return rows;
+  }
+
+  // The redirect path: every device is pointed at an agent that does not lead its account and
+  // follows its 307 to the leader. The follower's CPU per redirect beside the leader's per connect.
+  json connectsThroughA307(const std::vector<std::string>& accounts,
+                           const std::filesystem::path& accountsFile) {
+    std::cerr << "connects: " << options_.connectDevices << " devices, through a 307\n";
+    auto& leader = startAgent("connect-leader", accounts);
+    waitLeading(leader, accounts.size());
+    auto& follower = startAgent("connect-follower", accounts);
+    const auto known = Clock::now() + 60s;
+    while (follower.leadersElsewhere() < accounts.size()) {
+      if (Clock::now() > known) throw std::runtime_error("the follower never learnt every leader");
+      std::this_thread::sleep_for(100ms);
+    }
+    const double leaderBefore = cpuSeconds(leader.process->pid());
+    const double followerBefore = cpuSeconds(follower.process->pid());
+    const auto started = Clock::now();
+    auto sims = startDevices({follower.deviceUrl}, accountsFile, options_.connectDevices, false,
+                             {"--heartbeat-ms", "0", "--timeout-ms", "0"});
+    awaitConnected(sims, options_.connectDevices, 300s);
+    const double wall = std::chrono::duration<double>(Clock::now() - started).count();
+    const double leaderCpu = cpuSeconds(leader.process->pid()) - leaderBefore;
+    const double followerCpu = cpuSeconds(follower.process->pid()) - followerBefore;
+    const auto devices = static_cast<double>(options_.connectDevices);
+    json row{{"tokens", "none, through a 307"},
+             {"devices", options_.connectDevices},
+             {"redirects", follower.metric("zkagent_presence_redirects_total{code=\"307\"}")},
+             {"agent_cpu_s", leaderCpu},
+             {"agent_cpu_us_per_connect", leaderCpu * 1e6 / devices},
+             {"connects_per_agent_cpu_s", leaderCpu > 0 ? devices / leaderCpu : 0},
+             {"follower_cpu_us_per_redirect", followerCpu * 1e6 / devices},
+             {"redirects_per_follower_cpu_s", followerCpu > 0 ? devices / followerCpu : 0},
+             {"wall_s_until_all_connected", wall}};
+    simulators_.clear();
+    agents_.clear();
+    return row;
   }
 
   std::unique_ptr<zkagent::http::Client> gateway;
