@@ -85,7 +85,8 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
     for (const auto& endpoint : options.endpoints)
       endpoints.push_back(*parseWsUrl(endpoint, false));
     if (!options.caFile.empty()) tls = sharedTlsContext(options.caFile);
-    target = "/v1/devices?account=" + options.account + "&device=" + options.device;
+    target = "/v1/devices?account=" + options.account + "&device=" + options.device +
+             (options.redirectInBand ? "&redirect=close" : "");
   }
 
   asio::io_context& io;
@@ -562,6 +563,11 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
     if (error == websocket::error::closed) {
       const auto why = c->with([](auto& ws) { return ws.reason(); });
       const auto code = static_cast<unsigned>(why.code);
+      if (code == 4001 && phase == Phase::AwaitingWelcome && options.redirectInBand) {
+        // An in-band redirect: right after the handshake, no welcome; followed like a 307.
+        phase = Phase::Connecting;
+        return redirect(std::string(why.reason.data(), why.reason.size()));
+      }
       if (code == 4001) {
         reason = "leader_moved";
         // The reason names the new leader's endpoint when the agent knows it, or its whole URL

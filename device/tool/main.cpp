@@ -44,6 +44,8 @@ options:
   --connect URL[,URL...]     agent device endpoints, ws://host:port or wss://host:port, tried in
                              order
   --ca F                     the CA (PEM) the agents' certificates chain to; required for wss://
+  --redirect-in-band         ask for in-band redirects (redirect=close): a non-leader completes
+                             the upgrade and closes with 4001 naming the leader, followed at once
   --account A                the account (single device)
   --device D                 the device id; simulated devices are D-0, D-1, ...
   --heartbeat-ms N           ping interval (default 30000; 0 sends no pings)
@@ -90,6 +92,7 @@ struct Arguments {
   std::uint64_t seed = 0;
   std::optional<std::size_t> devices;
   bool events = false;
+  bool redirectInBand = false;
   Millis ramp{0};
   std::vector<std::string> sourceAddresses;
   std::string tokenFile;
@@ -160,6 +163,10 @@ std::optional<Arguments> parse(int argc, char** argv) {
     if (flag == "--help" || flag == "-h") return std::nullopt;
     if (flag == "--events") {
       args.events = true;
+      continue;
+    }
+    if (flag == "--redirect-in-band") {
+      args.redirectInBand = true;
       continue;
     }
     if (flag.rfind("--", 0) != 0) throw UsageError(flag + ": unexpected argument");
@@ -344,6 +351,7 @@ class Runner {
       DeviceOptions options;
       options.endpoints = args.connect;
       options.caFile = args.caFile;
+      options.redirectInBand = args.redirectInBand;
       options.account = args.accounts[i % args.accounts.size()];
       options.device = simulated_ ? args.device + "-" + std::to_string(i) : args.device;
       options.heartbeat = args.heartbeat;

@@ -56,6 +56,38 @@ TEST(DeviceClient, FollowsARedirectToTheLeader) {
   EXPECT_EQ(device.stats().redirects, 1u);
 }
 
+// redirectInBand: the device asks for redirect=close; a non-leader's 4001 right after the upgrade
+// is followed at once to the URL it names (no backoff, no failed attempt), like a 307.
+TEST(DeviceClient, AnInBandRedirectIsAskedForAndFollowedAtOnce) {
+  FakeAgent leader("agent-b", 8);
+  FakeAgent follower("agent-a", 7);
+  const std::string target = "/v1/devices?account=acme&device=phone-1&redirect=close";
+  follower.redirectInBand(leader.endpoint() + target);
+  auto options = optionsFor({follower.endpoint()});
+  options.redirectInBand = true;
+  options.backoffInitial = 5000ms;  // a round that failed would wait up to this
+  options.backoffMax = 5000ms;
+  DeviceHarness device(options);
+  ASSERT_TRUE(device.waitFor("CONNECTED agent-b", 1, 3000ms));
+  EXPECT_EQ(follower.targets(), std::vector<std::string>{target});
+  EXPECT_EQ(leader.targets(), std::vector<std::string>{target});
+  EXPECT_EQ(device.eventsStartingWith("DISCONNECTED"), std::vector<std::string>{});
+  EXPECT_EQ(device.stats().redirects, 1u);
+}
+
+// Without redirectInBand the same close is a failed attempt, not a redirect.
+TEST(DeviceClient, WithoutInBandRedirectsALeaderMovedCloseBeforeTheWelcomeFailsTheAttempt) {
+  FakeAgent leader("agent-b", 8);
+  FakeAgent follower("agent-a", 7);
+  follower.redirectInBand(leader.endpoint());
+  DeviceHarness device(optionsFor({follower.endpoint()}));
+  ASSERT_TRUE(device.waitFor("CONNECTED agent-b"));  // the next round starts at the named endpoint
+  EXPECT_EQ(device.eventsStartingWith("DISCONNECTED").front(), "DISCONNECTED leader_moved");
+  EXPECT_EQ(follower.targets(),
+            std::vector<std::string>{"/v1/devices?account=acme&device=phone-1"});
+  EXPECT_EQ(device.stats().redirects, 0u);
+}
+
 TEST(DeviceClient, RedirectsAreCappedPerEndpoint) {
   FakeAgent agent;
   // A redirect loop: the agent sends the device back to itself.

@@ -24,7 +24,7 @@ namespace http = beast::http;
 namespace websocket = beast::websocket;
 using tcp = asio::ip::tcp;
 
-enum class Answer { Accept, Redirect, Refuse };
+enum class Answer { Accept, Redirect, RedirectInBand, Refuse };
 
 std::string queryValue(const std::string& target, const std::string& key) {
   const auto query = target.find('?');
@@ -109,6 +109,17 @@ struct Session : std::enable_shared_from_this<Session> {
       ws.emplace(std::move(socket));
       ws->async_accept(request, [self = shared_from_this(), counter](beast::error_code e) {
         if (!e) self->welcome(counter);
+      });
+      return;
+    }
+    if (answer == Answer::RedirectInBand && !tokenRefused) {
+      websocket::close_reason why;
+      why.code = 4001;
+      why.reason = state->location;
+      lock.unlock();
+      ws.emplace(std::move(socket));
+      ws->async_accept(request, [self = shared_from_this(), why](beast::error_code e) {
+        if (!e) self->ws->async_close(why, [self](beast::error_code) {});
       });
       return;
     }
@@ -242,6 +253,12 @@ void FakeAgent::redirect(const std::string& location) {
   std::lock_guard lock(state_->mutex);
   state_->answer = Answer::Redirect;
   state_->location = location;
+}
+
+void FakeAgent::redirectInBand(const std::string& url) {
+  std::lock_guard lock(state_->mutex);
+  state_->answer = Answer::RedirectInBand;
+  state_->location = url;
 }
 
 void FakeAgent::refuse(int status) {

@@ -28,8 +28,10 @@ class FakeAgent {
   // How the next upgrade requests are answered.
   void accept();                               // 101 and a welcome (the default)
   void redirect(const std::string& location);  // 307 with this Location
-  void refuse(int status);                     // e.g. 503 with Retry-After: 1
-  void answerPings(bool answer);               // false: a silent (half-open) agent
+  // 101, then at once close 4001 with `url` as the reason and no welcome (redirect=close).
+  void redirectInBand(const std::string& url);
+  void refuse(int status);        // e.g. 503 with Retry-After: 1
+  void answerPings(bool answer);  // false: a silent (half-open) agent
   // Upgrades whose Authorization is not "Bearer <token>" get a 401 {"error": "token: ..."} (or a
   // 403 when `status` is 403); empty: no check (the default).
   void requireToken(const std::string& token, int status = 401);
@@ -41,7 +43,7 @@ class FakeAgent {
   int upgradeRequests() const;  // every request seen, answered or not
   int accepted() const;         // welcomes sent
   int openConnections() const;
-  std::vector<std::string> targets() const;  // request targets, in order
+  std::vector<std::string> targets() const;         // request targets, in order
   std::vector<std::string> authorizations() const;  // their Authorization headers, in order
   std::vector<std::uint64_t> pingSeqs(const std::string& device) const;
   std::vector<std::uint16_t> closeCodesFromDevices() const;  // close frames devices sent

@@ -68,9 +68,13 @@ struct DeviceOptions {
   Millis backoffInitial{200};    // reconnect window of the first retry
   Millis backoffMax{30000};      // cap of the window
   Millis connectTimeout{5000};   // TCP connect + upgrade + welcome; also bounds a close
-  unsigned maxRedirects = 3;     // 307s followed per endpoint before giving up on it
-  std::string localAddress;      // bind this local IP before connecting; empty: any
-  std::uint64_t seed = 0;        // mixed into the jitter seed
+  unsigned maxRedirects = 3;     // redirects followed per endpoint before giving up on it
+  // Asks for in-band redirects (`redirect=close`): an agent that does not lead the account
+  // completes the upgrade and closes at once with 4001 naming the leader's URL, which is followed
+  // at once like a 307 (what browsers need; docs/device-protocol.md "Redirects").
+  bool redirectInBand = false;
+  std::string localAddress;  // bind this local IP before connecting; empty: any
+  std::uint64_t seed = 0;    // mixed into the jitter seed
   // The device's token (docs/auth.md), sent as `Authorization: Bearer <token>` on every upgrade;
   // empty: none (an agent on loopback without presence.auth). Called before every connect
   // (redirects included) with `refresh` true when the agent refused the last token (401) or
