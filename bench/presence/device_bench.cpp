@@ -17,7 +17,8 @@
 //              CPU per connect (upgrade, token check, welcome, lease) and connects per agent
 //              CPU-second. The devices send no heartbeats meanwhile, so the CPU is the connects'.
 //              Then the same devices (no tokens) pointed at an agent that does not lead their
-//              accounts: the follower's CPU per 307 beside the leader's per connect.
+//              accounts, following its 307, then its in-band 4001 (redirect=close): the
+//              follower's CPU per redirect beside the leader's per connect.
 //
 // With --tls every agent serves wss:// (presence.tls, the test certificates of
 // scripts/make-test-certs) and every device checks it against the test CA: the same scenarios
@@ -592,15 +593,18 @@ class Bench {
       simulators_.clear();
       agents_.clear();
     }
-    rows.push_back(connectsThroughA307(accounts, accountsFile));
+    rows.push_back(connectsThroughAFollower(accounts, accountsFile, false));
+    rows.push_back(connectsThroughAFollower(accounts, accountsFile, true));
     return rows;
   }
 
-  // The redirect path: every device is pointed at an agent that does not lead its account and
-  // follows its 307 to the leader. The follower's CPU per redirect beside the leader's per connect.
-  json connectsThroughA307(const std::vector<std::string>& accounts,
-                           const std::filesystem::path& accountsFile) {
-    std::cerr << "connects: " << options_.connectDevices << " devices, through a 307\n";
+  // The redirect paths: every device is pointed at an agent that does not lead its account and
+  // follows its 307 (or, `inBand`, its 4001 right after the upgrade) to the leader. The
+  // follower's CPU per redirect beside the leader's per connect.
+  json connectsThroughAFollower(const std::vector<std::string>& accounts,
+                                const std::filesystem::path& accountsFile, bool inBand) {
+    const std::string path = inBand ? "an in-band 4001" : "a 307";
+    std::cerr << "connects: " << options_.connectDevices << " devices, through " << path << "\n";
     auto& leader = startAgent("connect-leader", accounts);
     waitLeading(leader, accounts.size());
     auto& follower = startAgent("connect-follower", accounts);
@@ -612,22 +616,26 @@ class Bench {
     const double leaderBefore = cpuSeconds(leader.process->pid());
     const double followerBefore = cpuSeconds(follower.process->pid());
     const auto started = Clock::now();
-    auto sims = startDevices({follower.deviceUrl}, accountsFile, options_.connectDevices, false,
-                             {"--heartbeat-ms", "0", "--timeout-ms", "0"});
+    std::vector<std::string> extra{"--heartbeat-ms", "0", "--timeout-ms", "0"};
+    if (inBand) extra.push_back("--redirect-in-band");
+    auto sims =
+        startDevices({follower.deviceUrl}, accountsFile, options_.connectDevices, false, extra);
     awaitConnected(sims, options_.connectDevices, 300s);
     const double wall = std::chrono::duration<double>(Clock::now() - started).count();
     const double leaderCpu = cpuSeconds(leader.process->pid()) - leaderBefore;
     const double followerCpu = cpuSeconds(follower.process->pid()) - followerBefore;
     const auto devices = static_cast<double>(options_.connectDevices);
-    json row{{"tokens", "none, through a 307"},
-             {"devices", options_.connectDevices},
-             {"redirects", follower.metric("zkagent_presence_redirects_total{code=\"307\"}")},
-             {"agent_cpu_s", leaderCpu},
-             {"agent_cpu_us_per_connect", leaderCpu * 1e6 / devices},
-             {"connects_per_agent_cpu_s", leaderCpu > 0 ? devices / leaderCpu : 0},
-             {"follower_cpu_us_per_redirect", followerCpu * 1e6 / devices},
-             {"redirects_per_follower_cpu_s", followerCpu > 0 ? devices / followerCpu : 0},
-             {"wall_s_until_all_connected", wall}};
+    json row{
+        {"tokens", "none, through " + path},
+        {"devices", options_.connectDevices},
+        {"redirects", follower.metric(inBand ? "zkagent_presence_redirects_total{code=\"4001\"}"
+                                             : "zkagent_presence_redirects_total{code=\"307\"}")},
+        {"agent_cpu_s", leaderCpu},
+        {"agent_cpu_us_per_connect", leaderCpu * 1e6 / devices},
+        {"connects_per_agent_cpu_s", leaderCpu > 0 ? devices / leaderCpu : 0},
+        {"follower_cpu_us_per_redirect", followerCpu * 1e6 / devices},
+        {"redirects_per_follower_cpu_s", followerCpu > 0 ? devices / followerCpu : 0},
+        {"wall_s_until_all_connected", wall}};
     simulators_.clear();
     agents_.clear();
     return row;
