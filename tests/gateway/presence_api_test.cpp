@@ -16,6 +16,7 @@
 #include "presence_store.hpp"
 #include "temp_dir.hpp"
 #include "zktest/deadline.hpp"
+#include "zktest/metrics.hpp"
 
 using namespace zkagent;
 using namespace std::chrono_literals;
@@ -95,8 +96,12 @@ class PresenceApi : public ::testing::Test {
     return result;
   }
   std::string metrics() { return call(http::Method::Get, "/metrics").body; }
+  // Whether /metrics has the sample `line` ("series value") as a whole line: "x 1" is neither
+  // "x 10" nor "prefix_x 1".
   bool hasMetric(const std::string& line) {
-    return metrics().find(line + "\n") != std::string::npos;
+    const auto space = line.rfind(' ');
+    return zktest::metricSample(metrics(), line.substr(0, space)) ==
+           std::stod(line.substr(space + 1));
   }
 
   fencing::testing::TempDir dir_;
