@@ -21,6 +21,7 @@
 
 #include "agent_fixtures.hpp"
 #include "zkagent/agent.hpp"
+#include "zkagent/fencing.hpp"
 #include "zkagent/http.hpp"
 #include "zktest/child_process.hpp"
 #include "zktest/deadline.hpp"
@@ -379,8 +380,19 @@ TEST_F(AgentProcessTest, StatusReportsEveryDocumentedFieldAndMetricsPassPromtool
   config["log"] = {{"format", "json"}};
   auto& a = startAgent(config);
   ASSERT_TRUE(eventually([&] { return a.leading().size() == 2; }, 15s));
-  ASSERT_EQ(a.op("acct-0", "one").status, 200);
-  EXPECT_EQ(a.op("acct-0", "one").status, 200) << "a retried opId gets the first answer";
+  const auto first = a.op("acct-0", "one");
+  ASSERT_EQ(first.status, 200) << first.body;
+  EXPECT_FALSE(json::parse(first.body).contains("replayed")) << first.body;
+  // A retried opId gets the first answer, marked as a replay, and is not applied again: the
+  // gateway's log holds the operation once.
+  const auto retried = a.op("acct-0", "one");
+  EXPECT_EQ(retried.status, 200) << retried.body;
+  EXPECT_EQ(json::parse(retried.body).value("replayed", false), true) << retried.body;
+  const auto logged = zkagent::fencing::readLoggedOperations(dir_ / "gateway");
+  EXPECT_EQ(std::count_if(logged.begin(), logged.end(),
+                          [](const auto& entry) { return entry.operation.opId == "one"; }),
+            1)
+      << logged.size() << " operations logged";
   EXPECT_EQ(a.op("nope", "x").status, 404);
   EXPECT_EQ(a.admin->post("/v1/accounts/acct-0/ops", "[1,2]").status, 400);
 
