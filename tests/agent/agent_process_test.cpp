@@ -21,6 +21,7 @@
 
 #include "agent_fixtures.hpp"
 #include "zkagent/agent.hpp"
+#include "zkagent/fencing.hpp"
 #include "zkagent/http.hpp"
 #include "zktest/child_process.hpp"
 #include "zktest/deadline.hpp"
@@ -162,8 +163,7 @@ TEST_F(AgentProcessTest, PausedLeaderResumedAfterExpiryHasNoOperationAccepted) {
   // The successor took over from an expired session: lock-delay applied, then its ops pass.
   EXPECT_NE(b.process->stderrText().find("lock delay account="), std::string::npos);
   // Each takeover from the lost session is one failover observation.
-  EXPECT_NE(b.admin->get("/metrics").body.find("zkagent_failover_duration_seconds_count 3\n"),
-            std::string::npos);
+  EXPECT_EQ(zktest::metricSample(b.metrics(), "zkagent_failover_duration_seconds_count"), 3);
 }
 
 TEST_F(AgentProcessTest, SuccessorOfAnExpiredLeaderHasItsOperationsAccepted) {
@@ -380,8 +380,19 @@ TEST_F(AgentProcessTest, StatusReportsEveryDocumentedFieldAndMetricsPassPromtool
   config["log"] = {{"format", "json"}};
   auto& a = startAgent(config);
   ASSERT_TRUE(eventually([&] { return a.leading().size() == 2; }, 15s));
-  ASSERT_EQ(a.op("acct-0", "one").status, 200);
-  EXPECT_EQ(a.op("acct-0", "one").status, 200) << "a retried opId gets the first answer";
+  const auto first = a.op("acct-0", "one");
+  ASSERT_EQ(first.status, 200) << first.body;
+  EXPECT_FALSE(json::parse(first.body).contains("replayed")) << first.body;
+  // A retried opId gets the first answer, marked as a replay, and is not applied again: the
+  // gateway's log holds the operation once.
+  const auto retried = a.op("acct-0", "one");
+  EXPECT_EQ(retried.status, 200) << retried.body;
+  EXPECT_EQ(json::parse(retried.body).value("replayed", false), true) << retried.body;
+  const auto logged = zkagent::fencing::readLoggedOperations(dir_ / "gateway");
+  EXPECT_EQ(std::count_if(logged.begin(), logged.end(),
+                          [](const auto& entry) { return entry.operation.opId == "one"; }),
+            1)
+      << logged.size() << " operations logged";
   EXPECT_EQ(a.op("nope", "x").status, 404);
   EXPECT_EQ(a.admin->post("/v1/accounts/acct-0/ops", "[1,2]").status, 400);
 
@@ -418,13 +429,17 @@ TEST_F(AgentProcessTest, StatusReportsEveryDocumentedFieldAndMetricsPassPromtool
   const auto metrics = a.admin->get("/metrics");
   ASSERT_EQ(metrics.status, 200);
   for (const char* family :
-       {"zkagent_accounts{role=\"LEADER\"} 2", "zkagent_leadership_transitions_total",
-        "zkagent_session_state", "zkagent_session_expirations_total",
-        "zkagent_gate_decisions_total{result=\"executed\"}", "zkagent_forwarded_ops_total",
-        "zkagent_failover_duration_seconds_bucket", "zkagent_health_report_age_seconds",
-        "zkagent_lifecycle{lifecycle=\"active\"} 1"}) {
-    EXPECT_NE(metrics.body.find(family), std::string::npos) << family;
+       {"zkagent_accounts", "zkagent_leadership_transitions_total", "zkagent_session_state",
+        "zkagent_session_expirations_total", "zkagent_gate_decisions_total",
+        "zkagent_forwarded_ops_total", "zkagent_failover_duration_seconds_bucket",
+        "zkagent_health_report_age_seconds", "zkagent_lifecycle"}) {
+    EXPECT_TRUE(zktest::hasMetricFamily(metrics.body, family)) << family;
   }
+  EXPECT_EQ(zktest::metricSample(metrics.body, R"(zkagent_accounts{role="LEADER"})"), 2);
+  EXPECT_EQ(zktest::metricSample(metrics.body, R"(zkagent_lifecycle{lifecycle="active"})"), 1);
+  EXPECT_GE(zktest::metricSample(metrics.body, R"(zkagent_gate_decisions_total{result="executed"})")
+                .value_or(0),
+            1);
   EXPECT_EQ(metrics.body.find("acct-0"), std::string::npos) << "no account ids as labels";
   const auto file = dir_ / "metrics.txt";
   std::ofstream(file) << metrics.body;

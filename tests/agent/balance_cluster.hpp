@@ -159,6 +159,40 @@ class StopSignal {
   std::atomic<bool> stopped_{false};
 };
 
+// What a leadership sampler saw of one account: per holder (agent, token), the first and the
+// last time it was seen leading.
+using LeadershipHolder = std::pair<std::string, int64_t>;  // agent, token
+using LeadershipInterval = std::pair<std::chrono::steady_clock::time_point,
+                                     std::chrono::steady_clock::time_point>;  // first, last seen
+using LeadershipSeen = std::map<std::string, std::map<LeadershipHolder, LeadershipInterval>>;
+
+// Descriptions of every violation in `seen` (empty: none): two holders of one account whose
+// intervals overlap (led at once), or a holder that started leading after another one with a
+// token that is not higher. Every pair of an account's holders is compared, not only neighbours
+// in start order: a long interval can overlap one that starts after a short one between them.
+inline std::vector<std::string> leadershipViolations(const LeadershipSeen& seen) {
+  std::vector<std::string> out;
+  for (const auto& [account, held] : seen) {
+    std::vector<std::pair<LeadershipInterval, LeadershipHolder>> byStart;
+    for (const auto& [holder, interval] : held) byStart.emplace_back(interval, holder);
+    std::sort(byStart.begin(), byStart.end());
+    for (size_t i = 0; i < byStart.size(); ++i) {
+      for (size_t j = i + 1; j < byStart.size(); ++j) {
+        const auto& [before, prev] = byStart[i];
+        const auto& [after, next] = byStart[j];
+        if (prev.first != next.first && after.first < before.second)
+          out.push_back(account + ": " + prev.first + " (token " + std::to_string(prev.second) +
+                        ") and " + next.first + " (token " + std::to_string(next.second) +
+                        ") led at once");
+        if (next.second <= prev.second)
+          out.push_back(account + ": token " + std::to_string(next.second) + " after " +
+                        std::to_string(prev.second));
+      }
+    }
+  }
+  return out;
+}
+
 class LeadershipSampler {
  public:
   explicit LeadershipSampler(BalanceCluster& cluster) : cluster_(cluster) {
@@ -184,36 +218,18 @@ class LeadershipSampler {
   }
   size_t rounds() const { return rounds_; }
 
-  // Descriptions of every violation seen (empty: none).
+  // Descriptions of every violation seen over the whole run (empty: none).
   std::vector<std::string> violations() {
     std::lock_guard lock(mu_);
-    std::vector<std::string> out;
-    for (const auto& [account, held] : seen_) {
-      std::vector<std::pair<Interval, Holder>> byStart;
-      for (const auto& [holder, interval] : held) byStart.emplace_back(interval, holder);
-      std::sort(byStart.begin(), byStart.end());
-      for (size_t i = 1; i < byStart.size(); ++i) {
-        const auto& [before, prev] = byStart[i - 1];
-        const auto& [after, next] = byStart[i];
-        if (prev.first != next.first && after.first < before.second)
-          out.push_back(account + ": " + prev.first + " and " + next.first + " led at once");
-        if (next.second <= prev.second)
-          out.push_back(account + ": token " + std::to_string(next.second) + " after " +
-                        std::to_string(prev.second));
-      }
-    }
-    return out;
+    return leadershipViolations(seen_);
   }
 
  private:
-  using Holder = std::pair<std::string, int64_t>;  // agent, token
-  using Interval = std::pair<std::chrono::steady_clock::time_point,
-                             std::chrono::steady_clock::time_point>;  // first, last seen
   BalanceCluster& cluster_;
   StopSignal stop_;
   std::atomic<size_t> rounds_{0};
   std::mutex mu_;
-  std::map<std::string, std::map<Holder, Interval>> seen_;
+  LeadershipSeen seen_;
   std::thread thread_;
 };
 

@@ -26,6 +26,37 @@ constexpr int kSettleMs = 1000;
 // Beyond the settle window: the moves themselves, health reports, a loaded 2-core machine.
 constexpr auto kMargin = 20s;
 
+// The sampler's check on made-up samples (no processes): every pair of holders is compared, so a
+// long interval overlapping a later one is found even with a shorter interval between them.
+TEST(LeadershipViolations, AreFoundBetweenAnyTwoHoldersNotOnlyNeighboursInStartOrder) {
+  using zkagent_test::leadershipViolations;
+  const auto t0 = std::chrono::steady_clock::time_point{} + 1h;
+  auto at = [&](int ms) { return t0 + milliseconds(ms); };
+  // host-a leads with token 5 from 0 to 100 ms; host-a again (token 6) from 10 to 20 ms; host-b
+  // (token 7) from 30 to 40 ms, while host-a still led with token 5.
+  const zkagent_test::LeadershipSeen overlap{{"acct-0",
+                                              {{{"host-a", 5}, {at(0), at(100)}},
+                                               {{"host-a", 6}, {at(10), at(20)}},
+                                               {{"host-b", 7}, {at(30), at(40)}}}}};
+  const auto found = leadershipViolations(overlap);
+  ASSERT_EQ(found.size(), 1u) << json(found).dump();
+  EXPECT_EQ(found[0], "acct-0: host-a (token 5) and host-b (token 7) led at once");
+
+  // A token lower than an earlier holder's, two holders later.
+  const zkagent_test::LeadershipSeen backwards{{"acct-1",
+                                                {{{"host-a", 5}, {at(0), at(10)}},
+                                                 {{"host-b", 7}, {at(20), at(30)}},
+                                                 {{"host-c", 6}, {at(40), at(50)}}}}};
+  EXPECT_EQ(leadershipViolations(backwards), (std::vector<std::string>{"acct-1: token 6 after 7"}));
+
+  // Clean handovers: one holder at a time, tokens growing.
+  const zkagent_test::LeadershipSeen clean{{"acct-2",
+                                            {{{"host-a", 5}, {at(0), at(10)}},
+                                             {{"host-b", 6}, {at(11), at(30)}},
+                                             {{"host-a", 9}, {at(31), at(50)}}}}};
+  EXPECT_TRUE(leadershipViolations(clean).empty()) << json(leadershipViolations(clean)).dump();
+}
+
 class BalanceProcessTest : public ::testing::Test {
  protected:
   void SetUp() override {

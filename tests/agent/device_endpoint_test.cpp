@@ -41,6 +41,7 @@ using namespace std::chrono_literals;
 using nlohmann::json;
 using std::chrono::milliseconds;
 using zktest::eventually;
+using zktest::metricSample;
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = beast::http;
@@ -142,7 +143,7 @@ TEST_F(DeviceEndpointTest, LeaderWelcomesWithItsTokenAnswersEveryPingAndTheLease
   }
   EXPECT_EQ(a.account("acct-0")["devices"], 1);
   EXPECT_EQ(a.account("acct-1")["devices"], 0);
-  EXPECT_NE(a.metrics().find("\nzkagent_presence_heartbeats_total 5\n"), std::string::npos)
+  EXPECT_EQ(metricSample(a.metrics(), "zkagent_presence_heartbeats_total"), 5)
       << "not exactly 5 heartbeats";
 
   ASSERT_TRUE(eventually([&] { return leases("acct-0").contains("phone"); }, 3s))
@@ -155,8 +156,9 @@ TEST_F(DeviceEndpointTest, LeaderWelcomesWithItsTokenAnswersEveryPingAndTheLease
   // Renewal ticks (400 ms) keep it alive well past the gateway's TTL (1200 ms).
   ASSERT_FALSE(eventually([&] { return !leases("acct-0").contains("phone"); }, 2500ms))
       << "the lease expired: not renewed";
-  EXPECT_NE(a.metrics().find("zkagent_presence_lease_batches_total{result=\"sent\"}"),
-            std::string::npos);
+  EXPECT_GE(metricSample(a.metrics(), R"(zkagent_presence_lease_batches_total{result="sent"})")
+                .value_or(0),
+            1);
 
   // A device that leaves takes its lease with it at once (no TTL wait).
   device.close();
@@ -205,8 +207,9 @@ TEST_F(DeviceEndpointTest, BadUpgradesAreRefusedBeforeTheHandshakeNamingTheProbl
   EXPECT_EQ(refused->status, 400);
   Device good;
   EXPECT_FALSE(good.connect(a.devicePort, devicePath("acct-0", "d")));
-  EXPECT_NE(a.metrics().find("zkagent_presence_refused_upgrades_total{reason=\"bad_request\"} 7\n"),
-            std::string::npos)
+  EXPECT_EQ(
+      metricSample(a.metrics(), R"(zkagent_presence_refused_upgrades_total{reason="bad_request"})"),
+      7)
       << a.metrics();
 }
 
@@ -217,8 +220,7 @@ TEST_F(DeviceEndpointTest, NonLeaderRedirectsToTheLeadersDeviceEndpointWithTheSa
   ASSERT_TRUE(refused);
   EXPECT_EQ(refused->status, 307) << refused->body;
   EXPECT_EQ(refused->location, a.deviceUrl + devicePath("acct-0", "tv"));
-  EXPECT_NE(b.metrics().find("zkagent_presence_redirects_total{code=\"307\"} 1\n"),
-            std::string::npos);
+  EXPECT_EQ(metricSample(b.metrics(), R"(zkagent_presence_redirects_total{code="307"})"), 1);
   // Following the redirect works.
   Device follow;
   EXPECT_FALSE(follow.connect(a.devicePort, devicePath("acct-0", "tv")));
@@ -248,14 +250,14 @@ TEST_F(DeviceEndpointTest, NonLeaderRedirectsInBandWithACloseNamingTheLeadersUrl
 
   // Admitted nowhere: not counted, no connection left open, no lease written by B.
   const auto metrics = b.metrics();
-  EXPECT_NE(metrics.find("zkagent_presence_redirects_total{code=\"4001\"} 2"), std::string::npos)
+  EXPECT_EQ(metricSample(metrics, R"(zkagent_presence_redirects_total{code="4001"})"), 2)
       << metrics;
-  EXPECT_EQ(metrics.find("zkagent_presence_redirects_total{code=\"307\"}"), std::string::npos);
+  EXPECT_EQ(metricSample(metrics, R"(zkagent_presence_redirects_total{code="307"})"), std::nullopt);
   EXPECT_EQ(b.account("acct-0")["devices"], 0);
   EXPECT_TRUE(eventually(
       [&] {
-        return b.metrics().find("zkagent_presence_device_connections{state=\"closing\"} 0\n") !=
-               std::string::npos;
+        return metricSample(b.metrics(),
+                            R"(zkagent_presence_device_connections{state="closing"})") == 0;
       },
       2s));
   EXPECT_EQ(b.metrics().find("zkagent_presence_lease_entries_total{kind=\"renew\""),
@@ -416,16 +418,14 @@ TEST_F(DeviceEndpointTest, NoLeaderKnownAnswers503WithRetryAfter) {
   ASSERT_TRUE(refused);
   EXPECT_EQ(refused->status, 503) << refused->body;
   EXPECT_EQ(refused->retryAfter, "1");
-  EXPECT_NE(a.metrics().find("zkagent_presence_redirects_total{code=\"503\"} 1\n"),
-            std::string::npos);
+  EXPECT_EQ(metricSample(a.metrics(), R"(zkagent_presence_redirects_total{code="503"})"), 1);
   // In band: the handshake completes and the close says "try again later"; nothing is admitted.
   Device inBand;
   ASSERT_FALSE(inBand.connect(a.devicePort, devicePath("acct-0", "d") + "&redirect=close"));
   const auto closed = inBand.awaitClose();
   ASSERT_TRUE(closed);
   EXPECT_EQ(closed->code, 1013) << closed->reason;
-  EXPECT_NE(a.metrics().find("zkagent_presence_redirects_total{code=\"1013\"} 1\n"),
-            std::string::npos);
+  EXPECT_EQ(metricSample(a.metrics(), R"(zkagent_presence_redirects_total{code="1013"})"), 1);
   EXPECT_EQ(a.account("acct-0")["devices"], 0);
 }
 
@@ -485,8 +485,7 @@ TEST_F(DeviceEndpointTest, ResignClosesDevicesWith4001NamingTheNewLeaderWhoTakes
   ASSERT_TRUE(closed);
   EXPECT_EQ(closed->code, 4001);
   EXPECT_EQ(closed->reason, b.deviceUrl);
-  EXPECT_NE(a.metrics().find("\nzkagent_presence_leader_moved_closes_total 1\n"),
-            std::string::npos);
+  EXPECT_EQ(metricSample(a.metrics(), "zkagent_presence_leader_moved_closes_total"), 1);
 
   ASSERT_TRUE(eventually([&] { return b.leads("acct-0"); }, 5s));
   const int64_t token = b.account("acct-0")["token"];
@@ -526,7 +525,7 @@ TEST_F(DeviceEndpointTest, SilentDeviceIsClosedWith4002AndItsLeaseRemoved) {
   EXPECT_EQ(closed->code, 4002);
   EXPECT_TRUE(eventually([&] { return !leases("acct-0").contains("silent"); }, 1s));
   EXPECT_TRUE(leases("acct-0").contains("chatty"));
-  EXPECT_NE(a.metrics().find("\nzkagent_presence_ping_timeouts_total 1\n"), std::string::npos);
+  EXPECT_EQ(metricSample(a.metrics(), "zkagent_presence_ping_timeouts_total"), 1);
 }
 
 TEST_F(DeviceEndpointTest, SigtermClosesEveryDeviceAndTheAgentExitsZero) {

@@ -61,18 +61,26 @@ class ZkElectProcessTest : public ::testing::Test {
   std::string root = uniqueTestRoot();
 };
 
-TEST_F(ZkElectProcessTest, KillNineOfTheLeaderFailsOverWithinTheSessionTimeout) {
+// How fast a crash fails over is a speed claim, measured by election-bench's crash scenario
+// (docs/benchmarks.md: latency and overhead over the session timeout), not asserted here. What
+// this test asserts is the order: b leads only once a's session has expired, never while a's
+// session (and with it a's claim) may still be alive.
+TEST_F(ZkElectProcessTest, KillNineOfTheLeaderFailsOverOnceItsSessionExpires) {
   auto a = startElect(root, "host-a", "acct", false);
   std::string aLeads = a->waitForLine("LEADER acct", 10s);
   auto b = startElect(root, "host-b", "acct");
   EXPECT_EQ(gate(*b, "acct"), "GATE acct refused not_leader");
   const auto killed = std::chrono::steady_clock::now();
   a->kill();
-  std::string bLeads = b->waitForLine("LEADER acct", 10s);
+  std::string bLeads = b->waitForLine("LEADER acct", milliseconds(kSessionMs) + 30s);
   const auto failover = std::chrono::steady_clock::now() - killed;
   EXPECT_GT(tokenOf(bLeads), tokenOf(aLeads));
-  // The server expires a's session after the negotiated timeout; allow ticks and scheduling.
-  EXPECT_LT(failover, std::chrono::milliseconds(kSessionMs) + 3s);
+  // The server expires a's session a whole timeout after the last packet it heard from a, and an
+  // idle client pings every third of the timeout: b cannot lead sooner than two thirds of it
+  // after the kill. Asserted with one third, so that a ping of a's that came late (a starved
+  // before the kill) does not fail it; a hand-over that did not wait for the expiry (tens of
+  // ms) still does. A lower bound: a slow machine only makes the failover later.
+  EXPECT_GE(failover, milliseconds(kSessionMs) / 3) << "b led before a's session expired";
   EXPECT_EQ(gate(*b, "acct"), "GATE acct allowed " + std::to_string(tokenOf(bLeads)));
 }
 
@@ -84,10 +92,12 @@ TEST_F(ZkElectProcessTest, SigtermHandsOverWithoutWaitingForTheSessionTimeout) {
   a->signal(SIGTERM);
   std::string lost = a->waitForLine("LOST acct", 5s);
   EXPECT_NE(lost.find(" stopped "), std::string::npos) << lost;
-  std::string bLeads = b->waitForLine("LEADER acct", 5s);
+  std::string bLeads = b->waitForLine("LEADER acct", 15s);
   EXPECT_TRUE(a->wait(10s).exitedWith(0));
-  // Hand-over measured between the two processes' own clocks (same machine): far below 20 s.
-  EXPECT_LT(unixNanosOf(bLeads) - unixNanosOf(lost), int64_t{2'000'000'000});
+  // Hand-over measured between the two processes' own clocks (same machine): well before the
+  // 20 s session could have expired (half of it: room for a slow machine; how fast a handover
+  // is, election-bench's handover scenario measures).
+  EXPECT_LT(unixNanosOf(bLeads) - unixNanosOf(lost), int64_t{kLongSessionMs} * 1'000'000 / 2);
 }
 
 TEST_F(ZkElectProcessTest, ResignOnStdinHandsOverAndTheResignerWaitsBehind) {

@@ -16,6 +16,7 @@
 #include "zkagent/http.hpp"
 #include "zktest/child_process.hpp"
 #include "zktest/deadline.hpp"
+#include "zktest/metrics.hpp"
 #include "zktest/znode.hpp"
 #include "zktest/zookeeper_server.hpp"
 
@@ -122,9 +123,8 @@ TEST(GatewayProcess, AConnectionOverTheRequestRateGets429AndIsCounted) {
   EXPECT_GE(limited, 10);
   auto metrics = gateway.client().get("/metrics");  // a connection of its own
   ASSERT_EQ(metrics.status, 200);
-  EXPECT_NE(metrics.body.find("zkagent_gateway_rate_limited_requests_total " +
-                              std::to_string(limited) + "\n"),
-            std::string::npos)
+  EXPECT_EQ(zktest::metricSample(metrics.body, "zkagent_gateway_rate_limited_requests_total"),
+            limited)
       << metrics.body;
 }
 
@@ -153,9 +153,10 @@ TEST(GatewayProcess, MetricsEndpointPassesPromtoolAndSigtermExitsCleanly) {
   auto metrics = client.get("/metrics");
   ASSERT_EQ(metrics.status, 200);
   EXPECT_EQ(metrics.contentType, "text/plain; version=0.0.4; charset=utf-8");
-  EXPECT_NE(
-      metrics.body.find(R"(zkagent_gateway_ops_total{result="stale_token",check="hwm_only"} 1)"),
-      std::string::npos);
+  EXPECT_EQ(
+      zktest::metricSample(metrics.body,
+                           R"(zkagent_gateway_ops_total{result="stale_token",check="hwm_only"})"),
+      1);
   auto file = dir.path() / "metrics.prom";
   std::ofstream(file) << metrics.body;
   EXPECT_EQ(std::system(("promtool check metrics < " + file.string()).c_str()), 0) << metrics.body;
@@ -322,14 +323,14 @@ TEST(GatewayProcess, PresenceLeaseBatchOfTwoThousandEntriesIsHeldThenExpires) {
   ASSERT_EQ(shown["devices"].size(), 200u);
   EXPECT_EQ(shown["devices"][0]["agent"], "host-a");
   EXPECT_EQ(shown["devices"][0]["epoch"]["token"], 4);
-  EXPECT_NE(client.get("/metrics").body.find("zkagent_gateway_presence_leases 2000\n"),
-            std::string::npos);
+  EXPECT_EQ(zktest::metricSample(client.get("/metrics").body, "zkagent_gateway_presence_leases"),
+            2000);
   EXPECT_TRUE(zktest::eventually(
       [&] { return json::parse(client.get("/v1/presence/acc-3").body)["devices"].empty(); }, 10s))
       << "the leases never expired";
-  EXPECT_NE(
-      client.get("/metrics").body.find("zkagent_gateway_presence_lease_expirations_total 2000\n"),
-      std::string::npos);
+  EXPECT_EQ(zktest::metricSample(client.get("/metrics").body,
+                                 "zkagent_gateway_presence_lease_expirations_total"),
+            2000);
   // Over the 1 MiB body limit: refused by the server before any parsing.
   auto huge = client.post("/v1/presence/leases", std::string(1024 * 1024 + 1, ' '));
   ASSERT_TRUE(huge.delivered()) << huge.transportError;

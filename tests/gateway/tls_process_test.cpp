@@ -84,17 +84,29 @@ TEST(GatewayTlsProcess, OnlyTheCertificatesOwnInstanceGetsThrough) {
   EXPECT_EQ(gateway.submit("agent-b", "agent-b", "b-1", 4).status, 200);
 }
 
+// Each client is refused by the TLS handshake itself, for its own reason (the alert the gateway
+// sends, in OpenSSL's words): "no answer" alone would pass for a gateway that is not running.
 TEST(GatewayTlsProcess, NoForeignOrExpiredCertificateIsServed) {
   fencing::testing::TempDir dir;
   TlsGateway gateway(dir.path());
-  for (std::string certificate : {"", "stranger", "expired"}) {
+  const std::pair<std::string, std::string> cases[] = {{"", "alert certificate required"},
+                                                       {"stranger", "alert unknown ca"},
+                                                       {"expired", "alert certificate expired"}};
+  for (const auto& [certificate, reason] : cases) {
     auto response = gateway.submit(certificate, "agent-a", "op-" + certificate);
     EXPECT_FALSE(response.delivered())
         << "certificate '" << certificate << "' got " << response.status;
+    EXPECT_NE(response.transportError.find(reason), std::string::npos)
+        << "certificate '" << certificate << "': expected a refusal naming '" << reason
+        << "', got: " << response.transportError;
   }
-  // Plain HTTP to the TLS port gets no answer either.
+  // Plain HTTP to the TLS port gets no answer either: the connection is taken, then closed.
   http::Client plain({.port = gateway.port()});
-  EXPECT_FALSE(plain.get("/healthz").delivered());
+  const auto response = plain.get("/healthz");
+  EXPECT_FALSE(response.delivered());
+  EXPECT_TRUE(response.transportError.starts_with("exchange with ")) << response.transportError;
+  // The control: the same gateway serves a certificate of its CA all along.
+  EXPECT_EQ(gateway.submit("agent-a", "agent-a", "a-1").status, 200);
 }
 
 TEST(GatewayTlsProcess, PlainHttpOffLoopbackRefusesToStartUnlessInsecure) {

@@ -30,9 +30,9 @@ TEST(Metrics, LabelledSeriesAreKeptApartAndExposedWithEscapedValues) {
   ops.with({"quote\"back\\slash\nnewline", "x"}).inc(0.5);
   EXPECT_EQ(ops.with({"accepted", "hwm"}).value(), 2);
   std::string text = registry.expose();
-  EXPECT_NE(text.find("ops_total{result=\"accepted\",mode=\"hwm\"} 2\n"), std::string::npos)
+  EXPECT_NE(text.find("\nops_total{result=\"accepted\",mode=\"hwm\"} 2\n"), std::string::npos)
       << text;
-  EXPECT_NE(text.find("ops_total{result=\"quote\\\"back\\\\slash\\nnewline\",mode=\"x\"} 0.5\n"),
+  EXPECT_NE(text.find("\nops_total{result=\"quote\\\"back\\\\slash\\nnewline\",mode=\"x\"} 0.5\n"),
             std::string::npos)
       << text;
 }
@@ -59,7 +59,7 @@ TEST(Metrics, GaugeGoesUpAndDown) {
   gauge.dec(2);
   EXPECT_EQ(gauge.value(), 3);
   gauge.set(-1.25);
-  EXPECT_NE(registry.expose().find("connections -1.25\n"), std::string::npos);
+  EXPECT_NE(registry.expose().find("\nconnections -1.25\n"), std::string::npos);
 }
 
 TEST(Metrics, HistogramBucketsAreCumulativeWithInfSumAndCount) {

@@ -2,9 +2,12 @@
 // detection_latency, renewal_peak and negative_control, results within their bounds, the renewal
 // peak (5000/s without jitter) and negative-control numbers, and determinism per seed.
 #include <gtest/gtest.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -21,21 +24,40 @@ struct CliRun {
   std::string output;  // stdout and stderr
 };
 
-// Every run has a deadline: `timeout` kills a hung binary.
-CliRun runExperiments(const std::string& arguments) {
-  const fs::path log = fs::path(testing::TempDir()) / "presence-experiments.log";
-  const std::string command = "timeout 120 " + std::string(PRESENCE_EXPERIMENTS_BIN) + " " +
-                              arguments + " >" + log.string() + " 2>&1";
-  const int status = std::system(command.c_str());
-  std::ifstream in(log);
-  std::stringstream text;
-  text << in.rdbuf();
-  return CliRun{WIFEXITED(status) ? WEXITSTATUS(status) : -1, text.str()};
-}
+// Each case has a directory of its own (mkdtemp under gtest's temp dir), removed when it ends:
+// ctest runs the cases as parallel processes, and a log or report path shared between them let
+// one case read another's output, or find a file it must not have written.
+class PresenceExperiments : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (fs::path(testing::TempDir()) / "presence-experiments-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr) << pattern << ": " << std::strerror(errno);
+    dir_ = pattern;
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    if (!dir_.empty()) fs::remove_all(dir_, ignored);
+  }
 
-std::string reportPath(const std::string& name) {
-  return (fs::path(testing::TempDir()) / name).string();
-}
+  // Every run has a deadline: `timeout` kills a hung binary. Each run's output goes to a log of
+  // its own.
+  CliRun runExperiments(const std::string& arguments) {
+    const fs::path log = dir_ / ("run-" + std::to_string(runs_++) + ".log");
+    const std::string command = "timeout 120 " + std::string(PRESENCE_EXPERIMENTS_BIN) + " " +
+                                arguments + " >" + log.string() + " 2>&1";
+    const int status = std::system(command.c_str());
+    std::ifstream in(log);
+    std::stringstream text;
+    text << in.rdbuf();
+    return CliRun{WIFEXITED(status) ? WEXITSTATUS(status) : -1, text.str()};
+  }
+
+  std::string reportPath(const std::string& name) const { return (dir_ / name).string(); }
+
+ private:
+  fs::path dir_;
+  int runs_ = 0;
+};
 
 nlohmann::json readJson(const std::string& path) {
   std::ifstream in(path);
@@ -72,7 +94,7 @@ std::set<std::string> expectedKeys() {
   return keys;
 }
 
-TEST(PresenceExperiments, ReportHasExactlyTheIssueKeysAndResultsWithinBounds) {
+TEST_F(PresenceExperiments, ReportHasExactlyTheIssueKeysAndResultsWithinBounds) {
   const std::string path = reportPath("report-seed-7.json");
   const CliRun run = runExperiments("--out " + path + " --seed 7");
   ASSERT_EQ(run.exitCode, 0) << run.output;
@@ -114,7 +136,7 @@ TEST(PresenceExperiments, ReportHasExactlyTheIssueKeysAndResultsWithinBounds) {
   EXPECT_EQ(control["device_flaps"], 33);
 }
 
-TEST(PresenceExperiments, SameSeedGivesTheSameReportAndAnotherSeedAnotherSample) {
+TEST_F(PresenceExperiments, SameSeedGivesTheSameReportAndAnotherSeedAnotherSample) {
   const std::string first = reportPath("report-a.json");
   const std::string second = reportPath("report-b.json");
   const std::string other = reportPath("report-c.json");
@@ -126,7 +148,7 @@ TEST(PresenceExperiments, SameSeedGivesTheSameReportAndAnotherSeedAnotherSample)
             readJson(other)["detection_latency"]["half_open"]);
 }
 
-TEST(PresenceExperiments, BadArgumentsExitWithCode2AndSayWhatIsWrong) {
+TEST_F(PresenceExperiments, BadArgumentsExitWithCode2AndSayWhatIsWrong) {
   const std::string path = reportPath("never-written.json");
   const std::pair<std::string, std::string> cases[] = {
       {"", "--out is required"},

@@ -152,16 +152,6 @@ int64_t AgentProcess::sessionId() const {
   return static_cast<int64_t>(std::stoull(s["session"].value("id", std::string("0")), nullptr, 16));
 }
 
-std::optional<double> metricSample(const std::string& exposition, const std::string& series) {
-  std::istringstream in(exposition);
-  for (std::string line; std::getline(in, line);) {
-    if (line.size() > series.size() && line.starts_with(series) && line[series.size()] == ' ') {
-      return std::stod(line.substr(series.size() + 1));
-    }
-  }
-  return std::nullopt;
-}
-
 std::string AgentProcess::metrics() const {
   auto r = admin->get("/metrics");
   return r.delivered() ? r.body : std::string();

@@ -26,6 +26,7 @@
 #include "zkagent/http.hpp"
 #include "zktest/child_process.hpp"
 #include "zktest/deadline.hpp"
+#include "zktest/metrics.hpp"  // metricSample, which process tests read /metrics with
 #include "zktest/zookeeper_server.hpp"
 
 namespace zktest {
@@ -71,11 +72,6 @@ struct AgentSite {
 nlohmann::json agentConfig(const AgentSite& site, const std::string& instanceId,
                            const std::vector<std::string>& accounts,
                            const nlohmann::json& patch = nlohmann::json::object());
-
-// The value of one series in a Prometheus text exposition, named exactly as exposed (the family
-// and its labels: `zkagent_presence_lease_dropped_total{kind="renew"}`), or nullopt when absent.
-// Exact, so that "..._total 5" never matches "..._total 50".
-std::optional<double> metricSample(const std::string& exposition, const std::string& series);
 
 // Writes `config` to {dir}/{name}.json (for zk-agent --config) and returns that path.
 std::filesystem::path writeAgentConfig(const std::filesystem::path& dir, const std::string& name,
