@@ -14,6 +14,11 @@ namespace {
 
 // How long an operation for an account not cached yet may wait for its first read.
 constexpr std::chrono::milliseconds kFirstReadTimeout{2000};
+// The most a decision's view of ZooKeeper may lag behind it. A gateway that was stopped (SIGSTOP,
+// a stalled VM) resumes with requests waiting in its sockets and a cache that has not yet seen
+// the deletions and takeovers made meanwhile: they wait for one round trip instead of being
+// decided on it. Under steady traffic one decision per this period pays that round trip.
+constexpr std::chrono::milliseconds kFreshness{50};
 
 fencing::ActiveView toActiveView(const election::LeaderObserver::View& view) {
   using State = election::LeaderObserver::View::State;
@@ -52,7 +57,7 @@ class ZooKeeperLeaderSource final : public LeaderSource {
   bool trusted() const override { return observer_.trusted(); }
 
   fencing::ActiveView active(std::string_view account) override {
-    if (!observer_.trusted()) return fencing::ActiveView::unknown();
+    if (!observer_.trusted() || !fresh()) return fencing::ActiveView::unknown();
     auto cached = observer_.current(account);
     if (cached.state != election::LeaderObserver::View::State::Unknown) {
       return toActiveView(cached);
@@ -69,6 +74,14 @@ class ZooKeeperLeaderSource final : public LeaderSource {
   }
 
  private:
+  // Whether the cache lags ZooKeeper by at most kFreshness (waits for a round trip when not).
+  bool fresh() {
+    auto answer = std::make_shared<std::promise<bool>>();
+    auto future = answer->get_future();
+    observer_.confirmFresh(kFreshness, [answer](bool ok) { answer->set_value(ok); });
+    return future.wait_for(kFirstReadTimeout) == std::future_status::ready && future.get();
+  }
+
   boost::asio::io_context io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
   election::LeaderObserver observer_;

@@ -17,6 +17,7 @@
 #include "zktest/child_process.hpp"
 #include "zktest/deadline.hpp"
 #include "zktest/metrics.hpp"
+#include "zktest/raw_connection.hpp"
 #include "zktest/znode.hpp"
 #include "zktest/zookeeper_server.hpp"
 
@@ -300,6 +301,54 @@ TEST(GatewayProcess, PausedOldLeaderAndForgedTokenAreRejectedOnceTheSuccessorHol
                 .status,
             200);
   oldLeader->signal(SIGCONT);
+}
+
+// The gateway itself paused (SIGSTOP, a stalled VM) while leadership moves: the old leader's
+// operation waits in the gateway's socket, and on SIGCONT the gateway must decide it on ZooKeeper
+// as it is then, not on its cache from before the pause (the deletion and the successor's
+// `active` arrive as watch events that may still be queued when the request is read).
+TEST(GatewayProcess, APausedGatewayDecidesWaitingRequestsOnZooKeeperAsItIsWhenItResumes) {
+  auto& zookeeper = zktest::sharedZooKeeper();
+  auto root = zktest::uniqueTestRoot();
+  fencing::testing::TempDir dir;
+  GatewayProcess gateway(
+      dir.path(), {"--zk", zookeeper.connectString(), "--root", root, "--zk-untrusted", "refuse"});
+  auto client = gateway.client();
+  auto elect = [&](const std::string& instance) {
+    return std::make_unique<zktest::ChildProcess>(
+        zktest::binaryPath("zk-elect").string(),
+        std::vector<std::string>{"--zk", zookeeper.connectString(), "--root", root, "--instance-id",
+                                 instance, "--accounts", "acc"});
+  };
+  auto oldLeader = elect("host-a");
+  const uint64_t oldToken = leaderToken(oldLeader->waitForLine("LEADER acc ", 20s));
+  const auto oldSession =
+      activeNode(zookeeper.connectString(), root, "acc").value("sessionId", int64_t{0});
+  auto successor = elect("host-b");
+  successor->waitForLine("READY", 20s);
+  ASSERT_EQ(client.post("/v1/ops", op("acc", oldToken, "a-1", "host-a", oldSession)).status, 200);
+
+  gateway.process().signal(SIGSTOP);
+  oldLeader->signal(SIGTERM);  // hands over at once: the successor holds `active` within ms
+  const uint64_t newToken = leaderToken(successor->waitForLine("LEADER acc ", 20s));
+  ASSERT_GT(newToken, oldToken);
+  // Sent while the gateway is stopped: the connect and the request complete in its kernel.
+  const std::string body = op("acc", oldToken, "a-2", "host-a", oldSession);
+  zktest::RawConnection late(gateway.port());
+  ASSERT_TRUE(late.connected());
+  ASSERT_TRUE(
+      late.send("POST /v1/ops HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                "application/json\r\nConnection: close\r\nContent-Length: " +
+                std::to_string(body.size()) + "\r\n\r\n" + body));
+  // The fault is a stall longer than the gateway's freshness bound (50 ms, the most its view of
+  // ZooKeeper may lag a decision; a shorter stall is within it, like a watch event in flight).
+  std::this_thread::sleep_for(300ms);
+  gateway.process().signal(SIGCONT);
+
+  const auto answer = late.readAll(10s);
+  EXPECT_EQ(answer.substr(0, 12), "HTTP/1.1 409") << answer;
+  EXPECT_NE(answer.find("not_current_leader"), std::string::npos) << answer;
+  EXPECT_EQ(json::parse(client.get("/v1/accounts/acc").body)["hwm"], oldToken);
 }
 
 TEST(GatewayProcess, PresenceLeaseBatchOfTwoThousandEntriesIsHeldThenExpires) {

@@ -266,6 +266,14 @@ class LeaderObserver {
   // Cached view when trusted, else reads `active` (arming the watch) and answers on the io_context.
   void lookup(std::string_view account, std::function<void(View)> done);
   bool trusted() const;  // session connected
+  // Calls `done(true)` once the cache holds every change ZooKeeper had made `maxAge` before this
+  // call (a read sent since then has been answered: ZooKeeper delivers the watch events of what it
+  // changed before the answers that follow, and a fired watch leaves its account unknown until
+  // read again), at once when a recent read already proves it; `done(false)` when the session
+  // cannot answer. Answered on the io_context or the calling thread. A decision on the cache
+  // after it has missed at most what changed in the last `maxAge`, even if this process was
+  // stopped (SIGSTOP, a stalled VM) with requests waiting.
+  void confirmFresh(Millis maxAge, std::function<void(bool)> done);
 
  private:
   struct Impl;
