@@ -150,7 +150,14 @@ void LeaderObserver::start() {
   std::weak_ptr<Impl> weak = impl_;
   impl_->session->start([weak](const SessionEvent& event) {
     auto impl = weak.lock();
-    if (!impl || event.state != SessionState::Connected) return;
+    if (!impl) return;
+    if (event.state != SessionState::Connected) {
+      // The link's watches went with it: nothing cached may be served until read again. (Published
+      // before the session can count as connected again, so no decision sees the old views.)
+      std::lock_guard lock(impl->mu);
+      for (auto& [account, entry] : impl->entries) entry.view = View{};
+      return;
+    }
     // After any reconnect, refresh every cached account: what we missed while away is unknown.
     std::vector<std::string> accounts;
     {
