@@ -2,14 +2,9 @@
 // real zk-agent processes and a small Beast WebSocket client in the test (the wire protocol of
 // docs/presence-runtime.md: refusals before the upgrade, welcome, ping/pong, close codes, leases
 // at the gateway).
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <boost/asio/connect.hpp>
@@ -32,6 +27,7 @@
 #include "zkagent/http.hpp"
 #include "zktest/agent_process.hpp"
 #include "zktest/deadline.hpp"
+#include "zktest/raw_connection.hpp"
 #include "zktest/tcp_proxy.hpp"
 #include "zktest/zookeeper_server.hpp"
 
@@ -312,48 +308,6 @@ TEST_F(DeviceEndpointTest, ADeviceWaitsOutTheLockDelayOfASuccessorLikeAnOperatio
   a.process->signal(SIGCONT);
 }
 
-// A raw TCP connection to the device port for the tests that need its bytes timed by hand.
-class RawConnection {
- public:
-  explicit RawConnection(uint16_t port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_port = htons(port);
-    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0;
-  }
-  ~RawConnection() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  RawConnection(const RawConnection&) = delete;
-  RawConnection& operator=(const RawConnection&) = delete;
-  bool connected() const { return connected_; }
-  bool send(const std::string& bytes) {
-    return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
-           static_cast<ssize_t>(bytes.size());
-  }
-  // What arrives within `timeout` up to the end of the HTTP head (or the connection's end).
-  std::string readHead(milliseconds timeout) {
-    std::string head;
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (head.find("\r\n\r\n") == std::string::npos) {
-      const auto left =
-          std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
-      pollfd p{fd_, POLLIN, 0};
-      if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
-      char buffer[1024];
-      const auto n = ::recv(fd_, buffer, sizeof buffer, 0);
-      if (n <= 0) break;
-      head.append(buffer, static_cast<size_t>(n));
-    }
-    return head;
-  }
-
- private:
-  int fd_;
-  bool connected_ = false;
-};
-
 // The bound on unfinished upgrades drops idle connects, not devices whose request is waiting for
 // the agent: a device that sent its whole upgrade request while the agent could not read it (here
 // SIGSTOP; in a reconnect storm, a busy endpoint thread) is upgraded although it is the oldest
@@ -370,11 +324,11 @@ TEST_F(DeviceEndpointTest, TheUpgradeBoundDropsIdleConnectsButNotADeviceWaitingT
   ASSERT_TRUE(eventually([&] { return a.leads("acct-0"); }, 15s));
   const std::string upgrading = "zkagent_presence_device_connections{state=\"upgrading\"}";
   const std::string evicted = "zkagent_presence_refused_upgrades_total{reason=\"evicted\"}";
-  RawConnection device(a.devicePort);  // the oldest: nothing sent yet
+  zktest::RawConnection device(a.devicePort);  // the oldest: nothing sent yet
   ASSERT_TRUE(device.connected());
-  std::vector<std::unique_ptr<RawConnection>> idle;
+  std::vector<std::unique_ptr<zktest::RawConnection>> idle;
   for (size_t i = 1; i < kSoftBound; ++i) {
-    idle.push_back(std::make_unique<RawConnection>(a.devicePort));
+    idle.push_back(std::make_unique<zktest::RawConnection>(a.devicePort));
     ASSERT_TRUE(idle.back()->connected()) << "idle connect " << i;
   }
   ASSERT_TRUE(eventually(
@@ -387,14 +341,15 @@ TEST_F(DeviceEndpointTest, TheUpgradeBoundDropsIdleConnectsButNotADeviceWaitingT
                           " HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
                           "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
                           "Sec-WebSocket-Version: 13\r\n\r\n"));
-  RawConnection next(a.devicePort);  // over the bound: the agent finds both when it runs again
+  zktest::RawConnection next(
+      a.devicePort);  // over the bound: the agent finds both when it runs again
   ASSERT_TRUE(next.connected());
   a.process->signal(SIGCONT);
 
   EXPECT_EQ(device.readHead(10s).substr(0, 12), "HTTP/1.1 101") << "the waiting device was dropped";
   // The bound still holds against idle connects: the next connect over it drops the oldest idle
   // one (the device's own upgrade is finished and out of the count).
-  RawConnection overflow(a.devicePort);
+  zktest::RawConnection overflow(a.devicePort);
   ASSERT_TRUE(overflow.connected());
   EXPECT_TRUE(eventually([&] { return zktest::metricSample(a.metrics(), evicted) >= 1.0; }, 10s))
       << a.metrics();
