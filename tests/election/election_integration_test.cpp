@@ -298,7 +298,10 @@ void expectStandsAgainAfterMemberDeletedWhileCut(const std::string& root, TcpPro
       },
       15s))
       << "role " << el::toString(a.group().status().at(0).role) << " seq "
-      << a.group().status().at(0).seq;
+      << a.group().status().at(0).seq << "; gate " << el::toString(a.check("acct").verdict)
+      << " token " << a.check("acct").token << " (before " << token << "); session 0x" << std::hex
+      << a.group().sessionId() << " (before 0x" << session << ")" << std::dec << "; state "
+      << static_cast<int>(a.group().sessionState());
   EXPECT_EQ(other.children(root + "/acct/members").size(), 1u);
 }
 
