@@ -1,8 +1,8 @@
 #include "zktest/agent_process.hpp"
 
-#include <cstdlib>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
