@@ -72,6 +72,13 @@ struct Connection {
 
 enum class Phase { Idle, Waiting, Connecting, AwaitingWelcome, Open, Stopping, Stopped };
 
+// DeviceOptions were validated before a client is built: every endpoint parses.
+std::vector<WsUrl> configuredEndpoints(const DeviceOptions& options) {
+  std::vector<WsUrl> endpoints;
+  for (const auto& endpoint : options.endpoints) endpoints.push_back(*parseWsUrl(endpoint, false));
+  return endpoints;
+}
+
 }  // namespace
 
 struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
@@ -81,9 +88,8 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
         timer(context),
         backoff(options.backoffInitial, options.backoffMax,
                 jitterSeed(options.account, options.device, options.seed)),
-        random(jitterSeed(options.account, options.device, options.seed) ^ 0x5DEECE66DULL) {
-    for (const auto& endpoint : options.endpoints)
-      endpoints.push_back(*parseWsUrl(endpoint, false));
+        random(jitterSeed(options.account, options.device, options.seed) ^ 0x5DEECE66DULL),
+        round(configuredEndpoints(options)) {
     if (!options.caFile.empty()) tls = sharedTlsContext(options.caFile);
     target = "/v1/devices?account=" + options.account + "&device=" + options.device +
              (options.redirectInBand ? "&redirect=close" : "");
@@ -91,7 +97,6 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
 
   asio::io_context& io;
   DeviceOptions options;
-  std::vector<WsUrl> endpoints;
   std::shared_ptr<asio::ssl::context> tls;  // with caFile: for wss:// attempts
   std::string target;
   asio::steady_timer timer;
@@ -101,13 +106,7 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
 
   Phase phase = Phase::Idle;
   std::shared_ptr<Connection> conn;
-  // The round: position 0 is `preferred` (a 4001's endpoint), 1..n the configured endpoints
-  // starting at `roundStart`: the one after the endpoint of the last welcome, since the agent a
-  // connection ended on is the least likely to lead now (it closed us with 4001, or it is gone).
-  std::optional<WsUrl> preferred;
-  std::size_t roundPosition = 0;
-  std::size_t roundStart = 0;
-  std::optional<std::size_t> attemptEndpoint;  // index in `endpoints` of the current attempt
+  EndpointRound round;
   unsigned redirectsLeft = 0;
   SteadyClock::time_point deadline;  // connect/welcome/close deadline
   SteadyClock::time_point nextPingAt;
@@ -199,27 +198,13 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
   }
 
   void beginRound() {
-    roundPosition = 0;
+    round.begin();
     nextInRound();
   }
 
   // Tries the next endpoint of the round, or waits for the next round when none is left.
   void nextInRound() {
-    while (roundPosition <= endpoints.size()) {
-      const std::size_t position = roundPosition++;
-      if (position == 0) {
-        if (!preferred) continue;
-        WsUrl url = *preferred;
-        preferred.reset();
-        attemptEndpoint.reset();
-        attempt(std::move(url), false);
-        return;
-      }
-      const std::size_t index = (roundStart + position - 1) % endpoints.size();
-      attemptEndpoint = index;
-      attempt(endpoints[index], false);
-      return;
-    }
+    if (auto next = round.next()) return attempt(std::move(next->url), false);
     wait(backoff.next());
   }
 
@@ -389,7 +374,7 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
     closeSocket(conn);
     if (redirectedCallback) redirectedCallback(location);
     if (phase != Phase::Connecting) return;  // the callback stopped us
-    attemptEndpoint.reset();
+    round.redirected();
     attempt(std::move(*url), true);
   }
 
@@ -494,34 +479,20 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
   }
 
   bool welcome(const std::shared_ptr<Connection>& c, const nlohmann::json& frame) {
-    const auto agent = frame.find("agent");
-    const auto token = frame.find("token");
-    const auto counter = frame.find("counter");
-    if (agent == frame.end() || !agent->is_string() || token == frame.end() ||
-        !token->is_number_unsigned() || counter == frame.end() || !counter->is_number_unsigned()) {
+    auto info = parseWelcome(frame);
+    if (!info) {
       protocolError("bad_frame: welcome needs agent, token and counter");
       return false;
     }
-    ConnectedInfo info;
-    info.agent = agent->get<std::string>();
-    info.token = token->get<std::uint64_t>();
-    info.counter = counter->get<std::uint64_t>();
-    info.endpoint = c->url.endpoint();
-    const auto millis = [&frame](const char* key) {
-      const auto it = frame.find(key);
-      return Millis{it != frame.end() && it->is_number_unsigned() ? it->get<Millis::rep>() : 0};
-    };
-    info.agentHeartbeat = millis("heartbeat_ms");
-    info.agentTimeout = millis("timeout_ms");
+    info->endpoint = c->url.endpoint();
 
     phase = Phase::Open;
     backoff.reset();
-    // Welcomed by a redirect's target (no index): the next round starts at the first endpoint.
-    roundStart = attemptEndpoint ? (*attemptEndpoint + 1) % endpoints.size() : 0;
+    round.welcomed();
     ++stats.connects;
     if (options.heartbeat.count() > 0) nextPingAt = SteadyClock::now() + heartbeatInterval();
     armOpenTimer();
-    if (connectedCallback) connectedCallback(info);
+    if (connectedCallback) connectedCallback(*info);
     return true;
   }
 
@@ -573,7 +544,7 @@ struct DeviceClient::Impl : std::enable_shared_from_this<Impl> {
         // The reason names the new leader's endpoint when the agent knows it, or its whole URL
         // (an in-band redirect): a URL without a path gets ours.
         if (auto url = parseWsUrl(std::string_view(why.reason.data(), why.reason.size()), true)) {
-          preferred = std::move(url);
+          round.prefer(std::move(*url));
         }
       } else if (code == 4002) {
         reason = "ping_timeout";

@@ -1,5 +1,6 @@
 // The device protocol's text as the client writes and reads it: ping frames, the fast path for
-// pongs, and the one-line reason of a refused upgrade (docs/device-protocol.md).
+// pongs, the welcome frame's fields, and the one-line reason of a refused upgrade
+// (docs/device-protocol.md).
 #include <algorithm>
 #include <charconv>
 #include <nlohmann/json.hpp>
@@ -27,6 +28,26 @@ std::optional<std::uint64_t> exactPong(std::string_view text) {
   const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), seq);
   if (error != std::errc{} || end != digits.data() + digits.size()) return std::nullopt;
   return seq;
+}
+
+std::optional<ConnectedInfo> parseWelcome(const nlohmann::json& frame) {
+  const auto agent = frame.find("agent");
+  const auto token = frame.find("token");
+  const auto counter = frame.find("counter");
+  if (agent == frame.end() || !agent->is_string() || token == frame.end() ||
+      !token->is_number_unsigned() || counter == frame.end() || !counter->is_number_unsigned())
+    return std::nullopt;
+  ConnectedInfo info;
+  info.agent = agent->get<std::string>();
+  info.token = token->get<std::uint64_t>();
+  info.counter = counter->get<std::uint64_t>();
+  const auto millis = [&frame](const char* key) {
+    const auto it = frame.find(key);
+    return Millis{it != frame.end() && it->is_number_unsigned() ? it->get<Millis::rep>() : 0};
+  };
+  info.agentHeartbeat = millis("heartbeat_ms");
+  info.agentTimeout = millis("timeout_ms");
+  return info;
 }
 
 std::string refusalReason(const std::string& body) {

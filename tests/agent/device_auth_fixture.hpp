@@ -16,10 +16,6 @@
 
 namespace zktest {
 
-inline std::string devicePath(const std::string& account, const std::string& device) {
-  return "/v1/devices?account=" + account + "&device=" + device;
-}
-
 struct Mint {
   std::string subject = "phone";
   std::string account = "acct-0";
@@ -32,11 +28,11 @@ struct Mint {
 inline std::string mint(const Mint& m) {
   zkagent::auth::SigningKey key{"k1", zkagent::auth::Algorithm::HS256, zktest::tokenKey(m.secret)};
   return zkagent::auth::mint(key, {.subject = m.subject,
-                          .account = m.account,
-                          .scope = m.scope,
-                          .audience = m.audience,
-                          .expiresAt = zkagent::auth::unixNow() + m.ttl,
-                          .notBefore = std::nullopt});
+                                   .account = m.account,
+                                   .scope = m.scope,
+                                   .audience = m.audience,
+                                   .expiresAt = zkagent::auth::unixNow() + m.ttl,
+                                   .notBefore = std::nullopt});
 }
 
 class DeviceAuthTest : public zktest::AgentProcessFixture {
@@ -51,7 +47,8 @@ class DeviceAuthTest : public zktest::AgentProcessFixture {
     gatewayClient_ = std::make_unique<zkagent::http::Client>(options);
   }
 
-  nlohmann::json config(const std::string& id, const std::vector<std::string>& accounts, int leeway = 30) {
+  nlohmann::json config(const std::string& id, const std::vector<std::string>& accounts,
+                        int leeway = 30) {
     const auto tokens = zktest::testCertificates() / "tokens";
     return zktest::agentConfig(
         site(), id, accounts,
@@ -76,7 +73,8 @@ class DeviceAuthTest : public zktest::AgentProcessFixture {
     if (r.status != 200) return nlohmann::json();
     for (const auto& d : nlohmann::json::parse(r.body).value("devices", nlohmann::json::array())) {
       if (d["device"] == device) {
-        return {{"agent", d["agent"]}, {"token", d["epoch"]["token"]},
+        return {{"agent", d["agent"]},
+                {"token", d["epoch"]["token"]},
                 {"counter", d["epoch"]["counter"]}};
       }
     }
@@ -85,6 +83,5 @@ class DeviceAuthTest : public zktest::AgentProcessFixture {
 
   std::unique_ptr<zkagent::http::Client> gatewayClient_;
 };
-
 
 }  // namespace zktest

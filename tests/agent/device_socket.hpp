@@ -15,6 +15,11 @@
 
 namespace zktest {
 
+// The device endpoint's URL target for `device` of `account`.
+inline std::string devicePath(const std::string& account, const std::string& device) {
+  return "/v1/devices?account=" + account + "&device=" + device;
+}
+
 namespace device_socket {
 using namespace std::chrono_literals;
 using nlohmann::json;
@@ -49,10 +54,9 @@ class Device {
     if (ec) return Refused{-1, "", "", ec.message()};
     websocket::response_type response;
     if (!bearer.empty()) {
-      ws_.set_option(websocket::stream_base::decorator(
-          [bearer](websocket::request_type& request) {
-            request.set(bhttp::field::authorization, "Bearer " + bearer);
-          }));
+      ws_.set_option(websocket::stream_base::decorator([bearer](websocket::request_type& request) {
+        request.set(bhttp::field::authorization, "Bearer " + bearer);
+      }));
     }
     ws_.async_handshake(response, "127.0.0.1:" + std::to_string(port), target,
                         [&](beast::error_code e) { ec = e; });
