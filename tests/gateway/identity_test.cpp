@@ -4,14 +4,11 @@
 
 #include <gtest/gtest.h>
 
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <thread>
+#include <optional>
 
-#include "gateway.hpp"
-#include "presence_store.hpp"
+#include "in_process_gateway.hpp"
 #include "temp_dir.hpp"
 #include "zktest/test_certs.hpp"
 
@@ -35,22 +32,11 @@ std::string leases(std::string_view instance) {
 
 class GatewayIdentity : public ::testing::Test {
  protected:
+  // With what the test set in config_ before.
   void start(bool clientCertificates) {
     config_.dataDir = dir_.path();
     if (clientCertificates) config_.tlsClientCa = "ca.pem";  // only "is it on" matters here
-    validator_ = std::make_unique<fencing::TokenValidator>(
-        fencing::ValidatorOptions{.dataDir = dir_.path()});
-    presence_ = std::make_unique<gateway::PresenceStore>(io_, config_, registry_);
-    gateway_ = std::make_unique<gateway::Gateway>(config_, *validator_, nullptr, registry_,
-                                                  presence_.get());
-    router_ = std::make_unique<http::Router>(gateway_->router());
-    thread_ = std::thread([this] { io_.run(); });
-  }
-  void TearDown() override {
-    if (!presence_) return;
-    presence_->stop();
-    work_.reset();
-    thread_.join();
+    gateway_.emplace(config_);
   }
   http::Response post(std::string path, std::string body, std::vector<std::string> names) {
     http::Request request;
@@ -58,20 +44,12 @@ class GatewayIdentity : public ::testing::Test {
     request.path = request.target = std::move(path);
     request.body = std::move(body);
     request.peerIdentities = std::move(names);
-    return router_->handle(std::move(request));
+    return gateway_->handle(std::move(request));
   }
 
   fencing::testing::TempDir dir_;
   gateway::Config config_;
-  boost::asio::io_context io_;
-  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_{
-      io_.get_executor()};
-  std::thread thread_;
-  metrics::Registry registry_;
-  std::unique_ptr<fencing::TokenValidator> validator_;
-  std::unique_ptr<gateway::PresenceStore> presence_;
-  std::unique_ptr<gateway::Gateway> gateway_;
-  std::unique_ptr<http::Router> router_;
+  std::optional<gateway::testing::InProcessGateway> gateway_;
 };
 
 const std::vector<std::string> kAgentA = {"agent-a", "zkagent:instance:agent-a"};
@@ -84,7 +62,7 @@ TEST_F(GatewayIdentity, AnAgentsCertificateCannotSubmitForAnotherInstance) {
   EXPECT_EQ(post("/v1/ops", op("agent-b", "op-1"), {}).status, 403);  // no certificate names
   EXPECT_EQ(post("/v1/ops", op("agent-a", "op-1"), kAgentA).status, 200);
   // The refused operation left nothing behind: its opId is still free.
-  EXPECT_EQ(validator_->status("acc")->accepted, 1u);
+  EXPECT_EQ(gateway_->validator().status("acc")->accepted, 1u);
 }
 
 TEST_F(GatewayIdentity, TheUriNameAloneNamesTheInstance) {
@@ -116,7 +94,7 @@ TEST_F(GatewayIdentity, PrivacyRulesCannotBeChangedWithoutAnOperatorToken) {
   request.method = http::Method::Put;
   request.path = request.target = "/v1/presence/privacy/acc";
   request.body = "{}";
-  auto refused = router_->handle(request);
+  auto refused = gateway_->handle(request);
   EXPECT_EQ(refused.status, 403) << refused.body;
   EXPECT_NE(refused.body.find("operator token"), std::string::npos);
 }
@@ -128,11 +106,11 @@ TEST_F(GatewayIdentity, PrivacyRulesNeedTheRightOperatorToken) {
   request.method = http::Method::Put;
   request.path = request.target = "/v1/presence/privacy/acc";
   request.body = "{}";
-  EXPECT_EQ(router_->handle(request).status, 401);
+  EXPECT_EQ(gateway_->handle(request).status, 401);
   request.headers.emplace_back("authorization", "Bearer operator-secreT");
-  EXPECT_EQ(router_->handle(request).status, 401);
+  EXPECT_EQ(gateway_->handle(request).status, 401);
   request.headers.back().second = "Bearer operator-secret";
-  EXPECT_NE(router_->handle(request).status, 401);
+  EXPECT_NE(gateway_->handle(request).status, 401);
 }
 
 // The agents' token (what every agent holds) is not the operator token: with both configured, an
@@ -147,7 +125,7 @@ TEST_F(GatewayIdentity, TheAgentsTokenAllowsNoOperatorAction) {
     request.path = request.target = std::move(path);
     request.body = std::move(body);
     request.headers.emplace_back("authorization", "Bearer " + token);
-    return router_->handle(request);
+    return gateway_->handle(request);
   };
   ASSERT_EQ(send(http::Method::Post, "/v1/ops", op("agent-a", "op-1"), "agent-secret").status, 200);
   const std::string reset = R"({"hwm":0,"reason":"x"})";

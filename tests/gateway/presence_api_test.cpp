@@ -2,18 +2,15 @@
 // of a real io_context on the real clock, with a fake ZooKeeper view for the fencing.
 #include <gtest/gtest.h>
 
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <future>
 #include <nlohmann/json.hpp>
-#include <thread>
+#include <optional>
 
 #include "fake_leaders.hpp"
-#include "gateway.hpp"
-#include "presence_store.hpp"
+#include "in_process_gateway.hpp"
 #include "temp_dir.hpp"
 #include "zktest/deadline.hpp"
 #include "zktest/metrics.hpp"
@@ -50,19 +47,7 @@ class PresenceApi : public ::testing::Test {
  protected:
   void start(gateway::Config config = {}, bool zookeeper = false) {
     config.dataDir = dir_.path();
-    validator_ = std::make_unique<fencing::TokenValidator>(
-        fencing::ValidatorOptions{.dataDir = dir_.path()});
-    presence_ = std::make_unique<gateway::PresenceStore>(io_, config, registry_);
-    gateway_ = std::make_unique<gateway::Gateway>(
-        config, *validator_, zookeeper ? &leaders_ : nullptr, registry_, presence_.get());
-    router_ = std::make_unique<http::Router>(gateway_->router());
-    thread_ = std::thread([this] { io_.run(); });
-  }
-  void TearDown() override {
-    if (!presence_) return;
-    presence_->stop();
-    work_.reset();
-    thread_.join();
+    gateway_.emplace(std::move(config), zookeeper ? &leaders_ : nullptr);
   }
 
   http::Response call(http::Method method, std::string path, std::string body = {}) {
@@ -70,7 +55,7 @@ class PresenceApi : public ::testing::Test {
     request.method = method;
     request.path = request.target = std::move(path);
     request.body = std::move(body);
-    return router_->handle(std::move(request));
+    return gateway_->handle(std::move(request));
   }
   http::Response postLeases(std::string body) {
     return call(http::Method::Post, "/v1/presence/leases", std::move(body));
@@ -106,15 +91,7 @@ class PresenceApi : public ::testing::Test {
 
   fencing::testing::TempDir dir_;
   gateway::testing::FakeLeaders leaders_;
-  metrics::Registry registry_;
-  boost::asio::io_context io_;
-  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_{
-      io_.get_executor()};
-  std::unique_ptr<fencing::TokenValidator> validator_;
-  std::unique_ptr<gateway::PresenceStore> presence_;
-  std::unique_ptr<gateway::Gateway> gateway_;
-  std::unique_ptr<http::Router> router_;
-  std::thread thread_;
+  std::optional<gateway::testing::InProcessGateway> gateway_;
 };
 
 using Epochs = std::map<std::string, std::pair<uint64_t, uint64_t>>;
@@ -132,7 +109,7 @@ TEST_F(PresenceApi, OnlyTheOperatorTokenReadsTheRawLeaseView) {
     http::Request request;
     request.path = request.target = "/v1/presence/acc";
     if (!token.empty()) request.headers.emplace_back("authorization", "Bearer " + token);
-    return router_->handle(std::move(request)).status;
+    return gateway_->handle(std::move(request)).status;
   };
   EXPECT_EQ(read("agent-secret"), 401);
   EXPECT_EQ(read(""), 401);
@@ -276,8 +253,9 @@ TEST_F(PresenceApi, HwmModeFencesLeaseWritesByTheOperationsRuleAndTheyRaiseTheHw
   EXPECT_EQ(answer["refused"],
             (json{{{"index", 0}, {"list", "renew"}, {"account", "A"}, {"reason", "stale_token"}}}));
   EXPECT_EQ(epochs("A"), (Epochs{{"next", {10, 1}}, {"now", {9, 1}}}));
-  EXPECT_EQ(validator_->status("A")->hwm, 10u) << "an accepted lease write raises the HWM";
-  EXPECT_EQ(validator_->status("B")->hwm, 1u);
+  EXPECT_EQ(gateway_->validator().status("A")->hwm, 10u)
+      << "an accepted lease write raises the HWM";
+  EXPECT_EQ(gateway_->validator().status("B")->hwm, 1u);
   op["opId"] = "o2";
   EXPECT_EQ(call(http::Method::Post, "/v1/ops", op.dump()).status, 409)
       << "the lease write's raise fences operations under the older token too";
@@ -331,7 +309,7 @@ TEST_F(PresenceApi, HwmModeRefusesTheDeposedLeaderOnceTheSuccessorsLeaseWriteRai
   start();
   ASSERT_EQ(leases(batch({entry("A", "phone", 7, 3)}))["renewed"], 1);
   ASSERT_EQ(leases(batch({entry("A", "phone", 8, 1)}, json::array(), "host-b", 22))["renewed"], 1);
-  EXPECT_EQ(validator_->status("A")->hwm, 8u);
+  EXPECT_EQ(gateway_->validator().status("A")->hwm, 8u);
   auto deposed = leases(batch({entry("A", "phone", 7, 4)}, {removal("A", "phone", 8, 1)}));
   EXPECT_EQ(deposed["renewed"], 0);
   EXPECT_EQ(deposed["removed"], 0);
@@ -361,7 +339,8 @@ TEST_F(PresenceApi, AnEntryForAnAccountNotServedIsRefusedAloneAndTheOthersApplie
             {"leaseTtlMs", 150000}}));
   EXPECT_EQ(epochs("A"), (Epochs{{"phone", {7, 1}}}));
   EXPECT_EQ(epochs("B"), (Epochs{{"phone", {3, 1}}}));
-  EXPECT_FALSE(validator_->status("C").has_value()) << "nothing is kept for an unknown account";
+  EXPECT_FALSE(gateway_->validator().status("C").has_value())
+      << "nothing is kept for an unknown account";
   EXPECT_TRUE(hasMetric(
       R"(zkagent_gateway_presence_lease_entries_total{op="renew",result="unknown_account"} 1)"));
   EXPECT_TRUE(hasMetric(
@@ -452,7 +431,7 @@ TEST_F(PresenceApi, OperationsAboveTheirLimitStillGet413ThoughTheServerTakesLeas
                  {"sessionId", 1}, {"opId", "o1"}, {"payload", std::string(70000, 'x')}};
   auto response = call(http::Method::Post, "/v1/ops", op.dump());
   EXPECT_EQ(response.status, 413) << response.body;
-  EXPECT_EQ(validator_->status("A"), std::nullopt);
+  EXPECT_EQ(gateway_->validator().status("A"), std::nullopt);
 }
 
 TEST_F(PresenceApi, LeasesExpireAfterTheTtlOnTheGatewaysClock) {
@@ -503,7 +482,7 @@ TEST_F(PresenceApi, TheServiceViewSeesTheLeasesOnTheStrand) {
   start();
   leases(batch({entry("A", "phone", 7, 1)}));
   auto seen = std::make_shared<std::promise<bool>>();
-  presence_->post([seen](presence::PresenceService& service) {
+  gateway_->presence().post([seen](presence::PresenceService& service) {
     auto published = service.view().published("A");
     seen->set_value(published && published->online);
   });

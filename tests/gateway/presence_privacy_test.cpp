@@ -5,16 +5,13 @@
 
 #include <gtest/gtest.h>
 
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <thread>
 
-#include "gateway.hpp"
+#include "in_process_gateway.hpp"
 #include "presence_disk.hpp"
 #include "presence_store.hpp"
 #include "presence_subscribers.hpp"
@@ -97,26 +94,12 @@ TEST(PresenceSubscriberCommand, EachMistakeIsRefusedNamingTheField) {
   EXPECT_EQ(remove.targets, (std::vector<std::string>{"a"}));
 }
 
-// A gateway's presence store and router on a data dir that outlives restarts.
+// A gateway on a data dir that outlives restarts, called with its operator token.
 class GatewayInstance {
  public:
   // Privacy rules are an operator action: they need an operator token configured.
-  GatewayInstance(const std::filesystem::path& dir, std::string token = "operator-token") {
-    config_.dataDir = dir;
-    config_.operatorToken = std::move(token);
-    validator_ =
-        std::make_unique<fencing::TokenValidator>(fencing::ValidatorOptions{.dataDir = dir});
-    presence_ = std::make_unique<gateway::PresenceStore>(io_, config_, registry_);
-    gateway_ = std::make_unique<gateway::Gateway>(config_, *validator_, nullptr, registry_,
-                                                  presence_.get());
-    router_ = std::make_unique<http::Router>(gateway_->router());
-    thread_ = std::thread([this] { io_.run(); });
-  }
-  ~GatewayInstance() {
-    presence_->stop();
-    work_.reset();
-    thread_.join();
-  }
+  GatewayInstance(const std::filesystem::path& dir, std::string token = "operator-token")
+      : gateway_(configIn(dir, std::move(token))) {}
 
   // Sends the instance's own token unless given another ("" sends none).
   http::Response call(http::Method method, const std::string& path, std::string body = {},
@@ -125,23 +108,21 @@ class GatewayInstance {
     request.method = method;
     request.path = request.target = path;
     request.body = std::move(body);
-    const std::string bearer = token.value_or(config_.operatorToken);
+    const std::string bearer = token.value_or(gateway_.config().operatorToken);
     if (!bearer.empty()) request.headers.emplace_back("authorization", "Bearer " + bearer);
-    return router_->handle(std::move(request));
+    return gateway_.handle(std::move(request));
   }
-  gateway::PresenceStore& presence() { return *presence_; }
+  gateway::PresenceStore& presence() { return gateway_.presence(); }
 
  private:
-  gateway::Config config_;
-  metrics::Registry registry_;
-  boost::asio::io_context io_;
-  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_{
-      io_.get_executor()};
-  std::unique_ptr<fencing::TokenValidator> validator_;
-  std::unique_ptr<gateway::PresenceStore> presence_;
-  std::unique_ptr<gateway::Gateway> gateway_;
-  std::unique_ptr<http::Router> router_;
-  std::thread thread_;
+  static gateway::Config configIn(const std::filesystem::path& dir, std::string token) {
+    gateway::Config config;
+    config.dataDir = dir;
+    config.operatorToken = std::move(token);
+    return config;
+  }
+
+  gateway::testing::InProcessGateway gateway_;
 };
 
 TEST(PresencePrivacyApi, RulesAreReadBackAndSurviveARestart) {
