@@ -28,6 +28,8 @@ Options:
   --config FILE             JSON config file; flags given on the command line override it
   --lease-ttl-ms N          presence lease lifetime after its last renewal (default 150000)
   --lease-sweep-ms N        how often expired leases are swept (default 5000, at most the TTL)
+  --lease-journal FILE      append every lease entry's fencing decision to FILE, one JSON line
+                            each (for tests; default none)
   --debounce-ms N           a user's offline is published only after N ms with no device back
                             (default 20000; 0 publishes at once)
   --subscribe-listen HOST:PORT  the subscribers' WebSocket listener, wss:// with --tls-cert
@@ -260,6 +262,7 @@ Config parseConfigJson(std::string_view text, Config config, const std::filesyst
     integer("max_subscribers", 1, kMaxSubscribers, config.maxSubscribers);
     integer("lease_ttl_ms", kMinLeaseTtlMs, kMaxLeaseMs, config.leaseTtlMs);
     integer("sweep_ms", 1, kMaxLeaseMs, config.leaseSweepMs);
+    if (auto path = presence.string("lease_journal")) config.leaseJournal = *path;
     for (auto [field, settings] : {std::pair{"viewer_auth", &config.viewerAuth},
                                    std::pair{"service_auth", &config.serviceAuth}}) {
       if (!presence.find(field)) continue;
@@ -330,6 +333,8 @@ CommandLine parseCommandLine(const std::vector<std::string>& args,
             static_cast<int>(parseInteger(flag, value, kMinLeaseTtlMs, kMaxLeaseMs));
       } else if (flag == "--lease-sweep-ms") {
         config.leaseSweepMs = static_cast<int>(parseInteger(flag, value, 1, kMaxLeaseMs));
+      } else if (flag == "--lease-journal") {
+        config.leaseJournal = value;
       } else if (flag == "--debounce-ms") {
         config.debounceMs = static_cast<int>(parseInteger(flag, value, 0, kMaxLeaseMs));
       } else if (flag == "--subscribe-listen") {

@@ -59,6 +59,9 @@ struct Config {
   // the gateway's own monotonic clock, and is swept every leaseSweepMs.
   int leaseTtlMs = 150000;
   int leaseSweepMs = 5000;
+  // When set, every lease entry's fencing decision is appended to this file, one JSON line each
+  // (presence_store.cpp): what a test such as the chaos run judges every lease write by.
+  std::string leaseJournal;
   // Subscribers (presence_subscribers.hpp): a user's offline is published after debounceMs with
   // no device back; changes for one subscriber go out at most once per coalesceMs, merged; a
   // subscriber with more than subscriberQueue messages unsent is closed (4008, resubscribe).

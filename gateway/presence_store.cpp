@@ -8,11 +8,14 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
+#include <chrono>
+#include <cstdio>
 #include <future>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <stdexcept>
 
 #include "gateway.hpp"
 #include "presence_disk.hpp"
@@ -35,6 +38,58 @@ http::Response unavailable(std::string_view why) {
   return response;
 }
 
+std::int64_t millisSinceEpoch(auto now) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+}
+
+// Config::leaseJournal: each lease entry's fencing decision, one JSON line, appended and flushed
+// per batch (so a kill -9 loses at most the batch being written, never a line in the middle).
+// from_ms..to_ms (steady clock, the system's monotonic one) brackets the decision; unix_ms is
+// for people.
+class LeaseJournal {
+ public:
+  explicit LeaseJournal(const std::string& path) : file_(std::fopen(path.c_str(), "a")) {
+    if (file_ == nullptr)
+      throw std::runtime_error("--lease-journal: cannot open " + path + " for appending");
+  }
+  ~LeaseJournal() { std::fclose(file_); }
+  LeaseJournal(const LeaseJournal&) = delete;
+  LeaseJournal& operator=(const LeaseJournal&) = delete;
+
+  struct Entry {
+    const presence::LeaseEntry& entry;
+    const char* list;
+    std::string_view result;  // "accepted", or why refused
+  };
+  void write(const LeaseBatch& batch, std::int64_t fromMs, const std::vector<Entry>& entries) {
+    const auto toMs = millisSinceEpoch(std::chrono::steady_clock::now());
+    const auto unixMs = millisSinceEpoch(std::chrono::system_clock::now());
+    std::string lines;
+    for (const auto& e : entries) {
+      lines += json{{"from_ms", fromMs},
+                    {"to_ms", toMs},
+                    {"unix_ms", unixMs},
+                    {"list", e.list},
+                    {"account", e.entry.key.user},
+                    {"device", e.entry.key.device},
+                    {"token", e.entry.epoch.leaderToken},
+                    {"counter", e.entry.epoch.connection},
+                    {"instance", batch.instanceId},
+                    {"session", batch.sessionId},
+                    {"result", e.result}}
+                   .dump();
+      lines += '\n';
+    }
+    std::lock_guard lock(mu_);
+    std::fwrite(lines.data(), 1, lines.size(), file_);
+    std::fflush(file_);
+  }
+
+ private:
+  std::mutex mu_;
+  std::FILE* file_;
+};
+
 }  // namespace
 
 struct PresenceStore::Impl {
@@ -47,6 +102,8 @@ struct PresenceStore::Impl {
         started(clock.now()),
         disk(config.dataDir),
         generation(disk.nextGeneration()),
+        journal(config.leaseJournal.empty() ? nullptr
+                                            : std::make_unique<LeaseJournal>(config.leaseJournal)),
         leases(registry
                    .gauge("zkagent_gateway_presence_leases",
                           "Device leases held now (soft state, rebuilt from renewals after a "
@@ -144,6 +201,7 @@ struct PresenceStore::Impl {
   presence::TimePoint started;
   PresenceDisk disk;
   const std::uint64_t generation;
+  const std::unique_ptr<LeaseJournal> journal;  // null: none configured
   std::mutex privacyWrites;  // one PUT at a time: the file and the model follow the same order
   bool stopped = false;
   std::uint64_t seenPublished = 0;
@@ -218,10 +276,32 @@ http::Response PresenceStore::postLeases(std::string_view body, const LeaseFence
   for (const auto& entry : batch.renew) renewWrites.push_back(writeFor(entry));
   for (const auto& removal : batch.remove) removeWrites.push_back(writeFor(removal.entry));
   std::vector<fencing::Decision> decisions;
+  const auto decidedFrom = millisSinceEpoch(std::chrono::steady_clock::now());
   if (!writes.empty()) {
     auto decided = fence(writes);
-    if (auto* why = std::get_if<std::string>(&decided)) return refuseLeases(*why);
+    if (auto* why = std::get_if<std::string>(&decided)) {
+      if (impl.journal) {
+        std::vector<LeaseJournal::Entry> all;
+        for (const auto& entry : batch.renew) all.push_back({entry, "renew", "unavailable"});
+        for (const auto& removal : batch.remove)
+          all.push_back({removal.entry, "remove", "unavailable"});
+        impl.journal->write(batch, decidedFrom, all);
+      }
+      return refuseLeases(*why);
+    }
     decisions = std::get<std::vector<fencing::Decision>>(std::move(decided));
+  }
+  if (impl.journal) {
+    std::vector<LeaseJournal::Entry> all;
+    auto result = [&](size_t write) -> std::string_view {
+      return write == kNotServed ? "unknown_account"
+                                 : fencing::reasonCode(decisions[write].verdict);  // or "accepted"
+    };
+    for (size_t i = 0; i < batch.renew.size(); ++i)
+      all.push_back({batch.renew[i], "renew", result(renewWrites[i])});
+    for (size_t i = 0; i < batch.remove.size(); ++i)
+      all.push_back({batch.remove[i].entry, "remove", result(removeWrites[i])});
+    impl.journal->write(batch, decidedFrom, all);
   }
 
   // Each entry the fence refuses, or whose account is not served, is refused alone.

@@ -9,10 +9,13 @@ json scheduleJson(const std::vector<Event>& schedule) {
   json planned = json::array();
   for (const auto& e : schedule) {
     json faults = json::array();
-    for (const auto& f : e.faults)
-      faults.push_back({{"kind", std::string(toString(f.kind))},
-                        {"agent", f.agent},
-                        {"duration_ms", f.durationMs}});
+    for (const auto& f : e.faults) {
+      json fault{{"kind", std::string(toString(f.kind))},
+                 {"agent", f.agent},
+                 {"duration_ms", f.durationMs}};
+      if (f.stepSeconds != 0) fault["step_s"] = f.stepSeconds;
+      faults.push_back(std::move(fault));
+    }
     planned.push_back({{"index", e.index}, {"faults", faults}, {"calm_after_ms", e.calmAfterMs}});
   }
   return planned;
@@ -20,16 +23,23 @@ json scheduleJson(const std::vector<Event>& schedule) {
 
 void Run::writeHistory() {
   const json planned = scheduleJson(schedule_);
+  // The steady clock is the system's monotonic one, which the gateway's lease journal stamps
+  // too: its times less this are the run's.
+  const auto t0Steady = std::chrono::duration_cast<milliseconds>(t0_.time_since_epoch()).count();
   json meta{{"seed", o_.seed},
             {"events", o_.events},
             {"accounts", accounts_},
             {"agents", agentIds_},
             {"session_timeout_ms", o_.sessionTimeoutMs},
             {"break_fencing", o_.breakFencing},
+            {"gateway_partitions", o_.gatewayPartitions},
+            {"clock_steps", o_.clockSteps},
             {"gateway_mode", o_.breakFencing ? "hwm_only" : "zookeeper (untrusted: refuse)"},
             {"lock_delay_ms", o_.breakFencing ? kBreakLockDelayMs : 0},
             {"root", kRoot},
             {"gateway_data", "gateway-data"},
+            {"lease_journal", kLeaseJournal},
+            {"t0_steady_ms", t0Steady},
             {"devices",
              {{"count", o_.devicesPerAccount * o_.accounts},
               {"per_account", o_.devicesPerAccount},
@@ -39,18 +49,24 @@ void Run::writeHistory() {
               {"lease_ttl_ms", DeviceTimings::leaseTtlMs},
               {"backoff_max_ms", DeviceTimings::backoffMaxMs}}},
             {"ended_ms", now()}};
+  json badAnswers;
+  {
+    std::lock_guard lock(leasesMu_);
+    badAnswers = {{"count", badAnswerCount_}, {"first", badAnswers_}};
+  }
   const fs::path tmp = o_.out / "history.json.tmp";
   std::ofstream out(tmp);
   out << "{\"meta\":" << meta.dump() << ",\n\"schedule\":" << planned.dump()
       << ",\n\"events\":" << events_.dump() << ",\n\"final\":" << final_.dump()
       << ",\n\"gateway_runs\":" << gatewayRunLog_.dump()
+      << ",\n\"bad_gateway_answers\":" << badAnswers.dump()
       << ",\n\"observer_fields\":[\"t_ms\",\"server\",\"account\",\"present\",\"seq\",\"instance\","
-         "\"session\",\"zxid\"],\n\"observer\":[";
+         "\"session\",\"zxid\",\"created_ms\"],\n\"observer\":[";
   bool first = true;
   for (const auto& s : observer_ ? observer_->samples() : std::vector<ActiveSample>{}) {
     out << (first ? "\n" : ",\n")
-        << json::array(
-               {s.tMs, s.server, s.account, s.present, s.seq, s.instance, s.sessionId, s.zxid})
+        << json::array({s.tMs, s.server, s.account, s.present, s.seq, s.instance, s.sessionId,
+                        s.zxid, s.createdMs})
                .dump();
     first = false;
   }

@@ -14,8 +14,9 @@ using namespace std::chrono_literals;
 namespace {
 
 // `key` of an answer from another process, or `fallback` when the answer is not an object, lacks
-// the key or holds another type there: a bad answer is a missing sample, never a crash (operator[]
-// on a const json that lacks the key is undefined behaviour; value() throws on a type mismatch).
+// the key or holds another type there: the caller tells bad data by the fallback, and a bad answer
+// never crashes the run (operator[] on a const json that lacks the key is undefined behaviour;
+// value() throws on a type mismatch).
 template <class T>
 T fieldOr(const json& object, std::string_view key, T fallback) {
   if (!object.is_object()) return fallback;
@@ -217,11 +218,20 @@ void Run::pollLeases() {
       if (!answer.delivered() || answer.status != 200) continue;
       const auto body = json::parse(answer.body, nullptr, false);
       const json devices = fieldOr(body, "devices", json());
-      if (!devices.is_array()) continue;
-      std::map<std::string, std::int64_t> held;
       std::lock_guard lock(leasesMu_);
+      // A malformed answer is recorded (the checker fails the run on it), not taken as a lease.
+      const auto bad = [&](const std::string& what) {
+        if (badAnswers_.size() < kBadAnswersKept)
+          badAnswers_.push_back("GET /v1/presence/" + account + ": " + what);
+        ++badAnswerCount_;
+      };
+      if (!devices.is_array()) {
+        bad("no \"devices\" array");
+        continue;
+      }
+      std::map<std::string, std::int64_t> held;
       for (const auto& d : devices) {
-        const json epoch = fieldOr(d, "epoch", json::object());
+        const json epoch = fieldOr(d, "epoch", json());
         LeaseSample s{asked,
                       answered,
                       account,
@@ -229,7 +239,11 @@ void Run::pollLeases() {
                       fieldOr(d, "agent", std::string()),
                       fieldOr(epoch, "token", std::int64_t{-1}),
                       fieldOr(epoch, "counter", std::int64_t{-1}),
-                      fieldOr(d, "age_ms", std::int64_t{0})};
+                      fieldOr(d, "age_ms", std::int64_t{-1})};
+        if (s.device.empty() || s.agent.empty() || s.token < 0 || s.counter < 0 || s.ageMs < 0) {
+          bad("entry " + d.dump() + " lacks device, agent, epoch.token, epoch.counter or age_ms");
+          continue;
+        }
         held[s.device] = s.token;
         leases_.push_back(std::move(s));
       }

@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
   if (options.printSchedule) {
     std::cout << zkagent::chaos::scheduleJson(
                      zkagent::chaos::makeSchedule({options.seed, options.events, options.agents,
-                                                   options.sessionTimeoutMs, options.breakFencing}))
+                                                   options.sessionTimeoutMs, options.breakFencing,
+                                                   options.gatewayPartitions, options.clockSteps}))
                      .dump(1)
               << "\n";
     return 0;

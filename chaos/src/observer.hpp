@@ -2,8 +2,8 @@
 // Records every change of every account's `active` node, as seen from each ZooKeeper server on a
 // session of its own (one server down still leaves the others watching). A sample says "at time
 // t (ms since the run started), server s showed the account's active node as present (seq,
-// instance, session, czxid) or absent (the account node's pzxid)". zxids order samples from
-// different servers: the sample with the larger zxid is the newer state.
+// instance, session, czxid, creation time) or absent (the account node's pzxid)". zxids order
+// samples from different servers: the sample with the larger zxid is the newer state.
 //
 // Uses ZooKeeper's C client directly (watches with full stats, czxid and pzxid), which the
 // product's election::Session does not expose; this is test tooling, not product code.
@@ -25,6 +25,10 @@ struct ActiveSample {
   std::string instance;
   std::int64_t sessionId = 0;
   std::int64_t zxid = 0;  // czxid of the node when present, pzxid of the account node when absent
+  // When a present node was created, in the run's milliseconds: its ctime (the ZooKeeper
+  // leader's wall clock) less the wall clock at the answer, added to the run's clock then. How
+  // late the observers first saw the node is their lag. -1 when absent.
+  std::int64_t createdMs = -1;
 };
 
 class ActiveObserver {

@@ -14,7 +14,7 @@ namespace {
   out << "usage: chaos-runner --events N --seed S --out DIR [--accounts K] [--agents M]\n"
          "                    [--session-timeout-ms MS] [--workers-per-agent W]\n"
          "                    [--think-ms MS] [--devices-per-account D] [--bin-dir DIR]\n"
-         "                    [--break-fencing]\n"
+         "                    [--break-fencing] [--gateway-partitions] [--clock-steps]\n"
          "       chaos-runner --print-schedule --events N --seed S [--agents M]\n";
   std::exit(exitCode);
 }
@@ -39,6 +39,14 @@ Options parseOptions(int argc, char** argv) {
     const std::string flag = argv[i];
     if (flag == "--break-fencing") {
       o.breakFencing = true;
+      continue;
+    }
+    if (flag == "--gateway-partitions") {
+      o.gatewayPartitions = true;
+      continue;
+    }
+    if (flag == "--clock-steps") {
+      o.clockSteps = true;
       continue;
     }
     if (flag == "--help") {

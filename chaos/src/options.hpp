@@ -13,6 +13,8 @@ struct Options {
   int accounts = 50;
   int agents = 3;
   bool breakFencing = false;
+  bool gatewayPartitions = false;  // also draw the partitions around the gateway (schedule.hpp)
+  bool clockSteps = false;  // also draw wall-clock steps (libfaketime under every agent, gateway)
   bool printSchedule = false;  // print the schedule as JSON and exit: nothing is started
   int sessionTimeoutMs = 1500;
   int workersPerAgent = 2;

@@ -2,6 +2,7 @@
 #include <signal.h>
 
 #include <fstream>
+#include <sstream>
 
 #include "run.hpp"
 #include "zkagent/naming.hpp"
@@ -27,29 +28,66 @@ std::optional<std::uint16_t> awaitPort(const fs::path& log, std::string_view mar
   return std::nullopt;
 }
 
+// Debian's libfaketime (package libfaketime), the thread-safe build: /usr/lib/<triplet>/faketime.
+fs::path libfaketime() {
+  std::error_code ignored;
+  for (const auto& entry : fs::directory_iterator("/usr/lib", ignored)) {
+    const auto candidate = entry.path() / "faketime" / "libfaketimeMT.so.1";
+    if (fs::exists(candidate, ignored)) return candidate;
+  }
+  throw std::runtime_error("--clock-steps needs libfaketime (apt-get install libfaketime)");
+}
+
 }  // namespace
+
+std::unique_ptr<zktest::ChildProcess> Run::spawn(const std::string& name,
+                                                 std::vector<std::string> args,
+                                                 const std::string& process, const fs::path& log) {
+  if (!o_.clockSteps)
+    return std::make_unique<zktest::ChildProcess>(binary(name).string(), args, log);
+  // env(1) execs the binary in the same process, so the pid stays the one signals go to. The
+  // file is re-read at most once a second; the monotonic clock (timeouts, leases) is not faked.
+  static const fs::path preload = libfaketime();
+  if (!fs::exists(clockFile(process))) setClockOffset(process, 0);
+  std::vector<std::string> command{
+      "LD_PRELOAD=" + preload.string(), "FAKETIME_TIMESTAMP_FILE=" + clockFile(process).string(),
+      "FAKETIME_CACHE_DURATION=1", "FAKETIME_DONT_FAKE_MONOTONIC=1", binary(name).string()};
+  command.insert(command.end(), args.begin(), args.end());
+  return std::make_unique<zktest::ChildProcess>("/usr/bin/env", std::move(command), log);
+}
+
+void Run::setClockOffset(const std::string& process, int seconds) {
+  fs::create_directories(clockFile(process).parent_path());
+  // Written aside and renamed, so libfaketime never reads half a line.
+  const fs::path next = clockFile(process).string() + ".next";
+  std::ofstream(next) << (seconds < 0 ? "" : "+") << seconds << "\n";
+  fs::rename(next, clockFile(process));
+}
 
 void Run::startGateway() {
   std::lock_guard lock(gatewayMu_);
   const fs::path log = o_.out / "logs" / ("gateway." + std::to_string(++gatewayRuns_) + ".log");
   // The subscriber listener would default to the next port, which a client's ephemeral port may
   // hold by the time the gateway restarts: any free port (no subscribers in the run).
-  std::vector<std::string> args{"--listen",           "127.0.0.1:" + std::to_string(gatewayPort_),
-                                "--subscribe-listen", "127.0.0.1:0",
-                                "--data-dir",         (o_.out / "gateway-data").string(),
-                                "--lease-ttl-ms",     std::to_string(DeviceTimings::leaseTtlMs),
-                                "--lease-sweep-ms",   std::to_string(DeviceTimings::leaseSweepMs)};
+  std::vector<std::string> args{"--listen", "127.0.0.1:" + std::to_string(gatewayPort_),
+                                "--subscribe-listen", "127.0.0.1:0", "--data-dir",
+                                (o_.out / "gateway-data").string(), "--lease-ttl-ms",
+                                std::to_string(DeviceTimings::leaseTtlMs), "--lease-sweep-ms",
+                                std::to_string(DeviceTimings::leaseSweepMs),
+                                // Every lease write's decision, for check 6; restarts append.
+                                "--lease-journal", (o_.out / kLeaseJournal).string()};
   if (!o_.breakFencing) {
     // ZooKeeper mode, strict: while its ZooKeeper session is down the gateway refuses (503)
     // rather than falling back to the HWM alone, so every acceptance was checked against active.
-    args.insert(args.end(),
-                {"--zk", zk_->connectString(), "--root", kRoot, "--zk-untrusted", "refuse"});
+    std::string hosts = gatewayZkProxies_.empty() ? zk_->connectString() : "";
+    for (const auto& proxy : gatewayZkProxies_) {
+      if (!hosts.empty()) hosts += ',';
+      hosts += proxy->connectString();
+    }
+    args.insert(args.end(), {"--zk", hosts, "--root", kRoot, "--zk-untrusted", "refuse"});
   }
   for (int attempt = 0; attempt < 20; ++attempt) {
-    spawners_->run([&] {
-      gateway_ =
-          std::make_unique<zktest::ChildProcess>(binary("fencing-gateway").string(), args, log);
-    });
+    spawners_->run([&] { gateway_ = spawn("fencing-gateway", args, "gateway", log); });
     auto* process = gateway_.get();
     const auto port = awaitPort(log, "LISTENING ", 30s, [&] { return process->running(); });
     if (port) {
@@ -85,7 +123,9 @@ void Run::startAgent(int i) {
                 {"agents_path", kAgentsPath}}},
               {"accounts", accounts_},
               {"gateway",
-               {{"url", "http://127.0.0.1:" + std::to_string(gatewayProxies_[i]->port())},
+               {{"url", "http://127.0.0.1:" + std::to_string(gatewayCuts_.empty()
+                                                                 ? gatewayProxies_[i]->port()
+                                                                 : gatewayCuts_[i]->port())},
                 {"heartbeat_interval_ms", 200},
                 {"heartbeat_timeout_ms", 700},
                 {"request_timeout_ms", 1000}}},
@@ -105,9 +145,7 @@ void Run::startAgent(int i) {
   for (int attempt = 0; attempt < 20; ++attempt) {
     const fs::path log = o_.out / "logs" / (id + "." + std::to_string(++agentRuns_[i]) + ".log");
     spawners_->run([&] {
-      agents_[i] = std::make_unique<zktest::ChildProcess>(
-          binary("zk-agent").string(), std::vector<std::string>{"--config", configPath.string()},
-          log);
+      agents_[i] = spawn("zk-agent", {"--config", configPath.string()}, id, log);
     });
     auto* process = agents_[i].get();
     const auto port = awaitPort(log, "LISTENING ", 30s, [&] { return process->running(); });
@@ -179,10 +217,39 @@ void Run::stopDevices() {
 }
 
 std::optional<std::size_t> Run::connectedServer(int agent) {
-  for (std::size_t s = 0; s < zkProxies_[agent].size(); ++s) {
-    if (zkProxies_[agent][s]->openConnections() > 0) return s;
+  // The agent's current session: the last "session connected ... session=0x..." its log has.
+  std::string session;
+  {
+    std::lock_guard lock(*agentMu_[agent]);
+    std::ifstream in(o_.out / "logs" /
+                     (agentIds_[agent] + "." + std::to_string(agentRuns_[agent]) + ".log"));
+    for (std::string line; std::getline(in, line);) {
+      const auto at = line.find("session connected ");
+      const auto id = line.find(" session=0x", at);
+      if (at != std::string::npos && id != std::string::npos)
+        session = line.substr(id + 9, line.find(' ', id + 9) - (id + 9));
+    }
   }
-  return std::nullopt;
+  if (session.empty()) return std::nullopt;
+  // The server whose `cons` lists that session. A connection a partition left behind may still
+  // be listed on the server the agent used before: the freshest response (lresp) wins.
+  std::optional<std::size_t> found;
+  long long freshest = -1;
+  for (std::size_t s = 0; s < zk_->size(); ++s) {
+    const auto cons = zktest::fourLetterWord(zk_->server(s).port(), "cons", 500ms);
+    if (!cons) continue;
+    std::istringstream lines(*cons);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.find("sid=" + session + ",") == std::string::npos) continue;
+      const auto at = line.find("lresp=");
+      const long long lresp = at == std::string::npos ? 0 : std::atoll(line.c_str() + at + 6);
+      if (lresp > freshest) {
+        freshest = lresp;
+        found = s;
+      }
+    }
+  }
+  return found;
 }
 
 }  // namespace zkagent::chaos

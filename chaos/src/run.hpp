@@ -38,6 +38,7 @@ using SteadyClock = std::chrono::steady_clock;
 
 constexpr const char* kRoot = "/chaos/accounts";
 constexpr const char* kAgentsPath = "/chaos/agents";
+constexpr const char* kLeaseJournal = "lease-journal.jsonl";  // in the output dir
 constexpr int kBreakLockDelayMs =
     4000;  // the successor's first ops wait; held stale ops land first
 constexpr int kStaleDeliveryDelayMs = 2000;
@@ -118,6 +119,13 @@ class Run {
   }
 
   // ---- processes ----
+  // `binary(name)` with `args`, its output to `log`; with --clock-steps under libfaketime, its
+  // wall clock offset by what clockFile(process) says (the monotonic clock untouched).
+  std::unique_ptr<zktest::ChildProcess> spawn(const std::string& name,
+                                              std::vector<std::string> args,
+                                              const std::string& process, const fs::path& log);
+  fs::path clockFile(const std::string& process) const { return o_.out / "clock" / process; }
+  void setClockOffset(const std::string& process, int seconds);
   void startGateway();
   void killGateway();
   void startAgent(int i);
@@ -175,6 +183,9 @@ class Run {
   std::unique_ptr<zktest::ZooKeeperEnsemble> zk_;
   std::vector<std::vector<std::unique_ptr<zktest::TcpProxy>>> zkProxies_;  // per agent, per server
   std::vector<std::unique_ptr<HoldProxy>> gatewayProxies_;                 // per agent
+  // Per agent, in front of its HoldProxy: agent -> cut -> hold -> gateway.
+  std::vector<std::unique_ptr<zktest::TcpProxy>> gatewayCuts_;
+  std::vector<std::unique_ptr<zktest::TcpProxy>> gatewayZkProxies_;  // the gateway's, per server
   std::unique_ptr<ActiveObserver> observer_;
 
   std::mutex gatewayMu_;
@@ -205,6 +216,9 @@ class Run {
   std::unique_ptr<zktest::ChildProcess> devices_;
   std::mutex leasesMu_;
   std::vector<LeaseSample> leases_;
+  static constexpr std::size_t kBadAnswersKept = 20;
+  std::vector<std::string> badAnswers_;  // the first malformed presence answers
+  std::int64_t badAnswerCount_ = 0;
   // Per account, the devices of the gateway's last answer: device -> token.
   std::map<std::string, std::map<std::string, std::int64_t>> latestLeases_;
 };

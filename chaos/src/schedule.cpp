@@ -23,6 +23,14 @@ std::string_view toString(FaultKind kind) {
       return "gateway_pause";
     case FaultKind::stale_delivery:
       return "stale_delivery";
+    case FaultKind::agent_gateway_partition:
+      return "agent_gateway_partition";
+    case FaultKind::gateway_zk_partition:
+      return "gateway_zk_partition";
+    case FaultKind::agent_clock_step:
+      return "agent_clock_step";
+    case FaultKind::gateway_clock_step:
+      return "gateway_clock_step";
   }
   return "?";
 }
@@ -33,11 +41,13 @@ bool touchesZooKeeper(FaultKind k) {
   return k == FaultKind::zk_kill_agent_server || k == FaultKind::zk_kill_leader;
 }
 bool touchesGateway(FaultKind k) {
-  return k == FaultKind::gateway_kill || k == FaultKind::gateway_pause;
+  return k == FaultKind::gateway_kill || k == FaultKind::gateway_pause ||
+         k == FaultKind::gateway_zk_partition || k == FaultKind::gateway_clock_step;
 }
 bool hasAgent(FaultKind k) {
   return k == FaultKind::agent_kill || k == FaultKind::agent_pause ||
-         k == FaultKind::agent_partition || k == FaultKind::zk_kill_agent_server;
+         k == FaultKind::agent_partition || k == FaultKind::zk_kill_agent_server ||
+         k == FaultKind::agent_gateway_partition || k == FaultKind::agent_clock_step;
 }
 
 // Faults that may run together: at most one ZooKeeper server down (the ensemble keeps its
@@ -64,7 +74,10 @@ std::vector<Event> makeSchedule(const ScheduleOptions& options) {
   };
   const int session = options.sessionTimeoutMs;
   // Relative weights of the kinds, in kAllFaultKinds order.
-  const int weights[] = {4, 4, 4, 2, 2, 3, 2, 2};
+  const int partitionWeight = options.gatewayPartitions ? 3 : 0;
+  const int clockWeight = options.clockSteps ? 3 : 0;
+  const int weights[] = {
+      4, 4, 4, 2, 2, 3, 2, 2, partitionWeight, partitionWeight, clockWeight, clockWeight};
   int total = 0;
   for (int w : weights) total += w;
 
@@ -96,6 +109,22 @@ std::vector<Event> makeSchedule(const ScheduleOptions& options) {
         break;
       case FaultKind::stale_delivery:  // how long the ZooKeeper link stays cut after delivery
         f.durationMs = uniform(200, 1000);
+        break;
+      // Shorter than the agent's gateway heartbeat timeout (700 ms) only delays; longer ones
+      // mark the link down, and the agent hands its accounts over.
+      case FaultKind::agent_gateway_partition:
+        f.durationMs = uniform(300, 3000);
+        break;
+      // Shorter than the session timeout the gateway's session survives; longer ones expire it.
+      case FaultKind::gateway_zk_partition:
+        f.durationMs = uniform(300, session + 2000);
+        break;
+      // A jump of a minute to two hours, forward or back (an NTP step, a VM restored from a
+      // snapshot); the monotonic clock does not move.
+      case FaultKind::agent_clock_step:
+      case FaultKind::gateway_clock_step:
+        f.durationMs = uniform(1000, 5000);
+        f.stepSeconds = uniform(60, 7200) * (uniform(0, 1) == 0 ? -1 : 1);
         break;
     }
     return f;

@@ -20,18 +20,33 @@ enum class FaultKind {
   gateway_pause,         // SIGSTOP the gateway briefly
   stale_delivery,        // hold the busiest leader's gateway link, cut its ZooKeeper link until a
                          // successor leads, then deliver the held (now stale) operations
+  // Drawn only with ScheduleOptions::gatewayPartitions:
+  agent_gateway_partition,  // blackhole one agent's links to the gateway (ZooKeeper stays)
+  gateway_zk_partition,     // blackhole the gateway's ZooKeeper links (the agents stay)
+  // Drawn only with ScheduleOptions::clockSteps:
+  agent_clock_step,    // step one agent's wall clock by `stepSeconds`, back after `durationMs`
+  gateway_clock_step,  // the same for the gateway
 };
-inline constexpr FaultKind kAllFaultKinds[] = {
-    FaultKind::agent_kill,           FaultKind::agent_pause,    FaultKind::agent_partition,
-    FaultKind::zk_kill_agent_server, FaultKind::zk_kill_leader, FaultKind::gateway_kill,
-    FaultKind::gateway_pause,        FaultKind::stale_delivery};
+inline constexpr FaultKind kAllFaultKinds[] = {FaultKind::agent_kill,
+                                               FaultKind::agent_pause,
+                                               FaultKind::agent_partition,
+                                               FaultKind::zk_kill_agent_server,
+                                               FaultKind::zk_kill_leader,
+                                               FaultKind::gateway_kill,
+                                               FaultKind::gateway_pause,
+                                               FaultKind::stale_delivery,
+                                               FaultKind::agent_gateway_partition,
+                                               FaultKind::gateway_zk_partition,
+                                               FaultKind::agent_clock_step,
+                                               FaultKind::gateway_clock_step};
 
 std::string_view toString(FaultKind kind);
 
 struct Fault {
   FaultKind kind;
-  int agent = -1;      // agent index for agent_* and zk_kill_agent_server, else -1
-  int durationMs = 0;  // how long the fault lasts before it is healed
+  int agent = -1;       // agent index for agent_* and zk_kill_agent_server, else -1
+  int durationMs = 0;   // how long the fault lasts before it is healed
+  int stepSeconds = 0;  // clock steps: how far the wall clock jumps (either way)
 };
 
 struct Event {
@@ -46,6 +61,11 @@ struct ScheduleOptions {
   int agents = 3;
   int sessionTimeoutMs = 1500;
   bool breakFencing = false;  // every event is a stale_delivery (the negative control)
+  // Also draw agent_gateway_partition and gateway_zk_partition. Off, the schedule of a seed is
+  // what it was before they existed.
+  bool gatewayPartitions = false;
+  // Also draw agent_clock_step and gateway_clock_step; off, a seed's schedule is unchanged.
+  bool clockSteps = false;
 };
 
 std::vector<Event> makeSchedule(const ScheduleOptions& options);

@@ -29,8 +29,29 @@ class ScheduleTest(unittest.TestCase):
                                  "gateway_pause", "stale_delivery"})
         self.assertTrue(any(len(e["faults"]) > 1 for e in s))
 
+    def test_the_gateway_partitions_are_drawn_only_when_asked_for(self):
+        plain = schedule(7)
+        with_partitions = {f["kind"] for e in schedule(7, 500, "--gateway-partitions")
+                           for f in e["faults"]}
+        partitions = {"agent_gateway_partition", "gateway_zk_partition"}
+        self.assertEqual(with_partitions & partitions, partitions)
+        self.assertFalse({f["kind"] for e in plain for f in e["faults"]} & partitions)
+        for e in schedule(7, 500, "--gateway-partitions"):
+            for f in e["faults"]:
+                if f["kind"] == "agent_gateway_partition":
+                    self.assertGreaterEqual(f["agent"], 0, e)
+
+    def test_clock_steps_are_drawn_only_when_asked_for_and_step_either_way(self):
+        steps = [f for e in schedule(7, 500, "--clock-steps") for f in e["faults"]
+                 if f["kind"].endswith("_clock_step")]
+        self.assertEqual({f["kind"] for f in steps}, {"agent_clock_step", "gateway_clock_step"})
+        self.assertTrue(all(60 <= abs(f["step_s"]) <= 7200 for f in steps))
+        self.assertTrue(any(f["step_s"] < 0 for f in steps) and any(f["step_s"] > 0 for f in steps))
+        self.assertFalse([f for e in schedule(7) for f in e["faults"] if "step_s" in f])
+
     def test_faults_run_together_keep_a_quorum_and_one_fault_per_agent_and_gateway(self):
-        for e in schedule(7) + schedule(99):
+        for e in (schedule(7) + schedule(99) + schedule(7, 500, "--gateway-partitions") +
+                  schedule(7, 500, "--gateway-partitions", "--clock-steps")):
             kinds = [f["kind"] for f in e["faults"]]
             self.assertLessEqual(sum(k.startswith("zk_") for k in kinds), 1, e)
             self.assertLessEqual(sum(k.startswith("gateway_") for k in kinds), 1, e)
