@@ -34,7 +34,7 @@
 #include "contender.hpp"
 #include "expiry_observer.hpp"
 #include "gate_bench.hpp"
-#include "stats.hpp"
+#include "zkbench/stats.hpp"
 #include "zktest/zookeeper_ensemble.hpp"
 #include "zktest/zookeeper_server.hpp"
 

@@ -10,8 +10,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "stats.hpp"
 #include "zkagent/election.hpp"
+#include "zkbench/stats.hpp"
 
 namespace zkbench {
 

@@ -19,6 +19,8 @@
 #include <vector>
 #include <zkagent/fencing.hpp>
 
+#include "zkbench/stats.hpp"
+
 namespace {
 
 using namespace zkagent::fencing;
@@ -84,11 +86,6 @@ BENCHMARK(ValidatorCheckReplayedRetry);
 std::unique_ptr<TokenValidator> sharedValidator;
 std::filesystem::path sharedDir;
 
-std::uint64_t percentile(std::vector<std::uint64_t>& sorted, double fraction) {
-  if (sorted.empty()) return 0;
-  return sorted[static_cast<std::size_t>(fraction * static_cast<double>(sorted.size() - 1))];
-}
-
 void DurableCommit(benchmark::State& state) {
   const auto mode = static_cast<CommitMode>(state.range(0));
   if (state.thread_index() == 0) {
@@ -119,10 +116,12 @@ void DurableCommit(benchmark::State& state) {
     next = (next + 1) % operations.size();
   }
   std::sort(latenciesNs.begin(), latenciesNs.end());
-  state.counters["p50_us"] = benchmark::Counter(
-      static_cast<double>(percentile(latenciesNs, 0.50)) / 1000, benchmark::Counter::kAvgThreads);
-  state.counters["p99_us"] = benchmark::Counter(
-      static_cast<double>(percentile(latenciesNs, 0.99)) / 1000, benchmark::Counter::kAvgThreads);
+  state.counters["p50_us"] =
+      benchmark::Counter(static_cast<double>(zkbench::quantileOfSorted(latenciesNs, 0.50)) / 1000,
+                         benchmark::Counter::kAvgThreads);
+  state.counters["p99_us"] =
+      benchmark::Counter(static_cast<double>(zkbench::quantileOfSorted(latenciesNs, 0.99)) / 1000,
+                         benchmark::Counter::kAvgThreads);
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
   if (state.thread_index() == 0) {
     const CommitStats stats = sharedValidator->commitStats();

@@ -17,6 +17,7 @@
 
 #include "zkagent/http.hpp"
 #include "zkagent/naming.hpp"
+#include "zkbench/stats.hpp"
 #include "zktest/child_process.hpp"
 
 namespace {
@@ -30,11 +31,6 @@ struct Result {
   double p99Ms = 0;
   size_t failures = 0;
 };
-
-double percentile(std::vector<double>& sorted, double q) {
-  if (sorted.empty()) return 0;
-  return sorted[std::min(sorted.size() - 1, static_cast<size_t>(q * sorted.size()))];
-}
 
 Result measure(const std::filesystem::path& dataRoot, const std::string& commitMode, int clients,
                std::chrono::seconds duration) {
@@ -85,8 +81,8 @@ Result measure(const std::filesystem::path& dataRoot, const std::string& commitM
   }
   std::sort(all.begin(), all.end());
   result.opsPerSecond = static_cast<double>(all.size()) / static_cast<double>(duration.count());
-  result.p50Ms = percentile(all, 0.50);
-  result.p99Ms = percentile(all, 0.99);
+  result.p50Ms = zkbench::quantileOfSorted(all, 0.50);
+  result.p99Ms = zkbench::quantileOfSorted(all, 0.99);
   return result;
 }
 

@@ -22,6 +22,7 @@
 
 #include "zkagent/http.hpp"
 #include "zkagent/naming.hpp"
+#include "zkbench/stats.hpp"
 #include "zktest/child_process.hpp"
 
 namespace {
@@ -44,11 +45,6 @@ struct Result {
   double p99Ms = 0;
   size_t failures = 0;
 };
-
-double percentile(std::vector<double>& sorted, double q) {
-  if (sorted.empty()) return 0;
-  return sorted[std::min(sorted.size() - 1, static_cast<size_t>(q * sorted.size()))];
-}
 
 // The renewal bodies of every connection, `perRequest` entries each.
 std::vector<std::string> bodies(const Settings& settings, int perRequest) {
@@ -123,8 +119,8 @@ Result measure(const Settings& settings, int perRequest, int clients) {
   result.entriesPerSecond = static_cast<double>(entriesSent.load()) / seconds;
   result.roundMs =
       result.entriesPerSecond > 0 ? 1000.0 * settings.connections / result.entriesPerSecond : 0;
-  result.p50Ms = percentile(merged, 0.50);
-  result.p99Ms = percentile(merged, 0.99);
+  result.p50Ms = zkbench::quantileOfSorted(merged, 0.50);
+  result.p99Ms = zkbench::quantileOfSorted(merged, 0.99);
   return result;
 }
 

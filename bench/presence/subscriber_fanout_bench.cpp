@@ -27,6 +27,8 @@
 
 #include "../../tests/presence_runtime/presence_cluster.hpp"
 #include "zkagent/naming.hpp"
+#include "zkbench/process.hpp"
+#include "zkbench/stats.hpp"
 
 namespace {
 
@@ -120,20 +122,6 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
   int messagesAfterBurst_ = 0;
 };
 
-long rssKb(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.starts_with("VmRSS:")) return std::stol(line.substr(6));
-  }
-  return -1;
-}
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
-}
-
 // Runs `io` until `done` or the deadline; false on timeout.
 bool runUntil(asio::io_context& io, const std::function<bool()>& done,
               std::chrono::milliseconds timeout) {
@@ -196,7 +184,7 @@ int run(const Options& o) {
   if (renewed.status != 200) throw std::runtime_error("renew refused: " + renewed.body);
 
   const pid_t gatewayPid = cluster.gatewayProcess().pid();
-  const long rssBefore = rssKb(gatewayPid);
+  const long rssBefore = zkbench::rssKiB(gatewayPid);
   asio::io_context io;
   Shared shared;
   std::vector<std::shared_ptr<Subscriber>> subscribers;
@@ -223,7 +211,7 @@ int run(const Options& o) {
       std::chrono::duration<double>(Clock::now() - connectStart).count();
   runUntil(
       io, [] { return false; }, 500ms);  // settle
-  const long rssAfter = rssKb(gatewayPid);
+  const long rssAfter = zkbench::rssKiB(gatewayPid);
   const json before = metricsOf(cluster);
 
   const size_t expected = static_cast<size_t>(o.subscribers) * static_cast<size_t>(o.targets);
@@ -246,6 +234,9 @@ int run(const Options& o) {
 
   std::vector<double> messages;
   for (const auto& s : subscribers) messages.push_back(s->messagesAfterBurst());
+  std::sort(messages.begin(), messages.end());
+  std::vector<double> latencies = shared.latenciesMs;
+  std::sort(latencies.begin(), latencies.end());
   const double spanS = std::chrono::duration<double>(shared.lastEvent - shared.burstAt).count();
   const double deliverySpanS = spanS - o.debounceMs / 1000.0;
   json report{
@@ -263,13 +254,13 @@ int run(const Options& o) {
       {"events_per_second",
        deliverySpanS > 0 ? static_cast<double>(shared.latenciesMs.size()) / deliverySpanS : 0},
       {"latency_ms",
-       {{"p50", percentile(shared.latenciesMs, 0.5)},
-        {"p99", percentile(shared.latenciesMs, 0.99)},
-        {"max", percentile(shared.latenciesMs, 1.0)}}},
+       {{"p50", zkbench::quantileOfSorted(latencies, 0.5)},
+        {"p99", zkbench::quantileOfSorted(latencies, 0.99)},
+        {"max", zkbench::quantileOfSorted(latencies, 1.0)}}},
       {"messages_per_subscriber",
-       {{"min", percentile(messages, 0)},
-        {"median", percentile(messages, 0.5)},
-        {"max", percentile(messages, 1.0)}}},
+       {{"min", zkbench::quantileOfSorted(messages, 0)},
+        {"median", zkbench::quantileOfSorted(messages, 0.5)},
+        {"max", zkbench::quantileOfSorted(messages, 1.0)}}},
       {"subscribe_seconds", subscribeSeconds},
       {"gateway_rss_kb", {{"before", rssBefore}, {"subscribed", rssAfter}}},
       {"rss_bytes_per_subscriber",
