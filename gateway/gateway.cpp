@@ -66,6 +66,12 @@ Gateway::Gateway(const Config& config, fencing::TokenValidator& validator, Leade
                                   "Failed writes to the durable log; the gateway then refuses "
                                   "every operation until restarted.")
                          .with({})),
+      viewReconfirmations_(registry.counter(
+          "zkagent_gateway_view_reconfirmations_total",
+          "Cached views of an active node whose seq was below the account's HWM, read again after "
+          "a ZooKeeper sync before deciding, by result: fenced (the read agreed: the account is "
+          "fenced), corrected (the cache lagged; nothing fenced), unavailable (the read failed).",
+          {"result"})),
       opSeconds_(registry
                      .histogram("zkagent_gateway_op_duration_seconds",
                                 "Time to decide an operation, including its durable commit.",
@@ -203,8 +209,7 @@ http::Response Gateway::submitOperation(const http::Request& request) {
   const auto& account = operation.fencing.account;
 
   CheckMode mode = refreshCheckMode();
-  const auto active = activeView(account, mode);
-  if (!active) {
+  const auto refuseUnavailable = [&] {
     ops_.with({"zookeeper_unavailable", std::string(toString(mode))}).inc();
     auto hwm = validator_.status(account).value_or(fencing::AccountStatus{}).hwm;
     return jsonResponse(503, {{"accepted", false},
@@ -213,11 +218,18 @@ http::Response Gateway::submitOperation(const http::Request& request) {
                               {"detail",
                                "ZooKeeper is unreachable and the gateway is "
                                "configured to refuse operations meanwhile"}});
-  }
+  };
+  const auto active = activeView(account, mode);
+  if (!active) return refuseUnavailable();
 
   fencing::Decision decision;
   try {
     decision = validator_.submit(operation, *active);
+    if (decision.confirmFirst) {
+      auto confirmed = reconfirmedView(account, mode, *active, decision.hwm);
+      if (!confirmed) return refuseUnavailable();
+      decision = validator_.submit(operation, *confirmed);
+    }
   } catch (const fencing::BadRequest& error) {
     badRequests_.inc();
     return http::Response::error(400, error.what());
@@ -358,16 +370,37 @@ http::Response Gateway::agents() {
   return jsonResponse(200, {{"agents", list}, {"timeout_ms", config_.agentTimeoutMs}});
 }
 
-std::optional<fencing::ActiveView> Gateway::activeView(const std::string& account,
-                                                       CheckMode& mode) {
+std::optional<fencing::ActiveView> Gateway::activeView(const std::string& account, CheckMode& mode,
+                                                       ViewRead read) {
   if (mode == CheckMode::ZooKeeper) {
-    auto active = leaders_->active(account);
+    auto active =
+        read == ViewRead::cached ? leaders_->active(account) : leaders_->confirmedActive(account);
     if (active.state != fencing::ActiveView::State::unknown) return active;
     // The cache could not answer for this account in time: the untrusted policy decides.
     mode = config_.untrusted == UntrustedPolicy::Refuse ? CheckMode::Refusing : CheckMode::HwmOnly;
   }
   if (mode == CheckMode::Refusing) return std::nullopt;
   return fencing::ActiveView::unknown();
+}
+
+std::optional<fencing::ActiveView> Gateway::reconfirmedView(const std::string& account,
+                                                            CheckMode& mode,
+                                                            const fencing::ActiveView& cached,
+                                                            std::uint64_t hwm) {
+  auto confirmed = activeView(account, mode, ViewRead::confirmed);
+  const bool read = confirmed && confirmed->state != fencing::ActiveView::State::unknown;
+  const bool agrees = read && confirmed->state == cached.state && confirmed->seq == cached.seq;
+  const char* result = !read ? "unavailable" : agrees ? "fenced" : "corrected";
+  viewReconfirmations_.with({result}).inc();
+  spdlog::warn(
+      "cached active seq below hwm, read again after a sync account={} cachedSeq={} hwm={} "
+      "confirmedSeq={} result={}",
+      account, cached.seq, hwm,
+      !read                                                    ? std::string("unknown")
+      : confirmed->state == fencing::ActiveView::State::absent ? std::string("none")
+                                                               : std::to_string(confirmed->seq),
+      result);
+  return confirmed;
 }
 
 http::Response Gateway::presenceLeases(const http::Request& request) {
@@ -405,7 +438,29 @@ http::Response Gateway::presenceLeases(const http::Request& request) {
           writes.push_back({token, view->second});
         }
         try {
-          return validator_.admit(writes);
+          auto decisions = validator_.admit(writes);
+          // Writes refused on a cached view below the HWM are decided again, on a confirmed view
+          // per account; nothing of theirs was applied. Without one they stay refused (transient).
+          std::vector<std::size_t> again;
+          std::map<std::string, std::optional<fencing::ActiveView>, std::less<>> confirmed;
+          for (std::size_t i = 0; i < decisions.size(); ++i) {
+            if (!decisions[i].confirmFirst) continue;
+            const std::string& account = writes[i].fencing.account;
+            if (!confirmed.contains(account)) {
+              CheckMode accountMode = mode;
+              confirmed[account] =
+                  reconfirmedView(account, accountMode, writes[i].active, decisions[i].hwm);
+            }
+            if (!confirmed[account]) continue;
+            writes[i].active = *confirmed[account];
+            again.push_back(i);
+          }
+          if (again.empty()) return decisions;
+          std::vector<fencing::FencedWrite> retried;
+          for (std::size_t i : again) retried.push_back(writes[i]);
+          auto redecided = validator_.admit(retried);
+          for (std::size_t k = 0; k < again.size(); ++k) decisions[again[k]] = redecided[k];
+          return decisions;
         } catch (const fencing::StorageError& error) {
           storageFailed_ = true;
           storageErrors_.inc();

@@ -121,8 +121,11 @@ class LeaderSource {
   // Whether the cache reflects ZooKeeper now (session connected).
   virtual bool trusted() const = 0;
   // The account's active node; may block briefly to read an account not cached yet. Returns
-  // ActiveView::unknown() when it cannot tell.
+  // ActiveView::unknown() when it cannot tell. A cached view (ActiveView::cached): it may lag.
   virtual fencing::ActiveView active(std::string_view account) = 0;
+  // The account's active node read after a ZooKeeper sync (not cached): what a decision that
+  // fences an account is taken on. Two round trips; unknown() when it cannot tell.
+  virtual fencing::ActiveView confirmedActive(std::string_view account) = 0;
 };
 
 std::unique_ptr<LeaderSource> makeZooKeeperLeaderSource(const Config& config);
@@ -162,7 +165,15 @@ class Gateway {
   // The view a write for `account` is decided on under `mode`: ZooKeeper's in ZooKeeper mode,
   // unknown() in hwm_only. A cache that cannot answer for the account in time leaves it to the
   // untrusted policy, which `mode` then says (hwm_only: unknown(); refuse: nullopt).
-  std::optional<fencing::ActiveView> activeView(const std::string& account, CheckMode& mode);
+  enum class ViewRead { cached, confirmed };
+  std::optional<fencing::ActiveView> activeView(const std::string& account, CheckMode& mode,
+                                                ViewRead read = ViewRead::cached);
+  // A decision refused with confirmFirst: the cached view showed a seq below the HWM. The view to
+  // decide again on, read after a sync (logged and counted, with whether it differed from the
+  // cache); activeView's answer when that read fails.
+  std::optional<fencing::ActiveView> reconfirmedView(const std::string& account, CheckMode& mode,
+                                                     const fencing::ActiveView& cached,
+                                                     std::uint64_t hwm);
   // 400 for an invalid account id, 404 for one outside config.accounts; nullopt when served.
   std::optional<http::Response> refusedAccount(const std::string& account) const;
 
@@ -180,6 +191,7 @@ class Gateway {
   metrics::Counter& badRequests_;
   metrics::Counter& hwmResets_;
   metrics::Counter& storageErrors_;
+  metrics::CounterFamily& viewReconfirmations_;  // by result
   metrics::Histogram& opSeconds_;
   metrics::GaugeFamily& checkMode_;
   metrics::Gauge& fencedAccounts_;

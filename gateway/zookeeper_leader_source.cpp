@@ -12,8 +12,8 @@
 namespace zkagent::gateway {
 namespace {
 
-// How long an operation for an account not cached yet may wait for its first read.
-constexpr std::chrono::milliseconds kFirstReadTimeout{2000};
+// How long an operation may wait for a read of an account: its first, or one after a sync.
+constexpr std::chrono::milliseconds kReadTimeout{2000};
 // The most a decision's view of ZooKeeper may lag behind it. A gateway that was stopped (SIGSTOP,
 // a stalled VM) resumes with requests waiting in its sockets and a cache that has not yet seen
 // the deletions and takeovers made meanwhile: they wait for one round trip instead of being
@@ -58,28 +58,38 @@ class ZooKeeperLeaderSource final : public LeaderSource {
 
   fencing::ActiveView active(std::string_view account) override {
     if (!observer_.trusted() || !fresh()) return fencing::ActiveView::unknown();
-    auto cached = observer_.current(account);
-    if (cached.state != election::LeaderObserver::View::State::Unknown) {
-      return toActiveView(cached);
+    auto view = observer_.current(account);
+    if (view.state == election::LeaderObserver::View::State::Unknown) {
+      view = wait([&](auto done) { observer_.lookup(account, std::move(done)); });
     }
-    auto answer = std::make_shared<std::promise<election::LeaderObserver::View>>();
-    auto future = answer->get_future();
-    observer_.lookup(account, [answer](election::LeaderObserver::View view) {
-      answer->set_value(std::move(view));
-    });
-    if (future.wait_for(kFirstReadTimeout) != std::future_status::ready) {
-      return fencing::ActiveView::unknown();
-    }
-    return toActiveView(future.get());
+    auto active = toActiveView(view);
+    active.cached = true;
+    return active;
+  }
+
+  fencing::ActiveView confirmedActive(std::string_view account) override {
+    if (!observer_.trusted()) return fencing::ActiveView::unknown();
+    return toActiveView(
+        wait([&](auto done) { observer_.readConfirmed(account, std::move(done)); }));
   }
 
  private:
+  // Starts a read with `start(done)` and waits for its view; Unknown after kReadTimeout.
+  template <typename Start>
+  static election::LeaderObserver::View wait(Start start) {
+    auto answer = std::make_shared<std::promise<election::LeaderObserver::View>>();
+    auto future = answer->get_future();
+    start([answer](election::LeaderObserver::View view) { answer->set_value(std::move(view)); });
+    if (future.wait_for(kReadTimeout) != std::future_status::ready) return {};
+    return future.get();
+  }
+
   // Whether the cache lags ZooKeeper by at most kFreshness (waits for a round trip when not).
   bool fresh() {
     auto answer = std::make_shared<std::promise<bool>>();
     auto future = answer->get_future();
     observer_.confirmFresh(kFreshness, [answer](bool ok) { answer->set_value(ok); });
-    return future.wait_for(kFirstReadTimeout) == std::future_status::ready && future.get();
+    return future.wait_for(kReadTimeout) == std::future_status::ready && future.get();
   }
 
   boost::asio::io_context io_;

@@ -88,6 +88,41 @@ struct LeaderObserver::Impl : std::enable_shared_from_this<LeaderObserver::Impl>
                       });
   }
 
+  // Strand: sync, then a plain read (no watch: the cached entry keeps its own). ZooKeeper answers
+  // a session's requests in order, so the read sees at least what the sync caught up to.
+  void readConfirmed(const std::string& account, std::function<void(View)> done) {
+    const std::string path = naming::activePath(root, account);
+    auto answer = [self = shared_from_this(), done = std::move(done)](View view) {
+      asio::post(self->io, [done, view = std::move(view)] { done(view); });
+    };
+    session->syncOn(strand, path, [self = shared_from_this(), account, path, answer](ZkError err) {
+      if (err != ZkError::Ok) return answer(View{});
+      self->session->getOn(
+          self->strand, path, nullptr, nullptr,
+          [self, account, answer](ZkError e2, std::string data, NodeStat) {
+            View view;
+            if (e2 == ZkError::Ok) {
+              if (auto active = parseActive(data)) view = View{View::State::Leader, *active};
+            } else if (e2 == ZkError::NoNode) {
+              view.state = View::State::NoLeader;
+            }
+            if (view.state != View::State::Unknown && self->cachedDiffers(account, view)) {
+              self->changed(account);  // read again with a watch: this session is caught up now
+            }
+            answer(std::move(view));
+          });
+    });
+  }
+
+  bool cachedDiffers(const std::string& account, const View& view) {
+    std::lock_guard lock(mu);
+    auto it = entries.find(account);
+    if (it == entries.end()) return false;
+    const View& cached = it->second.view;
+    return cached.state != view.state || cached.active.seq != view.active.seq ||
+           cached.active.sessionId != view.active.sessionId;
+  }
+
   // Strand: a watch fired, so `active` changed: the cached view is unknown until read again.
   void changed(const std::string& account) {
     {
@@ -177,6 +212,16 @@ void LeaderObserver::confirmFresh(Millis maxAge, std::function<void(bool)> done)
   if (impl_->confirmedSince(oldestUsable)) return done(true);
   asio::post(impl_->strand, [impl = impl_, oldestUsable, done = std::move(done)]() mutable {
     impl->confirm(oldestUsable, std::move(done));
+  });
+}
+
+void LeaderObserver::readConfirmed(std::string_view account, std::function<void(View)> done) {
+  if (accountIdError(account)) {
+    asio::post(impl_->io, [done = std::move(done)] { done(View{}); });
+    return;
+  }
+  asio::post(impl_->strand, [impl = impl_, a = std::string(account), done = std::move(done)] {
+    impl->readConfirmed(a, done);
   });
 }
 

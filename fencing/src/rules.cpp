@@ -65,6 +65,15 @@ std::optional<Outcome> Rules::refusal(const FencingToken& fencing, const ActiveV
   if (account != nullptr && account->status.fenced) {
     return reject(Verdict::account_fenced, fenceDetail(account->status.fencedAtActiveSeq, hwm));
   }
+  if (active.state == ActiveView::State::present && active.seq < hwm && active.cached) {
+    // A fence holds until an operator lifts it: it is never taken on a view that may only lag.
+    return Outcome{
+        Decision{Verdict::not_current_leader, hwm, false,
+                 "cached active seq " + std::to_string(active.seq) + " is below hwm " +
+                     std::to_string(hwm) + "; deciding again on a view read after a sync",
+                 false, true},
+        {}};
+  }
   if (active.state == ActiveView::State::present && active.seq < hwm) {
     AccountFenced fenced{fencing.account, active.seq, hwm, nowUnixMillis()};
     apply(fenced);

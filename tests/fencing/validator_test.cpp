@@ -102,6 +102,31 @@ TEST(TokenValidator, ActiveSeqBelowHwmFencesTheAccountUntilReset) {
   EXPECT_TRUE(validator.submit(op(2, "e"), ActiveView::present(2)).accepted());
 }
 
+// A cached view may only lag ZooKeeper: a seq below the HWM in it fences nothing and is not
+// even counted as a rejection; the caller must decide again on a view read after a sync.
+TEST(TokenValidator, ACachedViewBelowTheHwmAsksForAConfirmedViewAndChangesNothing) {
+  TokenValidator validator;
+  validator.submit(op(57, "a"), ActiveView::present(57));
+  ActiveView lagging = ActiveView::present(2);
+  lagging.cached = true;
+  const Decision refused = validator.submit(op(57, "b"), lagging);
+  EXPECT_TRUE(refused.confirmFirst);
+  EXPECT_FALSE(refused.accepted());
+  EXPECT_FALSE(refused.superseded) << "the writer may try again";
+  const FencedWrite write{op(57, "c").fencing, lagging};
+  EXPECT_TRUE(validator.admit(std::span(&write, 1)).front().confirmFirst);
+  EXPECT_EQ(validator.status("acct")->rejected, 0u);
+  EXPECT_TRUE(validator.fencedAccounts().empty());
+  // Decided again on the confirmed view: the leader that holds the HWM's token goes on.
+  EXPECT_TRUE(validator.submit(op(57, "b"), ActiveView::present(57)).accepted());
+  // A cached view at or above the HWM decides as any view does.
+  ActiveView current = ActiveView::present(57);
+  current.cached = true;
+  EXPECT_TRUE(validator.submit(op(57, "d"), current).accepted());
+  // And a confirmed view below the HWM fences, as before.
+  EXPECT_EQ(validator.submit(op(57, "e"), ActiveView::present(2)).verdict, Verdict::account_fenced);
+}
+
 TEST(TokenValidator, ResetRefusesBadInputAndChangesNothing) {
   TokenValidator validator;
   validator.submit(op(7, "a"));

@@ -35,6 +35,7 @@ class FakeLeaders final : public gateway::LeaderSource {
     if (account.starts_with('a')) return {fencing::ActiveView::State::present, 7, "agent-a", 1};
     return fencing::ActiveView::absent();
   }
+  fencing::ActiveView confirmedActive(std::string_view account) override { return active(account); }
 };
 
 // One gateway as main() wires it, with its io_context running on a thread of its own.

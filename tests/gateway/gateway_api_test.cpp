@@ -219,6 +219,11 @@ TEST_F(GatewayApi, ActiveSeqBelowHwmFencesTheAccountUntilAnAuthenticatedReset) {
   EXPECT_EQ(metricSample(call(http::Method::Get, "/metrics", "", "agent-secret").body,
                          "zkagent_gateway_fenced_accounts"),
             1);
+  // Fenced on a view read after a sync, not on the cache alone.
+  EXPECT_EQ(leaders_.confirmedLookups(), 1);
+  EXPECT_EQ(metricSample(call(http::Method::Get, "/metrics", "", "agent-secret").body,
+                         R"(zkagent_gateway_view_reconfirmations_total{result="fenced"})"),
+            1);
 
   std::string reset = R"({"hwm":2,"reason":"zookeeper data wiped","actor":"alice"})";
   EXPECT_EQ(call(http::Method::Post, "/v1/accounts/acc/reset-hwm", reset).status, 401);
@@ -235,6 +240,50 @@ TEST_F(GatewayApi, ActiveSeqBelowHwmFencesTheAccountUntilAnAuthenticatedReset) {
   ASSERT_EQ(done.status, 200) << done.body;
   EXPECT_EQ(json::parse(done.body), (json{{"account", "acc"}, {"hwm", 2}, {"fenced", false}}));
   EXPECT_EQ(call(http::Method::Post, "/v1/ops", op("acc", 2, "op-3"), "agent-secret").status, 200);
+}
+
+// A cache behind ZooKeeper (a lagging server, a missed watch) must not fence an account: the
+// fence is taken only on a view read after a sync, and here that view shows the leader still
+// holding the HWM's token.
+TEST_F(GatewayApi, ACachedViewBelowTheHwmIsReadAgainAfterASyncAndFencesNothing) {
+  start({}, true);
+  leaders_.setActive("acc", 40);
+  ASSERT_EQ(post(op("acc", 40, "op-1")).status, 200);
+  leaders_.setCached("acc", 38);
+  auto answer = post(op("acc", 40, "op-2"));
+  EXPECT_EQ(answer.status, 200) << answer.body;
+  EXPECT_EQ(leaders_.confirmedLookups(), 1);
+  EXPECT_EQ(account("acc")["fenced"], false);
+  EXPECT_EQ(metricSample(metrics(), "zkagent_gateway_fenced_accounts"), 0);
+  EXPECT_EQ(
+      metricSample(metrics(), R"(zkagent_gateway_view_reconfirmations_total{result="corrected"})"),
+      1);
+  // A deposed leader's token is still refused on the confirmed view, and fences nothing either.
+  auto stale = post(op("acc", 38, "op-3"));
+  EXPECT_EQ(stale.status, 409);
+  EXPECT_EQ(json::parse(stale.body)["reason"], "stale_token");
+  EXPECT_EQ(account("acc")["fenced"], false);
+}
+
+// When the read after a sync cannot be had, the account is not fenced either: the untrusted
+// policy decides, as for any view the gateway cannot tell (refuse: 503).
+TEST_F(GatewayApi, ACachedViewBelowTheHwmWithNoConfirmedReadIsLeftToTheUntrustedPolicy) {
+  gateway::Config config;
+  config.untrusted = gateway::UntrustedPolicy::Refuse;
+  start(config, true);
+  leaders_.setActive("acc", 40);
+  ASSERT_EQ(post(op("acc", 40, "op-1")).status, 200);
+  leaders_.setCached("acc", 38);
+  leaders_.setConfirmedUnavailable(true);
+  auto answer = post(op("acc", 40, "op-2"));
+  EXPECT_EQ(answer.status, 503) << answer.body;
+  EXPECT_EQ(json::parse(answer.body)["reason"], "zookeeper_unavailable");
+  EXPECT_EQ(account("acc")["fenced"], false);
+  EXPECT_EQ(metricSample(metrics(),
+                         R"(zkagent_gateway_view_reconfirmations_total{result="unavailable"})"),
+            1);
+  leaders_.setConfirmedUnavailable(false);
+  EXPECT_EQ(post(op("acc", 40, "op-3")).status, 200);
 }
 
 // The fencing tuple (GET /v1/accounts/{id}) is for operators: with an operator token configured,

@@ -351,6 +351,41 @@ TEST(GatewayProcess, APausedGatewayDecidesWaitingRequestsOnZooKeeperAsItIsWhenIt
   EXPECT_EQ(json::parse(client.get("/v1/accounts/acc").body)["hwm"], oldToken);
 }
 
+// ZooKeeper's own `active` node falls below the HWM (its data restored from an old backup): the
+// gateway fences the account, and only after it has read the node again after a sync (the cache
+// alone may lag behind ZooKeeper's leader, and a fence holds until an operator lifts it).
+TEST(GatewayProcess, AnActiveSeqBelowTheHwmInZooKeeperFencesTheAccountOnAReadAfterASync) {
+  auto& zookeeper = zktest::sharedZooKeeper();
+  auto root = zktest::uniqueTestRoot();
+  fencing::testing::TempDir dir;
+  GatewayProcess gateway(dir.path(), {"--zk", zookeeper.connectString(), "--root", root});
+  auto client = gateway.client();
+  const auto holder = [](uint64_t seq) {
+    return json{{"seq", seq}, {"instanceId", "host"}, {"sessionId", 1}}.dump();
+  };
+  const std::string active = root + "/acc/active";
+  ASSERT_TRUE(zktest::writeZNode(zookeeper.connectString(), active, holder(40)));
+  ASSERT_EQ(client.post("/v1/ops", op("acc", 40, "a-1")).status, 200);
+
+  ASSERT_TRUE(zktest::writeZNode(zookeeper.connectString(), active, holder(2)));
+  ASSERT_TRUE(zktest::eventually(
+      [&] {
+        return json::parse(client.get("/v1/accounts/acc").body).value("activeSeq", json()) ==
+               json(2);
+      },
+      10s))
+      << "the gateway's cache never saw the new active node";
+  auto fenced = client.post("/v1/ops", op("acc", 2, "a-2"));
+  EXPECT_EQ(fenced.status, 409) << fenced.body;
+  EXPECT_EQ(json::parse(fenced.body)["reason"], "account_fenced");
+  const auto metrics = client.get("/metrics").body;
+  EXPECT_EQ(zktest::metricSample(metrics,
+                                 R"(zkagent_gateway_view_reconfirmations_total{result="fenced"})"),
+            1);
+  EXPECT_EQ(zktest::metricSample(metrics, "zkagent_gateway_fenced_accounts"), 1);
+  EXPECT_EQ(client.post("/v1/ops", op("acc", 40, "a-3")).status, 409) << "fenced until reset";
+}
+
 TEST(GatewayProcess, PresenceLeaseBatchOfTwoThousandEntriesIsHeldThenExpires) {
   fencing::testing::TempDir dir;
   GatewayProcess gateway(dir.path(), {"--lease-ttl-ms", "600", "--lease-sweep-ms", "50"});

@@ -241,6 +241,32 @@ TEST_F(PresenceApi, EachAccountIsLookedUpOncePerBatch) {
   EXPECT_EQ(leaders_.lookups() - before, 2);
 }
 
+// A lease batch decided on a cache that lags ZooKeeper (the account's cached seq below its HWM)
+// fences nothing: that account's writes are decided again on a view read after a sync, once per
+// account, and the other accounts' writes in the batch are decided once.
+TEST_F(PresenceApi, LeaseWritesOnACachedViewBelowTheHwmAreDecidedAgainAfterASync) {
+  start({}, true);
+  leaders_.setActive("A", 8);
+  leaders_.setActive("B", 3);
+  ASSERT_EQ(leases(batch({entry("A", "phone", 8, 1), entry("B", "phone", 3, 1)}))["renewed"], 2);
+  leaders_.setCached("A", 6);  // the cache lags; ZooKeeper's leader of A still holds 8
+  auto answer = leases(
+      batch({entry("A", "phone", 8, 2), entry("A", "tablet", 8, 1), entry("B", "phone", 3, 2)}));
+  EXPECT_EQ(answer["renewed"], 3) << answer.dump();
+  EXPECT_EQ(answer["fenced"], json::array());
+  EXPECT_EQ(leaders_.confirmedLookups(), 1);
+  EXPECT_FALSE(gateway_->validator().status("A")->fenced);
+  EXPECT_EQ(epochs("A"), (Epochs{{"phone", {8, 2}}, {"tablet", {8, 1}}}));
+  EXPECT_TRUE(hasMetric(R"(zkagent_gateway_view_reconfirmations_total{result="corrected"} 1)"));
+
+  // When ZooKeeper itself says so, the account is fenced (on the confirmed view).
+  leaders_.setActive("A", 6);
+  answer = leases(batch({entry("A", "phone", 8, 3)}));
+  EXPECT_EQ(answer["renewed"], 0);
+  EXPECT_TRUE(gateway_->validator().status("A")->fenced);
+  EXPECT_TRUE(hasMetric(R"(zkagent_gateway_view_reconfirmations_total{result="fenced"} 1)"));
+}
+
 TEST_F(PresenceApi, HwmModeFencesLeaseWritesByTheOperationsRuleAndTheyRaiseTheHwm) {
   start();
   auto op = json{{"account", "A"},        {"token", 9},   {"instanceId", "host-a"},

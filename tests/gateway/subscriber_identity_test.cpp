@@ -20,9 +20,7 @@ auth::SigningKey serviceKey() {
   return {"s1", auth::Algorithm::ES256, zktest::tokenKey("es256.key")};
 }
 // The same secret as the viewer key under another kid: a forger who knows a kid but not the key.
-auth::SigningKey forgedKey() {
-  return {"v1", auth::Algorithm::HS256, std::string(40, 'x')};
-}
+auth::SigningKey forgedKey() { return {"v1", auth::Algorithm::HS256, std::string(40, 'x')}; }
 
 gateway::Config configWith(bool viewers, bool services) {
   gateway::Config config;

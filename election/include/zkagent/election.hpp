@@ -274,6 +274,12 @@ class LeaderObserver {
   // after it has missed at most what changed in the last `maxAge`, even if this process was
   // stopped (SIGSTOP, a stalled VM) with requests waiting.
   void confirmFresh(Millis maxAge, std::function<void(bool)> done);
+  // Reads the account's `active` node after a ZooKeeper `sync` on this session: the view holds
+  // every change the quorum's leader had committed when the sync reached it, however far behind
+  // the server this session is on (the cache may serve a lagging server's view). Two round trips;
+  // for decisions that cannot be undone (fencing an account). Refreshes the cached entry when it
+  // differs. Unknown when the session cannot answer. Answered on the io_context.
+  void readConfirmed(std::string_view account, std::function<void(View)> done);
 
  private:
   struct Impl;

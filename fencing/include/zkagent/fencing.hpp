@@ -109,6 +109,11 @@ struct ActiveView {
   // by an agent whose certificate names another instance). Empty: the seq alone decides.
   std::string instanceId{};
   std::int64_t sessionId = 0;
+  // Read from a watched cache rather than after a ZooKeeper `sync`: a server behind the quorum's
+  // leader may serve it late, so it may only lag. It decides every operation, but never fences an
+  // account: a cached seq below the HWM is refused with `confirmFirst` (Decision) instead, and the
+  // caller decides again on a view read after a sync.
+  bool cached = false;
 
   static ActiveView unknown() { return {}; }
   static ActiveView absent() { return {State::absent, 0}; }
@@ -136,6 +141,9 @@ struct Decision {
   // above it), another holder holds it, or the account is fenced. False for a view that may only
   // lag (no active node seen yet, an active seq below the token): the writer may try again.
   bool superseded = false;
+  // Refused only because a cached view (ActiveView::cached) showed a seq below the HWM, which
+  // would have fenced the account: nothing was applied; decide again on a confirmed view.
+  bool confirmFirst = false;
 
   bool accepted() const { return verdict == Verdict::accepted; }
 };

@@ -6,31 +6,63 @@
 
 namespace zktest {
 
-ZNode readZNode(const std::string& connect, const std::string& path,
-                std::chrono::milliseconds timeout) {
+namespace {
+
+// Runs `attempt` (a ZooKeeper return code) until it gives anything but a connection error, or
+// until `timeout`: the C client has no blocking connect to wait on. The last code.
+template <typename Attempt>
+int withSession(const std::string& connect, std::chrono::milliseconds timeout, Attempt attempt) {
   zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
   zhandle_t* zh = zookeeper_init(connect.c_str(), nullptr, 10000, nullptr, nullptr, 0);
-  ZNode node;
-  if (zh == nullptr) return node;
+  if (zh == nullptr) return ZSYSTEMERROR;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  int rc = ZCONNECTIONLOSS;
   while (std::chrono::steady_clock::now() < deadline) {
+    rc = attempt(zh);
+    if (rc != ZCONNECTIONLOSS && rc != ZINVALIDSTATE && rc != ZOPERATIONTIMEOUT) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  zookeeper_close(zh);
+  return rc;
+}
+
+}  // namespace
+
+ZNode readZNode(const std::string& connect, const std::string& path,
+                std::chrono::milliseconds timeout) {
+  ZNode node;
+  withSession(connect, timeout, [&](zhandle_t* zh) {
     char buffer[4096];
     int length = sizeof buffer;
     const int rc = zoo_get(zh, path.c_str(), 0, buffer, &length, nullptr);
     if (rc == ZOK) {
       node.state = ZNode::State::found;
       node.data.assign(buffer, static_cast<size_t>(length > 0 ? length : 0));
-      break;
-    }
-    if (rc == ZNONODE) {
+    } else if (rc == ZNONODE) {
       node.state = ZNode::State::absent;
-      break;
     }
-    // Not connected yet: the C client has no blocking connect to wait on.
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  zookeeper_close(zh);
+    return rc;
+  });
   return node;
+}
+
+bool writeZNode(const std::string& connect, const std::string& path, const std::string& data,
+                std::chrono::milliseconds timeout) {
+  const int rc = withSession(connect, timeout, [&](zhandle_t* zh) {
+    for (auto slash = path.find('/', 1); slash != std::string::npos;
+         slash = path.find('/', slash + 1)) {
+      const int created = zoo_create(zh, path.substr(0, slash).c_str(), nullptr, -1,
+                                     &ZOO_OPEN_ACL_UNSAFE, 0, nullptr, 0);
+      if (created != ZOK && created != ZNODEEXISTS) return created;
+    }
+    int done = zoo_set(zh, path.c_str(), data.data(), static_cast<int>(data.size()), -1);
+    if (done == ZNONODE) {
+      done = zoo_create(zh, path.c_str(), data.data(), static_cast<int>(data.size()),
+                        &ZOO_OPEN_ACL_UNSAFE, 0, nullptr, 0);
+    }
+    return done;
+  });
+  return rc == ZOK;
 }
 
 }  // namespace zktest

@@ -17,4 +17,9 @@ struct ZNode {
 ZNode readZNode(const std::string& connect, const std::string& path,
                 std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
+// Sets `path` (a persistent node, created with its parents when missing) to `data`; false when
+// no server answered within `timeout`.
+bool writeZNode(const std::string& connect, const std::string& path, const std::string& data,
+                std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
 }  // namespace zktest
