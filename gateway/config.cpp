@@ -24,6 +24,8 @@ Options:
   --zk HOST:PORT[,...]      ZooKeeper ensemble: also require token == seq of the active node
   --root PATH               election root in ZooKeeper (default /wx-accounts)
   --zk-untrusted POLICY     while ZooKeeper is unreachable: hwm_only (default) or refuse
+  --zk-session-timeout-ms N ZooKeeper session timeout (default 10000, 400 to 600000); a cut link
+                            is noticed after two thirds of it
   --commit-mode MODE        group (default) or per_operation (one fsync per operation)
   --config FILE             JSON config file; flags given on the command line override it
   --lease-ttl-ms N          presence lease lifetime after its last renewal (default 150000)
@@ -326,6 +328,8 @@ CommandLine parseCommandLine(const std::vector<std::string>& args,
         setRoot(config, flag, value);
       } else if (flag == "--zk-untrusted") {
         setUntrusted(config, flag, value);
+      } else if (flag == "--zk-session-timeout-ms") {
+        config.zkSessionTimeoutMs = static_cast<int>(parseInteger(flag, value, 400, 600000));
       } else if (flag == "--commit-mode") {
         setCommitMode(config, flag, value);
       } else if (flag == "--lease-ttl-ms") {

@@ -85,6 +85,12 @@ void Run::startGateway() {
       hosts += proxy->connectString();
     }
     args.insert(args.end(), {"--zk", hosts, "--root", kRoot, "--zk-untrusted", "refuse"});
+    // With its links cut by the nemesis, the gateway notices a dead link after two thirds of its
+    // session timeout, as the agents do: the same timeout keeps check 5's bound (session timeout
+    // + 2 s after the last heal) true of it too. (Its default, 10 s, would take ~6.7 s.)
+    if (o_.gatewayPartitions) {
+      args.insert(args.end(), {"--zk-session-timeout-ms", std::to_string(o_.sessionTimeoutMs)});
+    }
   }
   for (int attempt = 0; attempt < 20; ++attempt) {
     spawners_->run([&] { gateway_ = spawn("fencing-gateway", args, "gateway", log); });

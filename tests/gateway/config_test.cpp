@@ -34,9 +34,10 @@ std::string error(std::string_view json) {
 }  // namespace
 
 TEST(GatewayConfig, FlagsFillTheConfig) {
-  auto result = parse({"--listen", "0.0.0.0:9000", "--insecure", "--data-dir", "/var/lib/gw",
-                       "--zk", "zk1:2181,zk2:2181", "--root", "/accounts", "--zk-untrusted",
-                       "refuse", "--commit-mode", "per_operation"});
+  auto result =
+      parse({"--listen", "0.0.0.0:9000", "--insecure", "--data-dir", "/var/lib/gw", "--zk",
+             "zk1:2181,zk2:2181", "--root", "/accounts", "--zk-untrusted", "refuse",
+             "--commit-mode", "per_operation", "--zk-session-timeout-ms", "1500"});
   ASSERT_TRUE(result.config) << result.message;
   const auto& config = *result.config;
   EXPECT_EQ(config.listenAddress, "0.0.0.0");
@@ -46,6 +47,7 @@ TEST(GatewayConfig, FlagsFillTheConfig) {
   EXPECT_EQ(config.zkRoot, "/accounts");
   EXPECT_EQ(config.untrusted, UntrustedPolicy::Refuse);
   EXPECT_EQ(config.commitMode, zkagent::fencing::CommitMode::per_operation);
+  EXPECT_EQ(config.zkSessionTimeoutMs, 1500);
 }
 
 TEST(GatewayConfig, FileIsReadFirstThenFlagsAndEnvironmentOverrideIt) {
@@ -80,6 +82,9 @@ TEST(GatewayConfig, ErrorsNameTheFieldAndWhatIsExpected) {
   EXPECT_NE(errorOf({"--data-dir", "d", "--zk-untrusted", "maybe"}).find("hwm_only or refuse"),
             std::string::npos);
   EXPECT_NE(errorOf({"--data-dir", "d", "--root", "relative"}).find("--root"), std::string::npos);
+  EXPECT_NE(errorOf({"--data-dir", "d", "--zk-session-timeout-ms", "399"})
+                .find("--zk-session-timeout-ms"),
+            std::string::npos);
   EXPECT_NE(errorOf({"--data-dir", "d", "--frobnicate", "1"}).find("--frobnicate: unknown option"),
             std::string::npos);
   EXPECT_NE(errorOf({"--data-dir"}).find("--data-dir: needs a value"), std::string::npos);
