@@ -64,7 +64,7 @@ Gateway::Gateway(const Config& config, fencing::TokenValidator& validator, Leade
       storageErrors_(registry
                          .counter("zkagent_gateway_storage_errors_total",
                                   "Failed writes to the durable log; the gateway then refuses "
-                                  "every operation until restarted.")
+                                  "every operation until the log recovers.")
                          .with({})),
       viewReconfirmations_(registry.counter(
           "zkagent_gateway_view_reconfirmations_total",
@@ -72,6 +72,16 @@ Gateway::Gateway(const Config& config, fencing::TokenValidator& validator, Leade
           "a ZooKeeper sync before deciding, by result: fenced (the read agreed: the account is "
           "fenced), corrected (the cache lagged; nothing fenced), unavailable (the read failed).",
           {"result"})),
+      storageFailedGauge_(registry
+                              .gauge("zkagent_gateway_storage_failed",
+                                     "1 while a failed durable log makes the gateway refuse every "
+                                     "write (it retries the log every second).")
+                              .with({})),
+      storageRecoveries_(registry
+                             .counter("zkagent_gateway_storage_recoveries_total",
+                                      "Times the durable log was taken back into use after a "
+                                      "failure (space freed, an I/O error gone).")
+                             .with({})),
       opSeconds_(registry
                      .histogram("zkagent_gateway_op_duration_seconds",
                                 "Time to decide an operation, including its durable commit.",
@@ -183,8 +193,8 @@ http::Router Gateway::router() {
 
 http::Response Gateway::submitOperation(const http::Request& request) {
   auto started = std::chrono::steady_clock::now();
-  if (storageFailed_) {
-    return http::Response::error(503, "durable log failed; restart the gateway to recover");
+  if (!storageUsable()) {
+    return http::Response::error(503, "durable log failed; the gateway retries it every second");
   }
   // The server takes bodies up to a lease batch's size; an operation must stay much smaller.
   if (request.body.size() > fencing::kMaxOperationBytes) {
@@ -234,10 +244,7 @@ http::Response Gateway::submitOperation(const http::Request& request) {
     badRequests_.inc();
     return http::Response::error(400, error.what());
   } catch (const fencing::StorageError& error) {
-    storageFailed_ = true;
-    storageErrors_.inc();
-    spdlog::error("durable log failed, refusing every operation until restart: {}", error.what());
-    return http::Response::error(503, std::string("durable log failed: ") + error.what());
+    return http::Response::error(503, storageFailed(error));
   }
   ops_.with({std::string(fencing::reasonCode(decision.verdict)), std::string(toString(mode))})
       .inc();
@@ -309,14 +316,38 @@ http::Response Gateway::resetHighWaterMark(const http::Request& request) {
   } catch (const fencing::BadRequest& error) {
     return http::Response::error(400, error.what());
   } catch (const fencing::StorageError& error) {
-    storageFailed_ = true;
-    storageErrors_.inc();
-    spdlog::error("durable log failed during HWM reset: {}", error.what());
-    return http::Response::error(503, std::string("durable log failed: ") + error.what());
+    return http::Response::error(503, storageFailed(error));
   }
   hwmResets_.inc();
   spdlog::warn("hwm reset account={} hwm={} actor={} reason={}", account, hwm, actor, reason);
   return jsonResponse(200, {{"account", account}, {"hwm", status.hwm}, {"fenced", status.fenced}});
+}
+
+std::string Gateway::storageFailed(const fencing::StorageError& error) {
+  {
+    std::lock_guard lock(storageRecoveryMutex_);
+    lastStorageRecovery_ = std::chrono::steady_clock::now();  // the first retry a period later
+    storageFailed_ = true;
+    storageFailedGauge_.set(1);
+  }
+  storageErrors_.inc();
+  spdlog::error("durable log failed, refusing every write until it recovers: {}", error.what());
+  return std::string("durable log failed: ") + error.what();
+}
+
+bool Gateway::storageUsable() {
+  if (!storageFailed_) return true;
+  std::unique_lock lock(storageRecoveryMutex_, std::try_to_lock);
+  if (!lock) return false;  // another request is trying now
+  const auto now = std::chrono::steady_clock::now();
+  if (now - lastStorageRecovery_ < kStorageRetry) return false;
+  lastStorageRecovery_ = now;
+  if (!validator_.recoverStorage()) return false;
+  storageFailed_ = false;
+  storageFailedGauge_.set(0);
+  storageRecoveries_.inc();
+  spdlog::warn("durable log recovered: taking operations and writes again");
+  return true;
 }
 
 http::Response Gateway::health(const http::Request& request) {
@@ -333,9 +364,7 @@ http::Response Gateway::health(const http::Request& request) {
     if (beat.gone) spdlog::info("agent {} is back", instance);
     beat = {std::chrono::steady_clock::now(), false};
   }
-  if (storageFailed_) {
-    return http::Response::json(503, R"({"status":"storage_failed"})");
-  }
+  if (!storageUsable()) return http::Response::json(503, R"({"status":"storage_failed"})");
   return jsonResponse(200, {{"status", "ok"}, {"check", toString(mode_.load())}});
 }
 
@@ -404,8 +433,8 @@ std::optional<fencing::ActiveView> Gateway::reconfirmedView(const std::string& a
 }
 
 http::Response Gateway::presenceLeases(const http::Request& request) {
-  if (storageFailed_) {
-    return presence_->refuseLeases("durable log failed; restart the gateway to recover");
+  if (!storageUsable()) {
+    return presence_->refuseLeases("durable log failed; the gateway retries it every second");
   }
   const CheckMode mode = refreshCheckMode();
   if (mode == CheckMode::Refusing) {
@@ -462,10 +491,7 @@ http::Response Gateway::presenceLeases(const http::Request& request) {
           for (std::size_t k = 0; k < again.size(); ++k) decisions[again[k]] = redecided[k];
           return decisions;
         } catch (const fencing::StorageError& error) {
-          storageFailed_ = true;
-          storageErrors_.inc();
-          spdlog::error("durable log failed, refusing every write until restart: {}", error.what());
-          return std::string("durable log failed: ") + error.what();
+          return storageFailed(error);
         }
       });
 }

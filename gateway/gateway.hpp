@@ -182,9 +182,19 @@ class Gateway {
   LeaderSource* leaders_;
   metrics::Registry& registry_;
   PresenceStore* presence_;
+  // Whether the durable log takes writes. After a failure it tries to recover the log (cut back
+  // to what was durable, state reloaded) at most once per kStorageRetry, so that a gateway whose
+  // disk filled up or failed an fsync resumes once the fault is gone, without a restart.
+  bool storageUsable();
+  // A write failed on the durable log: refuse until it recovers. The 503's detail.
+  std::string storageFailed(const fencing::StorageError& error);
+  static constexpr std::chrono::seconds kStorageRetry{1};
+
   std::mutex modeMutex_;  // one check-mode change at a time, so its gauges stay one-hot
   std::atomic<CheckMode> mode_;
   std::atomic<bool> storageFailed_{false};
+  std::mutex storageRecoveryMutex_;
+  std::chrono::steady_clock::time_point lastStorageRecovery_{};  // under storageRecoveryMutex_
 
   metrics::CounterFamily& ops_;  // by result and check
   metrics::Counter& replayed_;
@@ -192,6 +202,8 @@ class Gateway {
   metrics::Counter& hwmResets_;
   metrics::Counter& storageErrors_;
   metrics::CounterFamily& viewReconfirmations_;  // by result
+  metrics::Gauge& storageFailedGauge_;
+  metrics::Counter& storageRecoveries_;
   metrics::Histogram& opSeconds_;
   metrics::GaugeFamily& checkMode_;
   metrics::Gauge& fencedAccounts_;

@@ -447,6 +447,14 @@ void Journal::appendDurably(std::string_view records) {
   logBytes_ += records.size();
 }
 
+void Journal::truncateToDurable() {
+  const fs::path path = logPath(dir_, generation_);
+  if (::ftruncate(logFd_, static_cast<off_t>(logBytes_)) != 0) {
+    throwErrno("ftruncate " + path.string());
+  }
+  if (::fdatasync(logFd_) != 0) throwErrno("fdatasync " + path.string());
+}
+
 void Journal::rotate(const std::vector<AccountSnapshot>& state) {
   const std::uint64_t next = generation_ + 1;
   const fs::path nextLog = logPath(dir_, next);

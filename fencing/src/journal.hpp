@@ -31,6 +31,10 @@ class Journal {
   // Appends encoded records and makes them durable (fdatasync). Throws StorageError.
   void appendDurably(std::string_view records);
   std::uint64_t logBytes() const { return logBytes_; }
+  // After a failed append: cuts the log back to its last durable length (what fdatasync last
+  // confirmed) and makes that durable, so that no undurable record is replayed when it is opened
+  // again. Throws StorageError.
+  void truncateToDurable();
 
   // Compaction: starts a new empty log, then atomically replaces the snapshot with `state`
   // (which must reflect exactly the records logged so far), then deletes the old log.

@@ -23,7 +23,9 @@ struct TokenValidator::Impl {
   void queue(const detail::Event& event);
   void waitDurable(std::unique_lock<std::mutex>& lock);
   void throwIfFailed() const;
+  void fail(std::string error);
   void commitLoop();
+  void openJournal(RecoveryReport& into);
 
   const ValidatorOptions options;
   mutable std::mutex mutex;
@@ -31,14 +33,19 @@ struct TokenValidator::Impl {
   std::condition_variable progress;   // submitters: durable LSN or compactions advanced, failure
   detail::Rules rules;
   RecoveryReport report;
-  std::unique_ptr<detail::Journal> journal;  // null in memory-only mode
-  std::deque<std::string> queued;            // encoded records not yet handed to the committer
-  std::uint64_t appendedLsn = 0;             // records ever queued
-  std::uint64_t durableLsn = 0;              // records known to be on disk
+  // Null in memory-only mode, and while a recovery could not open it again (failure is set).
+  std::unique_ptr<detail::Journal> journal;
+  std::deque<std::string> queued;  // encoded records not yet handed to the committer
+  std::uint64_t appendedLsn = 0;   // records ever queued
+  std::uint64_t durableLsn = 0;    // records known to be on disk
   std::uint64_t compactionsRequested = 0;
   std::uint64_t compactionsDone = 0;
   CommitStats stats;
   std::string failure;  // first storage error; from then on everything is refused
+  // Storage failures so far: a wait that began before one never succeeds, even if the validator
+  // recovered meanwhile (its record was cut from the log).
+  std::uint64_t failures = 0;
+  bool compactionFailed = false;  // only a restart recovers from a half-done rotation
   bool stopping = false;
   std::thread committer;
 };
@@ -46,17 +53,30 @@ struct TokenValidator::Impl {
 TokenValidator::Impl::Impl(ValidatorOptions validatorOptions)
     : options(std::move(validatorOptions)), rules(options.rememberedOpsPerAccount) {
   if (options.dataDir.empty()) return;
+  openJournal(report);
+  committer = std::thread([this] { commitLoop(); });
+}
+
+// Loads the state on disk into `rules` (which must be empty) and opens the log for appending.
+void TokenValidator::Impl::openJournal(RecoveryReport& into) {
   journal = std::make_unique<detail::Journal>(
       options.dataDir,
       [this](detail::AccountSnapshot&& account) { rules.restore(std::move(account)); },
-      [this](detail::Event&& event) { rules.apply(event); }, report);
-  if (report.truncatedBytes > 0) {
+      [this](detail::Event&& event) { rules.apply(event); }, into);
+  if (into.truncatedBytes > 0) {
     spdlog::warn("fencing log recovery cut a torn tail dir={} bytes={} reason={}",
-                 options.dataDir.string(), report.truncatedBytes, report.truncationReason);
+                 options.dataDir.string(), into.truncatedBytes, into.truncationReason);
   }
   spdlog::info("fencing store opened dir={} snapshotAccounts={} replayedRecords={}",
-               options.dataDir.string(), report.snapshotAccounts, report.replayedRecords);
-  committer = std::thread([this] { commitLoop(); });
+               options.dataDir.string(), into.snapshotAccounts, into.replayedRecords);
+}
+
+void TokenValidator::Impl::fail(std::string error) {
+  spdlog::error("fencing store failed, refusing every operation until it recovers dir={} error={}",
+                options.dataDir.string(), error);
+  failure = std::move(error);
+  ++failures;
+  progress.notify_all();
 }
 
 TokenValidator::Impl::~Impl() {
@@ -89,8 +109,11 @@ void TokenValidator::Impl::queue(const detail::Event& event) {
 void TokenValidator::Impl::waitDurable(std::unique_lock<std::mutex>& lock) {
   if (!journal) return;
   const std::uint64_t needed = appendedLsn;
-  progress.wait(lock, [&] { return durableLsn >= needed || !failure.empty(); });
-  if (durableLsn < needed) throwIfFailed();
+  const std::uint64_t failuresBefore = failures;
+  progress.wait(lock, [&] { return durableLsn >= needed || failures != failuresBefore; });
+  if (failures != failuresBefore) {
+    throw StorageError("fencing store failed: " + (failure.empty() ? "recovered since" : failure));
+  }
 }
 
 namespace {
@@ -129,8 +152,10 @@ void TokenValidator::Impl::commitLoop() {
 
     lock.unlock();
     std::string error;
+    bool rotating = false;
     try {
       if (!batch.empty()) journal->appendDurably(batch);
+      rotating = compactNow;
       if (compactNow) journal->rotate(state);
     } catch (const std::exception& exception) {
       error = exception.what();
@@ -138,10 +163,8 @@ void TokenValidator::Impl::commitLoop() {
     lock.lock();
 
     if (!error.empty()) {
-      spdlog::error("fencing store failed, refusing every operation until restart dir={} error={}",
-                    options.dataDir.string(), error);
-      failure = std::move(error);
-      progress.notify_all();
+      compactionFailed = rotating;
+      fail(std::move(error));
       return;
     }
     if (!batch.empty()) {
@@ -221,14 +244,47 @@ std::vector<std::string> TokenValidator::fencedAccounts() const {
 }
 
 void TokenValidator::compact() {
-  if (!impl_->journal) return;
+  if (impl_->options.dataDir.empty()) return;
   std::unique_lock lock(impl_->mutex);
   impl_->throwIfFailed();
   const std::uint64_t ticket = ++impl_->compactionsRequested;
   impl_->workReady.notify_one();
-  impl_->progress.wait(lock,
-                       [&] { return impl_->compactionsDone >= ticket || !impl_->failure.empty(); });
-  if (impl_->compactionsDone < ticket) impl_->throwIfFailed();
+  const std::uint64_t failuresBefore = impl_->failures;
+  impl_->progress.wait(
+      lock, [&] { return impl_->compactionsDone >= ticket || impl_->failures != failuresBefore; });
+  if (impl_->compactionsDone < ticket)
+    throw StorageError("fencing store failed: " + impl_->failure);
+}
+
+bool TokenValidator::recoverStorage() {
+  std::unique_lock lock(impl_->mutex);
+  Impl& impl = *impl_;
+  if (impl.failure.empty()) return true;
+  if (impl.compactionFailed) return false;
+  // The committer stopped at the failure; every waiter has been told, and new calls are refused.
+  if (impl.committer.joinable()) impl.committer.join();
+  try {
+    if (impl.journal) {  // null when an earlier attempt cut the log but could not open it again
+      impl.journal->truncateToDurable();
+      impl.journal.reset();  // closes the log and unlocks the directory, to be opened again now
+    }
+    impl.rules = detail::Rules(impl.options.rememberedOpsPerAccount);
+    RecoveryReport reopened;
+    impl.openJournal(reopened);
+  } catch (const std::exception& error) {
+    spdlog::warn("fencing store still failing dir={} error={}", impl.options.dataDir.string(),
+                 error.what());
+    return false;
+  }
+  // The records queued or written since the last durable one were refused to their callers and
+  // are not on disk: the state was reloaded without them.
+  impl.queued.clear();
+  impl.durableLsn = impl.appendedLsn;
+  impl.compactionsDone = impl.compactionsRequested;
+  impl.failure.clear();
+  impl.committer = std::thread([&impl] { impl.commitLoop(); });
+  spdlog::warn("fencing store recovered dir={}", impl.options.dataDir.string());
+  return true;
 }
 
 const RecoveryReport& TokenValidator::recovery() const { return impl_->report; }

@@ -12,6 +12,7 @@
 #include <vector>
 #include <zkagent/fencing.hpp>
 
+#include "sync_recorder.hpp"
 #include "temp_dir.hpp"
 
 namespace zkagent::fencing {
@@ -254,6 +255,37 @@ TEST(DurableValidator, LogLeftOverFromAnInterruptedCompactionIsNotReplayedTwice)
   TokenValidator reopened(durableIn(dir.path()));
   EXPECT_EQ(reopened.status("acct")->accepted, 10u);
   EXPECT_FALSE(fs::exists(oldLog));
+}
+
+// A disk that fails a sync (EIO; a full disk fails the write before it): the failed decision is
+// refused, everything after it too, and nothing changes until the disk works again. Recovery
+// then cuts the log back to what was durable, so the refused decision is neither in the state nor
+// replayed at the next start, and the validator resumes without a restart.
+TEST(DurableValidator, AFailedSyncRefusesUntilTheStoreRecoversWithOnlyWhatWasDurable) {
+  TempDir dir;
+  {
+    TokenValidator validator(durableIn(dir.path()));
+    ASSERT_TRUE(validator.submit(op(5, "a")).accepted());
+    testing::failSyncs(true);
+    EXPECT_THROW(validator.submit(op(6, "b")), StorageError);
+    EXPECT_THROW(validator.submit(op(7, "c")), StorageError) << "refused until it recovers";
+    EXPECT_THROW(validator.resetHighWaterMark("acct", 1, "alice", "x"), StorageError);
+    EXPECT_FALSE(validator.recoverStorage()) << "the disk still fails";
+    testing::failSyncs(false);
+    ASSERT_TRUE(validator.recoverStorage());
+    EXPECT_TRUE(validator.recoverStorage()) << "nothing failed since: at once";
+    EXPECT_EQ(validator.status("acct")->hwm, 5u) << "the refused raise was never durable";
+    ASSERT_EQ(readLoggedOperations(dir.path()).size(), 1u);
+    const Decision retried = validator.submit(op(6, "b"));
+    EXPECT_TRUE(retried.accepted());
+    EXPECT_FALSE(retried.replayed) << "decided anew: its first attempt was refused";
+  }
+  TokenValidator reopened(durableIn(dir.path()));
+  EXPECT_EQ(reopened.status("acct")->hwm, 6u);
+  const auto logged = readLoggedOperations(dir.path());
+  ASSERT_EQ(logged.size(), 2u);
+  EXPECT_EQ(logged[0].operation.opId, "a");
+  EXPECT_EQ(logged[1].operation.opId, "b");
 }
 
 TEST(DurableValidator, DataDirectoryIsExclusive) {

@@ -2,9 +2,11 @@
 // burst of concurrent clients, and the ZooKeeper check against leaders elected by zk-elect.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mount.h>
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -71,6 +73,42 @@ json activeNode(const std::string& connect, const std::string& root, const std::
   const auto node = zktest::readZNode(connect, root + "/" + account + "/active");
   return node.state == zktest::ZNode::State::found ? json::parse(node.data) : json();
 }
+
+// A tmpfs of `bytes` mounted at `dir` for a test, detached at the end: a disk the test can fill.
+class SmallFilesystem {
+ public:
+  SmallFilesystem(const std::filesystem::path& dir, std::size_t bytes) : dir_(dir) {
+    std::filesystem::create_directories(dir);
+    const std::string options = "size=" + std::to_string(bytes);
+    if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, options.c_str()) == 0) {
+      mounted_ = true;
+    } else {
+      error_ = std::strerror(errno);
+    }
+  }
+  ~SmallFilesystem() {
+    if (mounted_) ::umount2(dir_.c_str(), MNT_DETACH);
+  }
+  bool mounted() const { return mounted_; }
+  const std::string& error() const { return error_; }
+
+  // Writes a ballast file until the filesystem is full (ENOSPC); frees it again with empty().
+  void fill() {
+    std::FILE* ballast = std::fopen((dir_ / "ballast").c_str(), "w");
+    ASSERT_NE(ballast, nullptr);
+    const std::string chunk(4096, 'x');
+    while (std::fwrite(chunk.data(), 1, chunk.size(), ballast) == chunk.size() &&
+           std::fflush(ballast) == 0) {
+    }
+    std::fclose(ballast);
+  }
+  void empty() { std::filesystem::remove(dir_ / "ballast"); }
+
+ private:
+  std::filesystem::path dir_;
+  bool mounted_ = false;
+  std::string error_;
+};
 
 // The token printed by zk-elect in "LEADER <account> <token> <unix_ns>".
 uint64_t leaderToken(const std::string& line) {
@@ -384,6 +422,56 @@ TEST(GatewayProcess, AnActiveSeqBelowTheHwmInZooKeeperFencesTheAccountOnAReadAft
             1);
   EXPECT_EQ(zktest::metricSample(metrics, "zkagent_gateway_fenced_accounts"), 1);
   EXPECT_EQ(client.post("/v1/ops", op("acc", 40, "a-3")).status, 409) << "fenced until reset";
+}
+
+// The gateway's disk fills up: what it acknowledged stays in its log, it refuses (503) while it
+// cannot persist, and once space returns it recovers in place, with no restart, and nothing it
+// refused is in its log.
+TEST(GatewayProcess, AFullDiskRefusesWritesAndTheGatewayRecoversInPlaceWhenSpaceReturns) {
+  fencing::testing::TempDir dir;
+  SmallFilesystem disk(dir.path() / "disk", 1 << 20);
+  if (!disk.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here: " << disk.error();
+  const auto dataDir = dir.path() / "disk" / "data";
+  GatewayProcess gateway(dataDir);
+  auto client = gateway.client();
+  std::set<std::string> acknowledged, refused;
+  auto post = [&](uint64_t token, const std::string& opId) {
+    auto answer = client.post("/v1/ops", op("acc", token, opId));
+    (answer.status == 200 ? acknowledged : refused).insert(opId);
+    return answer;
+  };
+  ASSERT_EQ(post(5, "a-1").status, 200);
+
+  disk.fill();
+  // Appends go on while the log's last page has room: the first one that needs a page fails.
+  auto full = post(5, "a-2");
+  for (int i = 3; i < 100 && full.status != 503; ++i) full = post(5, "a-" + std::to_string(i));
+  ASSERT_EQ(full.status, 503) << full.body;
+  EXPECT_NE(full.body.find("durable log failed"), std::string::npos) << full.body;
+  EXPECT_EQ(post(6, "c-1").status, 503) << "refused while it cannot persist";
+  EXPECT_EQ(client.get("/healthz").status, 503);
+  EXPECT_GE(
+      zktest::metricSample(client.get("/metrics").body, "zkagent_gateway_storage_errors_total"), 1);
+  EXPECT_EQ(zktest::metricSample(client.get("/metrics").body, "zkagent_gateway_storage_failed"), 1);
+
+  disk.empty();
+  int attempt = 0;
+  EXPECT_TRUE(zktest::eventually(
+      [&] { return post(6, "b-" + std::to_string(++attempt)).status == 200; }, 10s))
+      << "the gateway did not take operations again once space returned";
+  EXPECT_EQ(client.get("/healthz").status, 200);
+  EXPECT_GE(
+      zktest::metricSample(client.get("/metrics").body, "zkagent_gateway_storage_recoveries_total"),
+      1);
+  EXPECT_EQ(zktest::metricSample(client.get("/metrics").body, "zkagent_gateway_storage_failed"), 0);
+  EXPECT_EQ(json::parse(client.get("/v1/accounts/acc").body)["hwm"], 6);
+
+  gateway.process().signal(SIGTERM);
+  ASSERT_TRUE(gateway.process().wait(10s).exitedWith(0));
+  std::set<std::string> logged;
+  for (const auto& entry : fencing::readLoggedOperations(dataDir))
+    logged.insert(entry.operation.opId);
+  EXPECT_EQ(logged, acknowledged) << refused.size() << " refused";
 }
 
 TEST(GatewayProcess, PresenceLeaseBatchOfTwoThousandEntriesIsHeldThenExpires) {

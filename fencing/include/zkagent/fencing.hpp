@@ -197,7 +197,7 @@ struct CommitStats {
 };
 
 // The disk failed (write/fsync error, or the data directory is unusable). After a write error
-// the validator refuses everything: what reached the disk is unknown until a restart recovers.
+// the validator refuses everything until recoverStorage() (or a restart) brings it back.
 class StorageError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -236,6 +236,12 @@ class TokenValidator {
   // Writes a snapshot and starts a new log now (it also happens by itself past
   // compactAfterLogBytes). No-op in memory-only mode.
   void compact();
+
+  // After a storage failure (a full disk, a failed fsync): cuts the log back to what was last made
+  // durable, reloads the state from disk (the decisions refused with StorageError are not in it)
+  // and resumes. True when working (at once if nothing failed); false while the disk still
+  // refuses, or after a failed compaction, which only a restart recovers from.
+  bool recoverStorage();
 
   const RecoveryReport& recovery() const;
   CommitStats commitStats() const;
