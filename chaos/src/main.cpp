@@ -17,9 +17,7 @@ int main(int argc, char** argv) {
   const auto options = zkagent::chaos::parseOptions(argc, argv);
   if (options.printSchedule) {
     std::cout << zkagent::chaos::scheduleJson(
-                     zkagent::chaos::makeSchedule({options.seed, options.events, options.agents,
-                                                   options.sessionTimeoutMs, options.breakFencing,
-                                                   options.gatewayPartitions, options.clockSteps}))
+                     zkagent::chaos::makeSchedule(zkagent::chaos::scheduleOptions(options)))
                      .dump(1)
               << "\n";
     return 0;

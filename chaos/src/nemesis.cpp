@@ -79,6 +79,12 @@ json Run::runFault(const Fault& fault, int eventIndex) {
       setClockOffset(name, 0);
       break;
     }
+    case FaultKind::gateway_disk_full: {
+      record["filled_bytes"] = gatewayDisk_->fill();
+      wait(fault.durationMs);
+      gatewayDisk_->free();
+      break;
+    }
     case FaultKind::gateway_pause: {
       std::lock_guard lock(gatewayMu_);
       gateway_->signal(SIGSTOP);

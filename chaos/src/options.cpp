@@ -15,6 +15,7 @@ namespace {
          "                    [--session-timeout-ms MS] [--workers-per-agent W]\n"
          "                    [--think-ms MS] [--devices-per-account D] [--bin-dir DIR]\n"
          "                    [--break-fencing] [--gateway-partitions] [--clock-steps]\n"
+         "                    [--disk-faults]\n"
          "       chaos-runner --print-schedule --events N --seed S [--agents M]\n";
   std::exit(exitCode);
 }
@@ -47,6 +48,10 @@ Options parseOptions(int argc, char** argv) {
     }
     if (flag == "--clock-steps") {
       o.clockSteps = true;
+      continue;
+    }
+    if (flag == "--disk-faults") {
+      o.diskFaults = true;
       continue;
     }
     if (flag == "--help") {
@@ -86,6 +91,13 @@ Options parseOptions(int argc, char** argv) {
   }
   if (o.out.empty() && !o.printSchedule) usage("--out: required");
   return o;
+}
+
+ScheduleOptions scheduleOptions(const Options& options) {
+  return {options.seed,         options.events,
+          options.agents,       options.sessionTimeoutMs,
+          options.breakFencing, options.gatewayPartitions,
+          options.clockSteps,   options.diskFaults};
 }
 
 }  // namespace zkagent::chaos

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <filesystem>
 
+#include "schedule.hpp"
+
 namespace zkagent::chaos {
 
 struct Options {
@@ -14,6 +16,8 @@ struct Options {
   int agents = 3;
   bool breakFencing = false;
   bool gatewayPartitions = false;  // also draw the partitions around the gateway (schedule.hpp)
+  bool diskFaults =
+      false;  // the gateway's data dir on a tmpfs the nemesis fills (gateway_disk.hpp)
   bool clockSteps = false;  // also draw wall-clock steps (libfaketime under every agent, gateway)
   bool printSchedule = false;  // print the schedule as JSON and exit: nothing is started
   int sessionTimeoutMs = 1500;
@@ -25,5 +29,8 @@ struct Options {
 
 // Exits 2 naming the flag on bad input, 0 after --help.
 Options parseOptions(int argc, char** argv);
+
+// What of the options decides the schedule (the same for --print-schedule and a run).
+ScheduleOptions scheduleOptions(const Options& options);
 
 }  // namespace zkagent::chaos

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "gateway_disk.hpp"
 #include "hold_proxy.hpp"
 #include "observer.hpp"
 #include "options.hpp"
@@ -190,6 +191,7 @@ class Run {
 
   std::mutex gatewayMu_;
   std::unique_ptr<zktest::ChildProcess> gateway_;
+  std::unique_ptr<GatewayDisk> gatewayDisk_;  // with --disk-faults
   std::uint16_t gatewayPort_ = 0;
   int gatewayRuns_ = 0;
   json gatewayRunLog_ = json::array();

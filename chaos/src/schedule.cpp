@@ -31,6 +31,8 @@ std::string_view toString(FaultKind kind) {
       return "agent_clock_step";
     case FaultKind::gateway_clock_step:
       return "gateway_clock_step";
+    case FaultKind::gateway_disk_full:
+      return "gateway_disk_full";
   }
   return "?";
 }
@@ -42,7 +44,8 @@ bool touchesZooKeeper(FaultKind k) {
 }
 bool touchesGateway(FaultKind k) {
   return k == FaultKind::gateway_kill || k == FaultKind::gateway_pause ||
-         k == FaultKind::gateway_zk_partition || k == FaultKind::gateway_clock_step;
+         k == FaultKind::gateway_zk_partition || k == FaultKind::gateway_clock_step ||
+         k == FaultKind::gateway_disk_full;
 }
 bool hasAgent(FaultKind k) {
   return k == FaultKind::agent_kill || k == FaultKind::agent_pause ||
@@ -76,8 +79,10 @@ std::vector<Event> makeSchedule(const ScheduleOptions& options) {
   // Relative weights of the kinds, in kAllFaultKinds order.
   const int partitionWeight = options.gatewayPartitions ? 3 : 0;
   const int clockWeight = options.clockSteps ? 3 : 0;
+  const int diskWeight = options.diskFaults ? 3 : 0;
   const int weights[] = {
-      4, 4, 4, 2, 2, 3, 2, 2, partitionWeight, partitionWeight, clockWeight, clockWeight};
+      4,           4,           4,         2, 2, 3, 2, 2, partitionWeight, partitionWeight,
+      clockWeight, clockWeight, diskWeight};
   int total = 0;
   for (int w : weights) total += w;
 
@@ -125,6 +130,11 @@ std::vector<Event> makeSchedule(const ScheduleOptions& options) {
       case FaultKind::gateway_clock_step:
         f.durationMs = uniform(1000, 5000);
         f.stepSeconds = uniform(60, 7200) * (uniform(0, 1) == 0 ? -1 : 1);
+        break;
+      // The gateway refuses every write while full and takes its log back within a second of
+      // the space returning.
+      case FaultKind::gateway_disk_full:
+        f.durationMs = uniform(500, 3000);
         break;
     }
     return f;

@@ -26,6 +26,8 @@ enum class FaultKind {
   // Drawn only with ScheduleOptions::clockSteps:
   agent_clock_step,    // step one agent's wall clock by `stepSeconds`, back after `durationMs`
   gateway_clock_step,  // the same for the gateway
+  // Drawn only with ScheduleOptions::diskFaults:
+  gateway_disk_full,  // fill the gateway's data filesystem to the last byte, free it after
 };
 inline constexpr FaultKind kAllFaultKinds[] = {FaultKind::agent_kill,
                                                FaultKind::agent_pause,
@@ -38,7 +40,8 @@ inline constexpr FaultKind kAllFaultKinds[] = {FaultKind::agent_kill,
                                                FaultKind::agent_gateway_partition,
                                                FaultKind::gateway_zk_partition,
                                                FaultKind::agent_clock_step,
-                                               FaultKind::gateway_clock_step};
+                                               FaultKind::gateway_clock_step,
+                                               FaultKind::gateway_disk_full};
 
 std::string_view toString(FaultKind kind);
 
@@ -66,6 +69,8 @@ struct ScheduleOptions {
   bool gatewayPartitions = false;
   // Also draw agent_clock_step and gateway_clock_step; off, a seed's schedule is unchanged.
   bool clockSteps = false;
+  // Also draw gateway_disk_full; off, a seed's schedule is unchanged.
+  bool diskFaults = false;
 };
 
 std::vector<Event> makeSchedule(const ScheduleOptions& options);

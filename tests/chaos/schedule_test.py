@@ -49,9 +49,17 @@ class ScheduleTest(unittest.TestCase):
         self.assertTrue(any(f["step_s"] < 0 for f in steps) and any(f["step_s"] > 0 for f in steps))
         self.assertFalse([f for e in schedule(7) for f in e["faults"] if "step_s" in f])
 
+    def test_disk_faults_are_drawn_only_when_asked_for(self):
+        full = [f for e in schedule(7, 500, "--disk-faults") for f in e["faults"]
+                if f["kind"] == "gateway_disk_full"]
+        self.assertTrue(full)
+        self.assertTrue(all(500 <= f["duration_ms"] <= 3000 for f in full))
+        self.assertFalse([f for e in schedule(7) for f in e["faults"]
+                          if f["kind"] == "gateway_disk_full"])
+
     def test_faults_run_together_keep_a_quorum_and_one_fault_per_agent_and_gateway(self):
         for e in (schedule(7) + schedule(99) + schedule(7, 500, "--gateway-partitions") +
-                  schedule(7, 500, "--gateway-partitions", "--clock-steps")):
+                  schedule(7, 500, "--gateway-partitions", "--clock-steps", "--disk-faults")):
             kinds = [f["kind"] for f in e["faults"]]
             self.assertLessEqual(sum(k.startswith("zk_") for k in kinds), 1, e)
             self.assertLessEqual(sum(k.startswith("gateway_") for k in kinds), 1, e)
