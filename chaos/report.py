@@ -133,7 +133,7 @@ KIND_COLOURS = {
     "gateway_pause": "#e7d4e8", "stale_delivery": "#fee08b",
     "agent_gateway_partition": "#92c5de", "gateway_zk_partition": "#9970ab",
     "agent_clock_step": "#dfc27d", "gateway_clock_step": "#bf812d",
-    "gateway_disk_full": "#878787",
+    "gateway_disk_full": "#878787", "device_storm": "#e08214",
 }
 INSTANCE_COLOURS = ["#2166ac", "#1b7837", "#762a83", "#b35806", "#01665e", "#8c510a",
                     "#542788", "#4d4d4d", "#c51b7d"]

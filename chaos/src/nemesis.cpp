@@ -79,6 +79,14 @@ json Run::runFault(const Fault& fault, int eventIndex) {
       setClockOffset(name, 0);
       break;
     }
+    case FaultKind::device_storm:
+      // The agent's accounts fail over while every device is reconnecting, all at the same time.
+      killAgent(fault.agent);
+      restartDevices();
+      record["devices"] = o_.devicesPerAccount * o_.accounts;
+      wait(fault.durationMs);
+      startAgent(fault.agent);
+      break;
     case FaultKind::gateway_disk_full: {
       record["filled_bytes"] = gatewayDisk_->fill();
       wait(fault.durationMs);

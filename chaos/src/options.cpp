@@ -15,7 +15,7 @@ namespace {
          "                    [--session-timeout-ms MS] [--workers-per-agent W]\n"
          "                    [--think-ms MS] [--devices-per-account D] [--bin-dir DIR]\n"
          "                    [--break-fencing] [--gateway-partitions] [--clock-steps]\n"
-         "                    [--disk-faults]\n"
+         "                    [--disk-faults] [--device-storms]\n"
          "       chaos-runner --print-schedule --events N --seed S [--agents M]\n";
   std::exit(exitCode);
 }
@@ -52,6 +52,10 @@ Options parseOptions(int argc, char** argv) {
     }
     if (flag == "--disk-faults") {
       o.diskFaults = true;
+      continue;
+    }
+    if (flag == "--device-storms") {
+      o.deviceStorms = true;
       continue;
     }
     if (flag == "--help") {
@@ -94,10 +98,17 @@ Options parseOptions(int argc, char** argv) {
 }
 
 ScheduleOptions scheduleOptions(const Options& options) {
-  return {options.seed,         options.events,
-          options.agents,       options.sessionTimeoutMs,
-          options.breakFencing, options.gatewayPartitions,
-          options.clockSteps,   options.diskFaults};
+  ScheduleOptions schedule;
+  schedule.seed = options.seed;
+  schedule.events = options.events;
+  schedule.agents = options.agents;
+  schedule.sessionTimeoutMs = options.sessionTimeoutMs;
+  schedule.breakFencing = options.breakFencing;
+  schedule.gatewayPartitions = options.gatewayPartitions;
+  schedule.clockSteps = options.clockSteps;
+  schedule.diskFaults = options.diskFaults;
+  schedule.deviceStorms = options.deviceStorms;
+  return schedule;
 }
 
 }  // namespace zkagent::chaos

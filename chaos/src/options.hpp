@@ -16,9 +16,10 @@ struct Options {
   int agents = 3;
   bool breakFencing = false;
   bool gatewayPartitions = false;  // also draw the partitions around the gateway (schedule.hpp)
-  bool diskFaults =
-      false;  // the gateway's data dir on a tmpfs the nemesis fills (gateway_disk.hpp)
-  bool clockSteps = false;  // also draw wall-clock steps (libfaketime under every agent, gateway)
+  // The gateway's data dir on a tmpfs the nemesis fills (gateway_disk.hpp).
+  bool diskFaults = false;
+  bool deviceStorms = false;  // also draw device_storm: every device reconnects at once
+  bool clockSteps = false;    // also draw wall-clock steps (libfaketime under every agent, gateway)
   bool printSchedule = false;  // print the schedule as JSON and exit: nothing is started
   int sessionTimeoutMs = 1500;
   int workersPerAgent = 2;

@@ -216,6 +216,13 @@ void Run::startDevices() {
   });
 }
 
+void Run::restartDevices() {
+  if (!devices_) return;
+  devices_->signal(SIGKILL);
+  devices_->wait(10s);
+  startDevices();
+}
+
 void Run::stopDevices() {
   if (!devices_) return;
   devices_->signal(SIGTERM);

@@ -135,6 +135,7 @@ class Run {
   std::optional<std::size_t> connectedServer(int agent);
   void startDevices();  // one zk-device process for every simulated device
   void stopDevices();
+  void restartDevices();  // kill -9 the simulator and start it again: every device at once
 
   // ---- devices' leases ----
   // (account, device) of every simulated device, as zk-device spreads them.

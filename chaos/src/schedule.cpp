@@ -33,6 +33,8 @@ std::string_view toString(FaultKind kind) {
       return "gateway_clock_step";
     case FaultKind::gateway_disk_full:
       return "gateway_disk_full";
+    case FaultKind::device_storm:
+      return "device_storm";
   }
   return "?";
 }
@@ -50,7 +52,8 @@ bool touchesGateway(FaultKind k) {
 bool hasAgent(FaultKind k) {
   return k == FaultKind::agent_kill || k == FaultKind::agent_pause ||
          k == FaultKind::agent_partition || k == FaultKind::zk_kill_agent_server ||
-         k == FaultKind::agent_gateway_partition || k == FaultKind::agent_clock_step;
+         k == FaultKind::agent_gateway_partition || k == FaultKind::agent_clock_step ||
+         k == FaultKind::device_storm;
 }
 
 // Faults that may run together: at most one ZooKeeper server down (the ensemble keeps its
@@ -80,9 +83,14 @@ std::vector<Event> makeSchedule(const ScheduleOptions& options) {
   const int partitionWeight = options.gatewayPartitions ? 3 : 0;
   const int clockWeight = options.clockSteps ? 3 : 0;
   const int diskWeight = options.diskFaults ? 3 : 0;
-  const int weights[] = {
-      4,           4,           4,         2, 2, 3, 2, 2, partitionWeight, partitionWeight,
-      clockWeight, clockWeight, diskWeight};
+  const int stormWeight = options.deviceStorms ? 3 : 0;
+  // clang-format off
+  const int weights[] = {4, 4, 4, 2, 2, 3, 2, 2,
+                         partitionWeight, partitionWeight,
+                         clockWeight, clockWeight,
+                         diskWeight,
+                         stormWeight};
+  // clang-format on
   int total = 0;
   for (int w : weights) total += w;
 
@@ -94,6 +102,7 @@ std::vector<Event> makeSchedule(const ScheduleOptions& options) {
     if (hasAgent(f.kind)) f.agent = uniform(0, options.agents - 1);
     switch (f.kind) {
       case FaultKind::agent_kill:
+      case FaultKind::device_storm:  // how long the killed agent stays down
         f.durationMs = uniform(200, 2500);
         break;
       case FaultKind::agent_pause:  // always past the session timeout

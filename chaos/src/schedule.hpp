@@ -28,6 +28,8 @@ enum class FaultKind {
   gateway_clock_step,  // the same for the gateway
   // Drawn only with ScheduleOptions::diskFaults:
   gateway_disk_full,  // fill the gateway's data filesystem to the last byte, free it after
+  // Drawn only with ScheduleOptions::deviceStorms:
+  device_storm,  // kill -9 an agent and every device at once; the devices come back together
 };
 inline constexpr FaultKind kAllFaultKinds[] = {FaultKind::agent_kill,
                                                FaultKind::agent_pause,
@@ -41,7 +43,8 @@ inline constexpr FaultKind kAllFaultKinds[] = {FaultKind::agent_kill,
                                                FaultKind::gateway_zk_partition,
                                                FaultKind::agent_clock_step,
                                                FaultKind::gateway_clock_step,
-                                               FaultKind::gateway_disk_full};
+                                               FaultKind::gateway_disk_full,
+                                               FaultKind::device_storm};
 
 std::string_view toString(FaultKind kind);
 
@@ -71,6 +74,8 @@ struct ScheduleOptions {
   bool clockSteps = false;
   // Also draw gateway_disk_full; off, a seed's schedule is unchanged.
   bool diskFaults = false;
+  // Also draw device_storm; off, a seed's schedule is unchanged.
+  bool deviceStorms = false;
 };
 
 std::vector<Event> makeSchedule(const ScheduleOptions& options);

@@ -57,9 +57,18 @@ class ScheduleTest(unittest.TestCase):
         self.assertFalse([f for e in schedule(7) for f in e["faults"]
                           if f["kind"] == "gateway_disk_full"])
 
+    def test_device_storms_are_drawn_only_when_asked_for_and_name_an_agent(self):
+        storms = [f for e in schedule(7, 500, "--device-storms") for f in e["faults"]
+                  if f["kind"] == "device_storm"]
+        self.assertTrue(storms)
+        self.assertTrue(all(f["agent"] >= 0 for f in storms))
+        self.assertFalse([f for e in schedule(7) for f in e["faults"]
+                          if f["kind"] == "device_storm"])
+
     def test_faults_run_together_keep_a_quorum_and_one_fault_per_agent_and_gateway(self):
         for e in (schedule(7) + schedule(99) + schedule(7, 500, "--gateway-partitions") +
-                  schedule(7, 500, "--gateway-partitions", "--clock-steps", "--disk-faults")):
+                  schedule(7, 500, "--gateway-partitions", "--clock-steps", "--disk-faults",
+                           "--device-storms")):
             kinds = [f["kind"] for f in e["faults"]]
             self.assertLessEqual(sum(k.startswith("zk_") for k in kinds), 1, e)
             self.assertLessEqual(sum(k.startswith("gateway_") for k in kinds), 1, e)
