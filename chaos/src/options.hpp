@@ -16,7 +16,7 @@ struct Options {
   int agents = 3;
   bool breakFencing = false;
   bool gatewayPartitions = false;  // also draw the partitions around the gateway (schedule.hpp)
-  // The gateway's data dir on a tmpfs the nemesis fills (gateway_disk.hpp).
+  // The gateway's data dir on a tmpfs the nemesis fills (zktest/small_filesystem.hpp).
   bool diskFaults = false;
   bool deviceStorms = false;  // also draw device_storm: every device reconnects at once
   bool clockSteps = false;    // also draw wall-clock steps (libfaketime under every agent, gateway)

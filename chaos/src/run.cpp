@@ -35,7 +35,7 @@ int Run::runSchedule() {
   fs::create_directories(o_.out / "gateway-data");
   // 64 MiB: more than a long run's log between compactions, and quick to fill.
   if (o_.diskFaults)
-    gatewayDisk_ = std::make_unique<GatewayDisk>(o_.out / "gateway-data", 64 << 20);
+    gatewayDisk_ = std::make_unique<zktest::SmallFilesystem>(o_.out / "gateway-data", 64 << 20);
   fs::remove(o_.out / kLeaseJournal);  // the gateway appends to it
   spawners_ = std::make_unique<Spawners>(4);
   schedule_ = makeSchedule(scheduleOptions(o_));

@@ -19,7 +19,6 @@
 #include <thread>
 #include <vector>
 
-#include "gateway_disk.hpp"
 #include "hold_proxy.hpp"
 #include "observer.hpp"
 #include "options.hpp"
@@ -27,6 +26,7 @@
 #include "spawners.hpp"
 #include "zkagent/http.hpp"
 #include "zktest/child_process.hpp"
+#include "zktest/small_filesystem.hpp"
 #include "zktest/tcp_proxy.hpp"
 #include "zktest/zookeeper_ensemble.hpp"
 
@@ -101,7 +101,14 @@ class Run {
     for (int i = 0; i < o_.accounts; ++i) accounts_.push_back("acct-" + std::to_string(i));
     for (int i = 0; i < o_.agents; ++i) agentIds_.push_back("agent-" + std::to_string(i));
   }
-  ~Run() { stopThreads(); }
+  ~Run() {
+    stopThreads();
+    // A run cut short keeps the gateway's files too, for the checker (--disk-faults).
+    try {
+      if (gatewayDisk_) gatewayDisk_->keep();
+    } catch (const std::exception&) {
+    }
+  }
   Run(const Run&) = delete;
   Run& operator=(const Run&) = delete;
 
@@ -192,7 +199,7 @@ class Run {
 
   std::mutex gatewayMu_;
   std::unique_ptr<zktest::ChildProcess> gateway_;
-  std::unique_ptr<GatewayDisk> gatewayDisk_;  // with --disk-faults
+  std::unique_ptr<zktest::SmallFilesystem> gatewayDisk_;  // with --disk-faults
   std::uint16_t gatewayPort_ = 0;
   int gatewayRuns_ = 0;
   json gatewayRunLog_ = json::array();

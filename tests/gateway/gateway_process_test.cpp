@@ -2,13 +2,12 @@
 // burst of concurrent clients, and the ZooKeeper check against leaders elected by zk-elect.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/mount.h>
 
 #include <atomic>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -20,6 +19,7 @@
 #include "zktest/deadline.hpp"
 #include "zktest/metrics.hpp"
 #include "zktest/raw_connection.hpp"
+#include "zktest/small_filesystem.hpp"
 #include "zktest/znode.hpp"
 #include "zktest/zookeeper_server.hpp"
 
@@ -73,42 +73,6 @@ json activeNode(const std::string& connect, const std::string& root, const std::
   const auto node = zktest::readZNode(connect, root + "/" + account + "/active");
   return node.state == zktest::ZNode::State::found ? json::parse(node.data) : json();
 }
-
-// A tmpfs of `bytes` mounted at `dir` for a test, detached at the end: a disk the test can fill.
-class SmallFilesystem {
- public:
-  SmallFilesystem(const std::filesystem::path& dir, std::size_t bytes) : dir_(dir) {
-    std::filesystem::create_directories(dir);
-    const std::string options = "size=" + std::to_string(bytes);
-    if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, options.c_str()) == 0) {
-      mounted_ = true;
-    } else {
-      error_ = std::strerror(errno);
-    }
-  }
-  ~SmallFilesystem() {
-    if (mounted_) ::umount2(dir_.c_str(), MNT_DETACH);
-  }
-  bool mounted() const { return mounted_; }
-  const std::string& error() const { return error_; }
-
-  // Writes a ballast file until the filesystem is full (ENOSPC); frees it again with empty().
-  void fill() {
-    std::FILE* ballast = std::fopen((dir_ / "ballast").c_str(), "w");
-    ASSERT_NE(ballast, nullptr);
-    const std::string chunk(4096, 'x');
-    while (std::fwrite(chunk.data(), 1, chunk.size(), ballast) == chunk.size() &&
-           std::fflush(ballast) == 0) {
-    }
-    std::fclose(ballast);
-  }
-  void empty() { std::filesystem::remove(dir_ / "ballast"); }
-
- private:
-  std::filesystem::path dir_;
-  bool mounted_ = false;
-  std::string error_;
-};
 
 // The token printed by zk-elect in "LEADER <account> <token> <unix_ns>".
 uint64_t leaderToken(const std::string& line) {
@@ -429,8 +393,12 @@ TEST(GatewayProcess, AnActiveSeqBelowTheHwmInZooKeeperFencesTheAccountOnAReadAft
 // refused is in its log.
 TEST(GatewayProcess, AFullDiskRefusesWritesAndTheGatewayRecoversInPlaceWhenSpaceReturns) {
   fencing::testing::TempDir dir;
-  SmallFilesystem disk(dir.path() / "disk", 1 << 20);
-  if (!disk.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here: " << disk.error();
+  std::optional<zktest::SmallFilesystem> disk;
+  try {
+    disk.emplace(dir.path() / "disk", 1 << 20);
+  } catch (const std::runtime_error& error) {
+    GTEST_SKIP() << error.what();
+  }
   const auto dataDir = dir.path() / "disk" / "data";
   GatewayProcess gateway(dataDir);
   auto client = gateway.client();
@@ -442,7 +410,7 @@ TEST(GatewayProcess, AFullDiskRefusesWritesAndTheGatewayRecoversInPlaceWhenSpace
   };
   ASSERT_EQ(post(5, "a-1").status, 200);
 
-  disk.fill();
+  disk->fill();
   // Appends go on while the log's last page has room: the first one that needs a page fails.
   auto full = post(5, "a-2");
   for (int i = 3; i < 100 && full.status != 503; ++i) full = post(5, "a-" + std::to_string(i));
@@ -454,7 +422,7 @@ TEST(GatewayProcess, AFullDiskRefusesWritesAndTheGatewayRecoversInPlaceWhenSpace
       zktest::metricSample(client.get("/metrics").body, "zkagent_gateway_storage_errors_total"), 1);
   EXPECT_EQ(zktest::metricSample(client.get("/metrics").body, "zkagent_gateway_storage_failed"), 1);
 
-  disk.empty();
+  disk->free();
   int attempt = 0;
   EXPECT_TRUE(zktest::eventually(
       [&] { return post(6, "b-" + std::to_string(++attempt)).status == 200; }, 10s))

@@ -2,7 +2,7 @@
 
 #include <zookeeper/zookeeper.h>
 
-#include <thread>
+#include "zktest/deadline.hpp"
 
 namespace zktest {
 
@@ -15,13 +15,13 @@ int withSession(const std::string& connect, std::chrono::milliseconds timeout, A
   zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
   zhandle_t* zh = zookeeper_init(connect.c_str(), nullptr, 10000, nullptr, nullptr, 0);
   if (zh == nullptr) return ZSYSTEMERROR;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
   int rc = ZCONNECTIONLOSS;
-  while (std::chrono::steady_clock::now() < deadline) {
-    rc = attempt(zh);
-    if (rc != ZCONNECTIONLOSS && rc != ZINVALIDSTATE && rc != ZOPERATIONTIMEOUT) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  (void)eventually(
+      [&] {
+        rc = attempt(zh);
+        return rc != ZCONNECTIONLOSS && rc != ZINVALIDSTATE && rc != ZOPERATIONTIMEOUT;
+      },
+      timeout, std::chrono::milliseconds(20));
   zookeeper_close(zh);
   return rc;
 }

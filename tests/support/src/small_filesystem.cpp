@@ -1,4 +1,4 @@
-#include "gateway_disk.hpp"
+#include "zktest/small_filesystem.hpp"
 
 #include <sys/mount.h>
 
@@ -8,31 +8,28 @@
 #include <stdexcept>
 #include <string>
 
-namespace zkagent::chaos {
+namespace zktest {
 namespace fs = std::filesystem;
 
 namespace {
 constexpr const char* kBallast = "ballast";
 }
 
-GatewayDisk::GatewayDisk(fs::path dir, std::uint64_t bytes) : dir_(std::move(dir)) {
+SmallFilesystem::SmallFilesystem(fs::path dir, std::uint64_t bytes) : dir_(std::move(dir)) {
+  fs::create_directories(dir_);
   const std::string options = "size=" + std::to_string(bytes);
   if (::mount("tmpfs", dir_.c_str(), "tmpfs", 0, options.c_str()) != 0) {
-    throw std::runtime_error("--disk-faults: cannot mount a tmpfs on " + dir_.string() + ": " +
+    throw std::runtime_error("cannot mount a tmpfs on " + dir_.string() + ": " +
                              std::strerror(errno));
   }
   mounted_ = true;
 }
 
-GatewayDisk::~GatewayDisk() {
-  try {
-    keep();
-  } catch (const std::exception&) {
-    ::umount2(dir_.c_str(), MNT_DETACH);
-  }
+SmallFilesystem::~SmallFilesystem() {
+  if (mounted_) ::umount2(dir_.c_str(), MNT_DETACH);
 }
 
-std::uint64_t GatewayDisk::fill() {
+std::uint64_t SmallFilesystem::fill() {
   std::FILE* ballast = std::fopen((dir_ / kBallast).c_str(), "w");
   if (ballast == nullptr) return 0;  // already full: not even a new file fits
   const std::string chunk(1 << 16, 'x');
@@ -47,9 +44,9 @@ std::uint64_t GatewayDisk::fill() {
   return written;
 }
 
-void GatewayDisk::free() { fs::remove(dir_ / kBallast); }
+void SmallFilesystem::free() { fs::remove(dir_ / kBallast); }
 
-void GatewayDisk::keep() {
+void SmallFilesystem::keep() {
   if (!mounted_) return;
   free();
   const fs::path aside = dir_.string() + ".kept";
@@ -63,4 +60,4 @@ void GatewayDisk::keep() {
   fs::rename(aside, dir_);
 }
 
-}  // namespace zkagent::chaos
+}  // namespace zktest
