@@ -55,6 +55,10 @@ Options:
   --operator-token-file FILE  the operator token (HWM reset, privacy rules), read from FILE
   --max-requests-per-second N  per connection on the HTTP listener, beyond it 429 (default
                             10000; 0: no limit)
+  --cluster-shards N        cluster mode: the cluster's shard count (1 to 4096; fixed when the
+                            cluster is created); needs --zk, --gateway-id and --advertise-url
+  --gateway-id ID           cluster mode: this gateway's id in the shards' elections
+  --advertise-url URL       cluster mode: http[s]://HOST:PORT agents reach this gateway on
   --log-level LEVEL         trace, debug, info (default), warn, error, critical, off
   --log-format FORMAT       text (default) or json
   --help, --version
@@ -131,10 +135,37 @@ void validateTransport(const Config& config) {
   }
 }
 
+// Cluster mode: all three settings or none, on ZooKeeper, never deciding without it.
+void validateCluster(const Config& config) {
+  const bool any =
+      config.clusterShards != 0 || !config.gatewayId.empty() || !config.advertiseUrl.empty();
+  if (!any) return;
+  const std::pair<std::string_view, bool> required[] = {
+      {"cluster.shards (--cluster-shards)", config.clusterShards != 0},
+      {"cluster.gateway_id (--gateway-id)", !config.gatewayId.empty()},
+      {"cluster.advertise_url (--advertise-url)", !config.advertiseUrl.empty()},
+      {"zookeeper.hosts (--zk)", !config.zkHosts.empty()}};
+  for (const auto& [field, set] : required) {
+    if (!set) fail(field, "required in cluster mode (with the other cluster settings)");
+  }
+  if (config.untrusted == UntrustedPolicy::HwmOnly) {
+    fail("zookeeper.untrusted (--zk-untrusted)",
+         "must be refuse in cluster mode: without ZooKeeper a gateway cannot tell who leads an "
+         "account, and another gateway may hold a newer high-water mark");
+  }
+  const bool https = config.advertiseUrl.starts_with("https://");
+  if (https != !config.tlsCert.empty()) {
+    fail("cluster.advertise_url (--advertise-url)",
+         https ? "is https:// but the gateway serves plain HTTP (no tls.cert)"
+               : "is http:// but the gateway serves HTTPS (tls.cert is set)");
+  }
+}
+
 // Checks between fields, on the final config (after the file and the flags): each field alone was
 // checked where it was set.
 void validateConfig(const Config& config) {
   validateTransport(config);
+  validateCluster(config);
   if (config.leaseSweepMs > config.leaseTtlMs) {
     fail("presence.sweep_ms (--lease-sweep-ms)",
          "must not exceed presence.lease_ttl_ms (" + std::to_string(config.leaseSweepMs) + " > " +
@@ -162,6 +193,29 @@ void setUntrusted(Config& config, std::string_view field, std::string_view value
   config.untrusted = config::choose(field, value, {"hwm_only", "refuse"}) == "refuse"
                          ? UntrustedPolicy::Refuse
                          : UntrustedPolicy::HwmOnly;
+  config.untrustedSet = true;
+}
+
+void setGatewayId(Config& config, std::string_view field, std::string_view value) {
+  if (auto error = naming::instanceIdError(value)) fail(field, *error);
+  config.gatewayId = std::string(value);
+}
+
+// http[s]://HOST:PORT, nothing after it: what agents dial and a 421 names.
+void setAdvertiseUrl(Config& config, std::string_view field, std::string_view value) {
+  std::string_view rest = value;
+  if (rest.starts_with("https://")) {
+    rest.remove_prefix(8);
+  } else if (rest.starts_with("http://")) {
+    rest.remove_prefix(7);
+  } else {
+    fail(field, "must be http://HOST:PORT or https://HOST:PORT, got '" + std::string(value) + "'");
+  }
+  naming::HostPort address;
+  if (auto error = naming::hostPortError(rest, address, naming::PortZero::Refused)) {
+    fail(field, *error);
+  }
+  config.advertiseUrl = std::string(value);
 }
 
 void setCommitMode(Config& config, std::string_view field, std::string_view value) {
@@ -249,6 +303,17 @@ Config parseConfigJson(std::string_view text, Config config, const std::filesyst
       setUntrusted(config, "zookeeper.untrusted", *untrusted);
     }
     zk.rejectUnknown();
+  }
+  if (top.find("cluster")) {
+    auto cluster = top.object("cluster");
+    if (auto shards = cluster.integer("shards", 1, naming::kMaxShards)) {
+      config.clusterShards = static_cast<std::uint32_t>(*shards);
+    }
+    if (auto id = cluster.string("gateway_id")) setGatewayId(config, "cluster.gateway_id", *id);
+    if (auto url = cluster.string("advertise_url")) {
+      setAdvertiseUrl(config, "cluster.advertise_url", *url);
+    }
+    cluster.rejectUnknown();
   }
   if (top.find("presence")) {
     auto presence = top.object("presence");
@@ -365,6 +430,13 @@ CommandLine parseCommandLine(const std::vector<std::string>& args,
       } else if (flag == "--max-requests-per-second") {
         config.maxRequestsPerSecond =
             static_cast<unsigned>(parseInteger(flag, value, 0, kMaxRequestsPerSecond));
+      } else if (flag == "--cluster-shards") {
+        config.clusterShards =
+            static_cast<std::uint32_t>(parseInteger(flag, value, 1, naming::kMaxShards));
+      } else if (flag == "--gateway-id") {
+        setGatewayId(config, flag, value);
+      } else if (flag == "--advertise-url") {
+        setAdvertiseUrl(config, flag, value);
       } else if (flag == "--log-format") {
         setLogFormat(config, flag, value);
       } else {
@@ -389,6 +461,10 @@ CommandLine parseCommandLine(const std::vector<std::string>& args,
       config.subscribePort = config.listenPort == 0 || config.listenPort == 65535
                                  ? uint16_t{0}
                                  : static_cast<uint16_t>(config.listenPort + 1);
+    }
+    // Cluster mode never decides without ZooKeeper: refuse unless told otherwise (then an error).
+    if (config.clusterShards != 0 && !config.untrustedSet) {
+      config.untrusted = UntrustedPolicy::Refuse;
     }
     validateConfig(config);
     result.config = std::move(config);

@@ -36,12 +36,13 @@ std::string_view toString(CheckMode mode) {
 }
 
 Gateway::Gateway(const Config& config, fencing::TokenValidator& validator, LeaderSource* leaders,
-                 metrics::Registry& registry, PresenceStore* presence)
+                 metrics::Registry& registry, PresenceStore* presence, ShardOwnership* shards)
     : config_(config),
       validator_(validator),
       leaders_(leaders),
       registry_(registry),
       presence_(presence),
+      shards_(shards),
       mode_(CheckMode::HwmOnly),
       ops_(registry.counter("zkagent_gateway_ops_total",
                             "Operations decided, by result (accepted, stale_token, "
@@ -104,7 +105,16 @@ Gateway::Gateway(const Config& config, fencing::TokenValidator& validator, Leade
       agentsByState_(registry.gauge("zkagent_gateway_agents",
                                     "Agents heard on /healthz?instance=, by state: alive, or "
                                     "gone when silent longer than the agent timeout.",
-                                    {"state"})) {
+                                    {"state"})),
+      misdirected_(registry.counter("zkagent_gateway_misdirected_total",
+                                    "Requests for an account whose shard another gateway owns "
+                                    "(421) or none owns right now (503), by route; cluster mode.",
+                                    {"route"})),
+      shardsOwned_(registry
+                       .gauge("zkagent_gateway_shards_owned",
+                              "Shards of the cluster this gateway owns now (0 outside cluster "
+                              "mode).")
+                       .with({})) {
   const auto& recovery = validator.recovery();
   registry.gauge("zkagent_gateway_recovered_records", "Log records replayed at start-up.")
       .with({})
@@ -217,6 +227,8 @@ http::Response Gateway::submitOperation(const http::Request& request) {
     return *refused;
   }
   const auto& account = operation.fencing.account;
+  auto shard = checkShard(account, "ops");
+  if (shard.refusal) return *shard.refusal;
 
   CheckMode mode = refreshCheckMode();
   const auto refuseUnavailable = [&] {
@@ -229,8 +241,11 @@ http::Response Gateway::submitOperation(const http::Request& request) {
                                "ZooKeeper is unreachable and the gateway is "
                                "configured to refuse operations meanwhile"}});
   };
-  const auto active = activeView(account, mode);
+  const auto active = activeView(account, mode, shard.read);
   if (!active) return refuseUnavailable();
+  if (shard.read == ViewRead::confirmed && mode == CheckMode::ZooKeeper) {
+    confirmedOnTake(account, shard.take);
+  }
 
   fencing::Decision decision;
   try {
@@ -412,6 +427,40 @@ std::optional<fencing::ActiveView> Gateway::activeView(const std::string& accoun
   return fencing::ActiveView::unknown();
 }
 
+Gateway::ShardCheck Gateway::checkShard(const std::string& account, std::string_view route) {
+  ShardCheck check;
+  if (shards_ == nullptr) return check;
+  const auto answer = shards_->owner(account);
+  using Kind = ShardOwnership::Answer::Kind;
+  if (answer.kind == Kind::Owned) {
+    check.take = answer.take;
+    std::lock_guard lock(confirmedTakesMutex_);
+    auto confirmed = confirmedTakes_.find(account);
+    if (confirmed == confirmedTakes_.end() || confirmed->second != answer.take) {
+      check.read = ViewRead::confirmed;
+    }
+    return check;
+  }
+  misdirected_.with({std::string(route)}).inc();
+  if (answer.kind == Kind::Elsewhere) {
+    check.why = "account " + account + " is in " + answer.shard + ", owned by " + answer.owner;
+    check.refusal =
+        jsonResponse(421, {{"error", check.why}, {"shard", answer.shard}, {"owner", answer.owner}});
+  } else {
+    check.why = "account " + account + " is in " + answer.shard +
+                ", which no gateway owns right now (a new owner is being elected)";
+    auto refusal = jsonResponse(503, {{"error", check.why}, {"shard", answer.shard}});
+    refusal.headers.emplace_back("Retry-After", "1");
+    check.refusal = std::move(refusal);
+  }
+  return check;
+}
+
+void Gateway::confirmedOnTake(const std::string& account, int64_t take) {
+  std::lock_guard lock(confirmedTakesMutex_);
+  confirmedTakes_[account] = take;
+}
+
 std::optional<fencing::ActiveView> Gateway::reconfirmedView(const std::string& account,
                                                             CheckMode& mode,
                                                             const fencing::ActiveView& cached,
@@ -456,11 +505,18 @@ http::Response Gateway::presenceLeases(const http::Request& request) {
         for (const auto& token : tokens) {
           auto view = views.find(token.account);
           if (view == views.end()) {
+            // A lease batch is one request: an account whose shard is elsewhere refuses it all
+            // (an agent sends each shard's leases to its owner).
+            auto shard = checkShard(token.account, "leases");
+            if (shard.refusal) return shard.why + "; nothing applied";
             CheckMode accountMode = mode;
-            auto active = activeView(token.account, accountMode);
+            auto active = activeView(token.account, accountMode, shard.read);
             if (!active) {
               return "ZooKeeper cannot tell the leader of account " + token.account +
                      " now and the gateway is configured to refuse meanwhile; nothing applied";
+            }
+            if (shard.read == ViewRead::confirmed && accountMode == CheckMode::ZooKeeper) {
+              confirmedOnTake(token.account, shard.take);
             }
             view = views.emplace(token.account, std::move(*active)).first;
           }
@@ -524,6 +580,7 @@ http::Response Gateway::metricsText() {
   sweepAgents();
   if (presence_ != nullptr) presence_->refreshMetrics();
   fencedAccounts_.set(static_cast<double>(validator_.fencedAccounts().size()));
+  if (shards_ != nullptr) shardsOwned_.set(static_cast<double>(shards_->owned()));
   return http::Response::text(200, registry_.expose(), std::string(metrics::kContentType));
 }
 

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -35,7 +36,13 @@ struct Config {
   std::string zkRoot = "/wx-accounts";
   int zkSessionTimeoutMs = 10000;
   UntrustedPolicy untrusted = UntrustedPolicy::HwmOnly;
-  std::string bearerToken;  // what agents (and subscribers) send; empty: no authentication
+  bool untrustedSet = false;  // given in the file or a flag (cluster mode allows only refuse)
+  // Cluster mode (docs/gateway-cluster.md): accounts spread over clusterShards shards, each owned
+  // by one gateway through an election per shard. 0: a single gateway, which serves every account.
+  std::uint32_t clusterShards = 0;
+  std::string gatewayId;     // this gateway's instance id in the shards' elections
+  std::string advertiseUrl;  // where agents reach this gateway (http[s]://host:port)
+  std::string bearerToken;   // what agents (and subscribers) send; empty: no authentication
   // Operator actions (HWM reset, privacy PUT) need this one instead; empty: they are refused.
   // Never equal to bearerToken, so an agent's credentials allow no operator action.
   std::string operatorToken;
@@ -130,6 +137,31 @@ class LeaderSource {
 
 std::unique_ptr<LeaderSource> makeZooKeeperLeaderSource(const Config& config);
 
+// Which gateway owns an account's shard (cluster mode). The ZooKeeper implementation runs the
+// shards' elections; tests use a fake.
+class ShardOwnership {
+ public:
+  struct Answer {
+    enum class Kind { Owned, Elsewhere, Nobody } kind = Kind::Nobody;
+    std::string shard;  // "shard-0007"
+    int64_t take = -1;  // Owned: this take's token (each take of the shard has a new one)
+    std::string owner;  // Elsewhere: the owner's advertised URL
+  };
+  virtual ~ShardOwnership() = default;
+  // Thread-safe and without I/O: the elections' in-memory gate. Owned only while this gateway
+  // leads the shard on a session it has heard from recently.
+  virtual Answer owner(std::string_view account) const = 0;
+  virtual std::size_t owned() const = 0;  // shards owned now
+  // Hands every owned shard to the next gateway and stops standing; `handedOver` runs (on
+  // another thread) once they are handed over.
+  virtual void stop(std::function<void()> handedOver) = 0;
+};
+
+// Starts standing for the cluster's shards. Blocks until the cluster's shard count is read from
+// ZooKeeper (creating it on the first start); throws std::runtime_error when it differs from
+// config.clusterShards.
+std::unique_ptr<ShardOwnership> makeZooKeeperShardOwnership(const Config& config);
+
 // Which checks an operation gets right now (also the `check` label of the ops metric).
 enum class CheckMode { ZooKeeper, HwmOnly, Refusing };
 std::string_view toString(CheckMode mode);
@@ -141,8 +173,10 @@ class Gateway {
  public:
   // `leaders` is null when ZooKeeper is not configured; without `presence` the presence routes
   // are not served.
+  // `shards` is null outside cluster mode.
   Gateway(const Config& config, fencing::TokenValidator& validator, LeaderSource* leaders,
-          metrics::Registry& registry, PresenceStore* presence = nullptr);
+          metrics::Registry& registry, PresenceStore* presence = nullptr,
+          ShardOwnership* shards = nullptr);
 
   http::Router router();  // handlers refer to this Gateway: keep it alive while serving
   // The current check mode; logs and updates the metrics when it changed since the last call.
@@ -174,6 +208,19 @@ class Gateway {
   std::optional<fencing::ActiveView> reconfirmedView(const std::string& account, CheckMode& mode,
                                                      const fencing::ActiveView& cached,
                                                      std::uint64_t hwm);
+  // Cluster mode: whether this gateway owns `account`'s shard. `refusal` (421 naming the owner,
+  // 503 while the shard has none) when it does not; else `read` is confirmed for the account's
+  // first decision since this take of its shard, so that a new owner decides on ZooKeeper after a
+  // sync rather than on a cache that may lag what the previous owner saw.
+  struct ShardCheck {
+    std::optional<http::Response> refusal;
+    std::string why;  // the refusal's detail
+    ViewRead read = ViewRead::cached;
+    int64_t take = -1;
+  };
+  ShardCheck checkShard(const std::string& account, std::string_view route);
+  // A decision on a confirmed view was taken for `account` during shard take `take`.
+  void confirmedOnTake(const std::string& account, int64_t take);
   // 400 for an invalid account id, 404 for one outside config.accounts; nullopt when served.
   std::optional<http::Response> refusedAccount(const std::string& account) const;
 
@@ -182,6 +229,9 @@ class Gateway {
   LeaderSource* leaders_;
   metrics::Registry& registry_;
   PresenceStore* presence_;
+  ShardOwnership* shards_;
+  std::mutex confirmedTakesMutex_;
+  std::map<std::string, int64_t, std::less<>> confirmedTakes_;  // account: the take confirmed on
   // Whether the durable log takes writes. After a failure it tries to recover the log (cut back
   // to what was durable, state reloaded) at most once per kStorageRetry, so that a gateway whose
   // disk filled up or failed an fsync resumes once the fault is gone, without a restart.
@@ -209,6 +259,8 @@ class Gateway {
   metrics::Gauge& fencedAccounts_;
   metrics::Gauge& zookeeperTrusted_;
   metrics::GaugeFamily& agentsByState_;
+  metrics::CounterFamily& misdirected_;  // by route
+  metrics::Gauge& shardsOwned_;
 
   struct AgentBeat {
     std::chrono::steady_clock::time_point lastSeen;

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cstdlib>
@@ -55,10 +56,14 @@ int run(const gateway::Config& config) {
   } else {
     spdlog::warn("no ZooKeeper configured: operations are checked on the high-water mark only");
   }
+  // Cluster mode: stands for the cluster's shards before serving (a shard count that differs from
+  // the cluster's is a start error).
+  std::unique_ptr<gateway::ShardOwnership> shards;
+  if (config.clusterShards != 0) shards = gateway::makeZooKeeperShardOwnership(config);
   metrics::Registry registry;
   boost::asio::io_context io;
   gateway::PresenceStore presence(io, config, registry);
-  gateway::Gateway gateway(config, validator, leaders.get(), registry, &presence);
+  gateway::Gateway gateway(config, validator, leaders.get(), registry, &presence, shards.get());
 
   auto& rateLimited = registry
                           .counter("zkagent_gateway_rate_limited_requests_total",
@@ -118,10 +123,21 @@ int run(const gateway::Config& config) {
   signals.async_wait([&](const boost::system::error_code& error, int signal) {
     if (error) return;
     spdlog::info("signal {}: stopping", signal);
-    server.stop();
-    subscribers.stop();
-    refresh.cancel();
-    presence.stop();  // its sweep timers would keep io.run() going
+    auto stopServing = [&] {
+      server.stop();
+      subscribers.stop();
+      refresh.cancel();
+      presence.stop();  // its sweep timers would keep io.run() going
+    };
+    if (!shards) return stopServing();
+    // Requests keep being served (421 for the shards handed over) until every shard has its next
+    // owner, so an agent is never left without one.
+    shards->stop([&io, stopServing] {
+      boost::asio::post(io, [stopServing] {
+        spdlog::info("cluster: shards handed over");
+        stopServing();
+      });
+    });
   });
 
   std::vector<std::thread> threads;

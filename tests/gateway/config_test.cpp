@@ -264,3 +264,53 @@ TEST(GatewayConfig, SubscriberSettingsHaveDefaultsComeFromTheFileAndFlagsAndAreC
                 .find("presence.subscribe_listen: expected HOST:PORT"),
             std::string::npos);
 }
+
+// Cluster mode: the three settings together, on ZooKeeper, never hwm_only (refuse is its
+// default), an advertised URL of the listener's scheme.
+TEST(GatewayConfig, ClusterSettingsComeTogetherOnZooKeeperAndRefuseWithoutIt) {
+  const std::vector<std::string> base = {"--data-dir", "/d", "--zk", "zk:2181"};
+  auto with = [&base](std::vector<std::string> extra) {
+    auto args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  auto result = parse(with({"--cluster-shards", "64", "--gateway-id", "gw-1", "--advertise-url",
+                            "http://127.0.0.1:8480"}));
+  ASSERT_TRUE(result.config) << result.message;
+  EXPECT_EQ(result.config->clusterShards, 64u);
+  EXPECT_EQ(result.config->gatewayId, "gw-1");
+  EXPECT_EQ(result.config->advertiseUrl, "http://127.0.0.1:8480");
+  EXPECT_EQ(result.config->untrusted, UntrustedPolicy::Refuse);
+
+  const auto file = parseConfigJson(
+      R"({"cluster": {"shards": 8, "gateway_id": "gw-2", "advertise_url": "http://h:1"}})");
+  EXPECT_EQ(file.clusterShards, 8u);
+  EXPECT_EQ(file.gatewayId, "gw-2");
+
+  EXPECT_NE(errorOf(with({"--cluster-shards", "8"})).find("cluster.gateway_id (--gateway-id): "
+                                                          "required in cluster mode"),
+            std::string::npos);
+  EXPECT_NE(errorOf({"--data-dir", "/d", "--cluster-shards", "8", "--gateway-id", "g",
+                     "--advertise-url", "http://h:1"})
+                .find("zookeeper.hosts (--zk): required in cluster mode"),
+            std::string::npos);
+  EXPECT_NE(errorOf(with({"--cluster-shards", "8", "--gateway-id", "g", "--advertise-url",
+                          "http://h:1", "--zk-untrusted", "hwm_only"}))
+                .find("zookeeper.untrusted (--zk-untrusted): must be refuse in cluster mode"),
+            std::string::npos);
+  EXPECT_NE(errorOf(with({"--cluster-shards", "0"})).find("--cluster-shards"), std::string::npos);
+  EXPECT_NE(errorOf(with({"--cluster-shards", "4097"})).find("--cluster-shards"),
+            std::string::npos);
+  EXPECT_NE(errorOf(with({"--gateway-id", "a/b"})).find("--gateway-id: must match"),
+            std::string::npos);
+  for (const std::string url : {"ftp://h:1", "http://h", "http://h:0", "h:80"}) {
+    EXPECT_NE(errorOf(with({"--advertise-url", url})).find("--advertise-url: "), std::string::npos)
+        << url;
+  }
+  EXPECT_NE(errorOf(with({"--cluster-shards", "8", "--gateway-id", "g", "--advertise-url",
+                          "https://h:1"}))
+                .find("is https:// but the gateway serves plain HTTP"),
+            std::string::npos);
+  EXPECT_EQ(error(R"({"cluster": {"shards": 8, "zones": 2}})").find("cluster.zones"), 0u)
+      << error(R"({"cluster": {"shards": 8, "zones": 2}})");
+}

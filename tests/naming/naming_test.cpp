@@ -124,5 +124,26 @@ TEST(HostPort, ThePortAProcessPrints) {
   EXPECT_EQ(trailingPort("LISTENING h:x"), std::nullopt);
 }
 
+// The published FNV-1a 64 vectors (hash of "" is the offset basis; "a", "foobar"), reduced by
+// the shard count: another implementation of docs/gateway-cluster.md's rule gets these numbers.
+TEST(Shards, AnAccountsShardIsFnv1a64OfItsIdModuloTheCount) {
+  EXPECT_EQ(shardOf("", 7), 0xcbf29ce484222325ULL % 7);
+  EXPECT_EQ(shardOf("a", 1000), 996u);
+  EXPECT_EQ(shardOf("foobar", 4096), 2024u);
+  EXPECT_EQ(shardOf("anything", 1), 0u);
+  static_assert(shardOf("foobar", kMaxShards) == 2024u);
+}
+
+TEST(Shards, ShardIdsArePaddedToFourDigitsAndAreAccountIds) {
+  EXPECT_EQ(shardId(0), "shard-0000");
+  EXPECT_EQ(shardId(7), "shard-0007");
+  EXPECT_EQ(shardId(kMaxShards - 1), "shard-4095");
+  EXPECT_EQ(accountIdError(shardId(kMaxShards - 1)), std::nullopt);
+  EXPECT_EQ(gatewayShardsRoot("/wx-accounts"), "/wx-accounts/@gateway-shards");
+  EXPECT_EQ(gatewayClusterPath("/wx-accounts"), "/wx-accounts/@gateway-cluster");
+  // '@' keeps them apart from accounts: nothing under the root mistakes them for one.
+  EXPECT_NE(accountIdError("@gateway-shards"), std::nullopt);
+}
+
 }  // namespace
 }  // namespace zkagent::naming

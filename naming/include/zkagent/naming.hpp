@@ -9,6 +9,8 @@
 //   {root}/{account}/active                 the leader's record
 //   {root}/{account}/handover               a hand-over in progress
 //   {root}/@sessions/{session, 16 hex}      session marks ('@' is never in an account id)
+//   {root}/@gateway-cluster                 a gateway cluster's shard count
+//   {root}/@gateway-shards/shard-0000/...   the shards' elections (members, active: the owner)
 #pragma once
 
 #include <charconv>
@@ -101,6 +103,31 @@ inline std::string handoverPath(std::string_view root, std::string_view account)
 }
 inline std::string sessionMarksPath(std::string_view root) {
   return std::string(root) + "/@sessions";
+}
+// ---------------------------------------------------------------------------------------------
+// A cluster of gateways (docs/gateway-cluster.md): the shard count, written once, and one election
+// per shard under its own root, whose `active` node names the shard's owner.
+inline std::string gatewayClusterPath(std::string_view root) {
+  return std::string(root) + "/@gateway-cluster";
+}
+inline std::string gatewayShardsRoot(std::string_view root) {
+  return std::string(root) + "/@gateway-shards";
+}
+inline constexpr std::uint32_t kMaxShards = 4096;
+// "shard-0007": the account id the shard's election uses.
+inline std::string shardId(std::uint32_t index) {
+  std::string digits = std::to_string(index);
+  return "shard-" + std::string(digits.size() < 4 ? 4 - digits.size() : 0, '0') + digits;
+}
+// An account's shard: FNV-1a 64 of the id's bytes modulo the shard count (> 0). Stable across
+// releases and languages: a client anywhere computes the same map.
+constexpr std::uint32_t shardOf(std::string_view account, std::uint32_t shards) {
+  std::uint64_t hash = 0xcbf29ce484222325ULL;
+  for (const char c : account) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 0x100000001b3ULL;
+  }
+  return static_cast<std::uint32_t>(hash % shards);
 }
 // The agent's health node.
 inline std::string healthPath(std::string_view agentsPath, std::string_view instanceId) {

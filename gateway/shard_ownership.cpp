@@ -1,0 +1,167 @@
+// ShardOwnership over election::ElectionGroup (docs/gateway-cluster.md): the gateway stands for
+// every shard of the cluster on its own ZooKeeper session, the shard's `active` node naming the
+// owner's advertised URL. The elections run on a private io_context thread, so that HTTP
+// handlers only ever read the group's in-memory gate.
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <future>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <thread>
+
+#include "gateway.hpp"
+#include "zkagent/election.hpp"
+#include "zkagent/naming.hpp"
+
+namespace zkagent::gateway {
+namespace {
+
+// How often a gateway that cannot read the cluster's shard count at start says it is waiting.
+constexpr std::chrono::seconds kStartReport{5};
+
+class ZooKeeperShardOwnership final : public ShardOwnership {
+ public:
+  explicit ZooKeeperShardOwnership(const Config& config)
+      : config_(config),
+        work_(io_.get_executor()),
+        group_(io_, election::ElectionOptions{
+                        .session = {config.zkHosts,
+                                    std::chrono::milliseconds(config.zkSessionTimeoutMs)},
+                        .root = naming::gatewayShardsRoot(config.zkRoot),
+                        .instanceId = config.gatewayId,
+                        .endpoint = config.advertiseUrl,
+                        .deviceEndpoint = {}}) {
+    group_.onLeadership([this](const election::LeadershipEvent& event) {
+      const bool acquired = event.kind == election::LeadershipEvent::Kind::Acquired;
+      owned_ += acquired ? 1 : -1;
+      spdlog::info("{} shard {} token {}{}", acquired ? "took" : "lost", event.account, event.token,
+                   acquired ? "" : std::string(" reason=") + std::string(toString(event.reason)));
+    });
+    group_.onSession([this](const election::SessionEvent& event) {
+      if (event.state == election::SessionState::Connected && !verified_) verifyCluster();
+    });
+    thread_ = std::thread([this] { io_.run(); });
+    boost::asio::post(io_, [this] { group_.start(); });
+    auto verified = clusterVerified_.get_future();
+    while (verified.wait_for(kStartReport) != std::future_status::ready) {
+      spdlog::warn("cluster: waiting for ZooKeeper ({}) to read the cluster's shard count",
+                   config.zkHosts);
+    }
+    try {
+      verified.get();
+    } catch (...) {
+      shutDown();
+      throw;
+    }
+  }
+
+  ~ZooKeeperShardOwnership() override { shutDown(); }
+
+  Answer owner(std::string_view account) const override {
+    Answer answer;
+    answer.shard = naming::shardId(naming::shardOf(account, config_.clusterShards));
+    const auto gate = group_.check(answer.shard);
+    if (gate.allowed()) {
+      answer.kind = Answer::Kind::Owned;
+      answer.take = gate.token;
+    } else if (gate.leader && gate.leader->instanceId != config_.gatewayId &&
+               !gate.leader->endpoint.empty() &&
+               gate.verdict != election::GateDecision::Verdict::Suspended) {
+      // Another gateway's node, seen on a session that is up: where to send the client.
+      answer.kind = Answer::Kind::Elsewhere;
+      answer.owner = gate.leader->endpoint;
+    }
+    return answer;
+  }
+
+  std::size_t owned() const override { return static_cast<std::size_t>(owned_.load()); }
+
+  void stop(std::function<void()> handedOver) override {
+    boost::asio::post(io_, [this, handedOver = std::move(handedOver)]() mutable {
+      group_.stop([] {}, std::move(handedOver));
+    });
+  }
+
+ private:
+  // Creates the cluster node with this gateway's shard count, or reads the one there: a count that
+  // differs is a start error (accounts would move between shards under their owners). Then
+  // stands for every shard. Runs on the io thread; retried on the next connect when it fails.
+  void verifyCluster() {
+    auto& session = group_.session();
+    const auto path = naming::gatewayClusterPath(config_.zkRoot);
+    const std::string data = nlohmann::json{{"shards", config_.clusterShards}}.dump();
+    session.ensurePath(config_.zkRoot, [this, &session, path, data](election::ZkError ensured) {
+      if (ensured != election::ZkError::Ok) return;
+      session.create(path, data, election::NodeKind::Persistent,
+                     [this, &session, path](election::ZkError created, const std::string&) {
+                       if (created == election::ZkError::Ok) return standForShards();
+                       if (created != election::ZkError::NodeExists) return;
+                       session.get(path, nullptr,
+                                   [this, path](election::ZkError read, std::string stored,
+                                                election::NodeStat) {
+                                     if (read == election::ZkError::Ok) compare(path, stored);
+                                   });
+                     });
+    });
+  }
+
+  void compare(const std::string& path, const std::string& stored) {
+    const auto json = nlohmann::json::parse(stored, nullptr, false);
+    const auto shards = json.is_object() ? json.find("shards") : json.end();
+    if (shards == json.end() || !shards->is_number_unsigned()) {
+      return fail(path + " holds '" + stored +
+                  "', not {\"shards\": N}: not a gateway cluster node");
+    }
+    if (shards->get<std::uint64_t>() != config_.clusterShards) {
+      return fail("cluster.shards (--cluster-shards) is " + std::to_string(config_.clusterShards) +
+                  " but the cluster at " + path + " has " +
+                  std::to_string(shards->get<std::uint64_t>()) +
+                  " shards: the count is fixed when the cluster is created");
+    }
+    standForShards();
+  }
+
+  void standForShards() {
+    if (verified_) return;
+    verified_ = true;
+    for (std::uint32_t shard = 0; shard < config_.clusterShards; ++shard) {
+      group_.join(naming::shardId(shard));
+    }
+    spdlog::info("cluster: {} shards under {}, standing for each as {} ({})", config_.clusterShards,
+                 naming::gatewayShardsRoot(config_.zkRoot), config_.gatewayId,
+                 config_.advertiseUrl);
+    clusterVerified_.set_value();
+  }
+
+  void fail(const std::string& why) {
+    verified_ = true;
+    clusterVerified_.set_exception(std::make_exception_ptr(std::runtime_error(why)));
+  }
+
+  void shutDown() {
+    if (!thread_.joinable()) return;
+    work_.reset();
+    io_.stop();
+    thread_.join();
+  }
+
+  const Config config_;
+  boost::asio::io_context io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
+  election::ElectionGroup group_;
+  std::thread thread_;
+  std::atomic<int> owned_{0};
+  bool verified_ = false;  // io thread only
+  std::promise<void> clusterVerified_;
+};
+
+}  // namespace
+
+std::unique_ptr<ShardOwnership> makeZooKeeperShardOwnership(const Config& config) {
+  return std::make_unique<ZooKeeperShardOwnership>(config);
+}
+
+}  // namespace zkagent::gateway

@@ -1,0 +1,291 @@
+// A cluster of real fencing-gateway processes on one ZooKeeper (docs/gateway-cluster.md): every
+// shard has one owner, the others answer 421 naming it, the shard count is fixed, and an owner's
+// kill -9, SIGTERM or SIGSTOP moves its shards without any gateway accepting a stale token.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <future>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "temp_dir.hpp"
+#include "zkagent/http.hpp"
+#include "zkagent/naming.hpp"
+#include "zktest/agent_process.hpp"
+#include "zktest/child_process.hpp"
+#include "zktest/deadline.hpp"
+#include "zktest/metrics.hpp"
+#include "zktest/znode.hpp"
+#include "zktest/zookeeper_server.hpp"
+
+using namespace zkagent;
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+namespace {
+
+constexpr std::uint32_t kShards = 8;
+constexpr auto kSessionTimeout = 1500ms;
+
+// One cluster member on a loopback port chosen up front (its URL is advertised before it listens).
+class ClusterGateway {
+ public:
+  ClusterGateway(const std::filesystem::path& dataDir, const std::string& zkHosts,
+                 const std::string& root, const std::string& id, std::uint32_t shards = kShards)
+      : port_(zktest::freeLoopbackPort()), id_(id) {
+    process_ = std::make_unique<zktest::ChildProcess>(
+        zktest::binaryPath("fencing-gateway").string(),
+        std::vector<std::string>{"--listen", "127.0.0.1:" + std::to_string(port_), "--data-dir",
+                                 dataDir.string(), "--zk", zkHosts, "--root", root,
+                                 "--zk-session-timeout-ms", std::to_string(kSessionTimeout.count()),
+                                 "--cluster-shards", std::to_string(shards), "--gateway-id", id,
+                                 "--advertise-url", url()});
+  }
+  void awaitListening() { process_->waitForLine("LISTENING 127.0.0.1:", 30s); }
+
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  const std::string& id() const { return id_; }
+  http::Client client(std::chrono::milliseconds timeout = 5s) const {
+    return http::Client(http::ClientOptions{.port = port_, .requestTimeout = timeout});
+  }
+  zktest::ChildProcess& process() { return *process_; }
+
+ private:
+  std::uint16_t port_;
+  std::string id_;
+  std::unique_ptr<zktest::ChildProcess> process_;
+};
+
+std::string op(std::string_view account, int64_t token, std::string_view opId,
+               std::string_view instance, int64_t session) {
+  return json{{"account", account},   {"token", token}, {"instanceId", instance},
+              {"sessionId", session}, {"opId", opId},   {"payload", {{"n", opId}}}}
+      .dump();
+}
+
+// The owner URL each shard's `active` node names ("" for a shard without one).
+std::map<std::string, std::string> shardOwners(const std::string& zkHosts,
+                                               const std::string& root) {
+  std::map<std::string, std::string> owners;
+  for (std::uint32_t shard = 0; shard < kShards; ++shard) {
+    const auto id = naming::shardId(shard);
+    const auto node =
+        zktest::readZNode(zkHosts, naming::activePath(naming::gatewayShardsRoot(root), id));
+    owners[id] = node.state == zktest::ZNode::State::found
+                     ? json::parse(node.data).value("endpoint", std::string())
+                     : std::string();
+  }
+  return owners;
+}
+
+// The leader of `account` as zk-elect holds it: token, instance, session.
+struct Holder {
+  int64_t token = -1;
+  std::string instance;
+  int64_t session = 0;
+};
+
+class GatewayCluster : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto& zookeeper = zktest::sharedZooKeeper();
+    zkHosts_ = zookeeper.connectString();
+    root_ = zktest::uniqueTestRoot();
+    for (const auto* id : {"gw-1", "gw-2", "gw-3"}) {
+      gateways_.push_back(std::make_unique<ClusterGateway>(dir_.path() / id, zkHosts_, root_, id));
+    }
+    for (auto& gateway : gateways_) gateway->awaitListening();
+    ASSERT_TRUE(zktest::eventually(
+        [&] {
+          for (const auto& [shard, owner] : shardOwners(zkHosts_, root_)) {
+            if (owner.empty()) return false;
+          }
+          return true;
+        },
+        20s))
+        << "some shard never got an owner";
+  }
+
+  // A zk-elect leader for `account` (its session as short as the gateways').
+  Holder elect(const std::string& account, const std::string& instance) {
+    electors_.push_back(std::make_unique<zktest::ChildProcess>(
+        zktest::binaryPath("zk-elect").string(),
+        std::vector<std::string>{"--zk", zkHosts_, "--root", root_, "--instance-id", instance,
+                                 "--accounts", account, "--session-timeout-ms", "1500"}));
+    electors_.back()->waitForLine("LEADER " + account + " ", 20s);
+    const auto node = zktest::readZNode(zkHosts_, naming::activePath(root_, account));
+    EXPECT_EQ(node.state, zktest::ZNode::State::found);
+    const auto active = json::parse(node.data);
+    return {active.value("seq", int64_t{-1}), active.value("instanceId", std::string()),
+            active.value("sessionId", int64_t{0})};
+  }
+
+  std::string shardOf(const std::string& account) const {
+    return naming::shardId(naming::shardOf(account, kShards));
+  }
+  ClusterGateway& byUrl(const std::string& url) {
+    for (auto& gateway : gateways_) {
+      if (gateway->url() == url) return *gateway;
+    }
+    throw std::runtime_error("no gateway at " + url);
+  }
+
+  fencing::testing::TempDir dir_;
+  std::string zkHosts_;
+  std::string root_;
+  std::vector<std::unique_ptr<ClusterGateway>> gateways_;
+  std::vector<std::unique_ptr<zktest::ChildProcess>> electors_;
+};
+
+// The owner decides; every other gateway answers 421 with the shard and the owner's URL and
+// decides nothing (the op is not in its state); the shard map is the one FNV-1a rule.
+TEST_F(GatewayCluster, OnlyTheShardsOwnerDecidesAndTheOthersAnswer421NamingIt) {
+  const auto holder = elect("acc-1", "agent-a");
+  const auto owners = shardOwners(zkHosts_, root_);
+  const auto shard = shardOf("acc-1");
+  const auto& owner = owners.at(shard);
+  for (auto& gateway : gateways_) {
+    auto answer = gateway->client().post("/v1/ops", op("acc-1", holder.token, "op-" + gateway->id(),
+                                                       holder.instance, holder.session));
+    if (gateway->url() == owner) {
+      EXPECT_EQ(answer.status, 200) << gateway->id() << ": " << answer.body;
+      continue;
+    }
+    ASSERT_EQ(answer.status, 421) << gateway->id() << ": " << answer.body;
+    const auto body = json::parse(answer.body);
+    EXPECT_EQ(body["shard"], shard);
+    EXPECT_EQ(body["owner"], owner);
+    EXPECT_EQ(gateway->client().get("/v1/accounts/acc-1").status, 404)
+        << gateway->id() << " kept state for a request it did not own";
+    EXPECT_EQ(zktest::metricSample(gateway->client().get("/metrics").body,
+                                   R"(zkagent_gateway_misdirected_total{route="ops"})"),
+              1);
+  }
+  // Every shard has exactly one owner among the three (the gauge sums to the shard count).
+  double owned = 0;
+  for (auto& gateway : gateways_) {
+    owned +=
+        zktest::metricSample(gateway->client().get("/metrics").body, "zkagent_gateway_shards_owned")
+            .value_or(0);
+  }
+  EXPECT_EQ(owned, kShards);
+}
+
+// kill -9 of the owner: another gateway owns the shard once the dead one's session expires and
+// accepts the current leader's token; a stale token (the leader before) is refused by every
+// gateway still running, before and after the move.
+TEST_F(GatewayCluster, KillNineOfTheOwnerMovesItsShardsAndNoGatewayAcceptsAStaleToken) {
+  const auto oldHolder = elect("acc-1", "agent-a");
+  const auto shard = shardOf("acc-1");
+  auto& owner = byUrl(shardOwners(zkHosts_, root_).at(shard));
+  ASSERT_EQ(owner.client()
+                .post("/v1/ops",
+                      op("acc-1", oldHolder.token, "a-1", oldHolder.instance, oldHolder.session))
+                .status,
+            200);
+  // Leadership moves: agent-a is killed, agent-b leads with a larger token.
+  electors_.front()->kill();
+  const auto newHolder = elect("acc-1", "agent-b");
+  ASSERT_GT(newHolder.token, oldHolder.token);
+
+  owner.process().kill();
+  const auto killedAt = std::chrono::steady_clock::now();
+  std::string newOwner;
+  ASSERT_TRUE(zktest::eventually(
+      [&] {
+        newOwner = shardOwners(zkHosts_, root_).at(shard);
+        return !newOwner.empty() && newOwner != owner.url();
+      },
+      kSessionTimeout + 15s))
+      << "the shard never moved";
+  auto& successor = byUrl(newOwner);
+  // The new owner's first decision reads ZooKeeper after a sync: the old leader's token is
+  // refused, the current one accepted.
+  auto stale = successor.client().post(
+      "/v1/ops", op("acc-1", oldHolder.token, "a-2", oldHolder.instance, oldHolder.session));
+  EXPECT_EQ(stale.status, 409) << stale.body;
+  http::ClientResponse current;
+  ASSERT_TRUE(zktest::eventually(
+      [&] {
+        current = successor.client().post(
+            "/v1/ops", op("acc-1", newHolder.token, "b-1", newHolder.instance, newHolder.session));
+        return current.status == 200;
+      },
+      5s))
+      << current.status << " " << current.body;
+  std::cout << "shard " << shard << " accepting again at " << successor.id() << " "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::steady_clock::now() - killedAt)
+                   .count()
+            << " ms after kill -9 (session timeout " << kSessionTimeout.count() << " ms)\n";
+  for (auto& gateway : gateways_) {
+    if (gateway.get() == &owner) continue;
+    auto answer = gateway->client().post(
+        "/v1/ops", op("acc-1", oldHolder.token, "a-3", oldHolder.instance, oldHolder.session));
+    EXPECT_NE(answer.status, 200) << gateway->id() << " accepted a stale token: " << answer.body;
+  }
+}
+
+// SIGTERM hands the owner's shards over before it stops serving, and it exits 0.
+TEST_F(GatewayCluster, SigtermHandsTheOwnersShardsToTheOthersAndExitsCleanly) {
+  const auto shard = shardOf("acc-1");
+  auto& owner = byUrl(shardOwners(zkHosts_, root_).at(shard));
+  owner.process().signal(SIGTERM);
+  EXPECT_TRUE(owner.process().wait(20s).exitedWith(0)) << owner.process().stderrText();
+  EXPECT_NE(owner.process().stderrText().find("cluster: shards handed over"), std::string::npos);
+  ASSERT_TRUE(zktest::eventually(
+      [&] {
+        for (const auto& [id, url] : shardOwners(zkHosts_, root_)) {
+          if (url.empty() || url == owner.url()) return false;
+        }
+        return true;
+      },
+      10s))
+      << "shards left without an owner after a clean stop";
+}
+
+// A gateway paused past its session with a request waiting in its socket: on SIGCONT it decides
+// nothing on the ownership it had (its session is gone): the answer is a refusal, and the shard is
+// served by its new owner.
+TEST_F(GatewayCluster, AnOwnerPausedPastItsSessionRefusesWhatWaitedWhenItResumes) {
+  const auto holder = elect("acc-1", "agent-a");
+  const auto shard = shardOf("acc-1");
+  auto& owner = byUrl(shardOwners(zkHosts_, root_).at(shard));
+  owner.process().signal(SIGSTOP);
+  // Its answer must come from the gateway, not from the client giving up.
+  auto waiting = std::async(std::launch::async, [&] {
+    return owner.client(60s).post(
+        "/v1/ops", op("acc-1", holder.token, "late-1", holder.instance, holder.session));
+  });
+  ASSERT_TRUE(zktest::eventually(
+      [&] {
+        const auto now = shardOwners(zkHosts_, root_).at(shard);
+        return !now.empty() && now != owner.url();
+      },
+      kSessionTimeout + 15s))
+      << "the shard never moved off the paused owner";
+  owner.process().signal(SIGCONT);
+  const auto late = waiting.get();
+  ASSERT_TRUE(late.delivered()) << late.transportError;
+  EXPECT_NE(late.status, 200) << "a paused owner accepted after losing its shard: " << late.body;
+  EXPECT_EQ(owner.client().get("/v1/accounts/acc-1").status, 404);
+}
+
+// The shard count is fixed when the cluster is created: a gateway started with another fails at
+// start naming both, and takes no shard.
+TEST(GatewayClusterStart, AGatewayWithAnotherShardCountFailsToStartNamingBoth) {
+  auto& zookeeper = zktest::sharedZooKeeper();
+  const auto root = zktest::uniqueTestRoot();
+  fencing::testing::TempDir dir;
+  ClusterGateway first(dir.path() / "a", zookeeper.connectString(), root, "gw-a", 8);
+  first.awaitListening();
+  ClusterGateway second(dir.path() / "b", zookeeper.connectString(), root, "gw-b", 16);
+  const auto status = second.process().wait(30s);
+  EXPECT_FALSE(status.exitedWith(0)) << status.describe();
+  const auto err = second.process().stderrText();
+  EXPECT_NE(err.find("cluster.shards (--cluster-shards) is 16"), std::string::npos) << err;
+  EXPECT_NE(err.find("has 8 shards"), std::string::npos) << err;
+}
+
+}  // namespace
