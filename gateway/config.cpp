@@ -201,20 +201,11 @@ void setGatewayId(Config& config, std::string_view field, std::string_view value
   config.gatewayId = std::string(value);
 }
 
-// http[s]://HOST:PORT, nothing after it: what agents dial and a 421 names.
+// What agents dial and a 421 names.
 void setAdvertiseUrl(Config& config, std::string_view field, std::string_view value) {
-  std::string_view rest = value;
-  if (rest.starts_with("https://")) {
-    rest.remove_prefix(8);
-  } else if (rest.starts_with("http://")) {
-    rest.remove_prefix(7);
-  } else {
-    fail(field, "must be http://HOST:PORT or https://HOST:PORT, got '" + std::string(value) + "'");
-  }
   naming::HostPort address;
-  if (auto error = naming::hostPortError(rest, address, naming::PortZero::Refused)) {
-    fail(field, *error);
-  }
+  bool https = false;
+  if (auto error = naming::httpUrlError(value, address, https)) fail(field, *error);
   config.advertiseUrl = std::string(value);
 }
 

@@ -444,8 +444,10 @@ Gateway::ShardCheck Gateway::checkShard(const std::string& account, std::string_
   misdirected_.with({std::string(route)}).inc();
   if (answer.kind == Kind::Elsewhere) {
     check.why = "account " + account + " is in " + answer.shard + ", owned by " + answer.owner;
-    check.refusal =
-        jsonResponse(421, {{"error", check.why}, {"shard", answer.shard}, {"owner", answer.owner}});
+    check.refusal = jsonResponse(421, {{"error", check.why},
+                                       {"shard", answer.shard},
+                                       {"shards", config_.clusterShards},
+                                       {"owner", answer.owner}});
   } else {
     check.why = "account " + account + " is in " + answer.shard +
                 ", which no gateway owns right now (a new owner is being elected)";

@@ -294,14 +294,10 @@ Config readConfig(std::string_view text, const std::filesystem::path& baseDir,
   {
     auto gw = top.object("gateway");
     const std::string url = gw.requiredString("url");
-    const bool https = url.starts_with("https://");
-    if (!https && !url.starts_with("http://"))
-      gw.fail("url", "'" + url + "' must start with http:// or https://");
-    std::string_view rest = std::string_view(url).substr(https ? 8 : 7);
-    if (rest.ends_with("/")) rest.remove_suffix(1);
-    if (rest.find('/') != std::string_view::npos)
-      gw.fail("url", "'" + url + "' must not have a path");
-    config.gateway.address = parseHostPort(gw, "url", rest, naming::PortZero::Refused);
+    bool https = false;
+    naming::HostPort address;
+    if (auto error = naming::httpUrlError(url, address, https)) gw.fail("url", *error);
+    config.gateway.address = HostPort{address.host, address.port};
     config.gateway.token = secret(gw, baseDir);
     readGatewayTls(config.gateway, gw, https, baseDir);
     config.gateway.heartbeatInterval =

@@ -91,7 +91,8 @@ class GatewayCluster : public ::testing::Test {
   void SetUp() override {
     auto& zookeeper = zktest::sharedZooKeeper();
     zkHosts_ = zookeeper.connectString();
-    root_ = zktest::uniqueTestRoot();
+    siteRoot_ = zktest::uniqueTestRoot();
+    root_ = siteRoot_ + "/accounts";  // where the agents of an AgentSite on siteRoot_ elect
     for (const auto* id : {"gw-1", "gw-2", "gw-3"}) {
       gateways_.push_back(std::make_unique<ClusterGateway>(dir_.path() / id, zkHosts_, root_, id));
     }
@@ -114,8 +115,14 @@ class GatewayCluster : public ::testing::Test {
         std::vector<std::string>{"--zk", zkHosts_, "--root", root_, "--instance-id", instance,
                                  "--accounts", account, "--session-timeout-ms", "1500"}));
     electors_.back()->waitForLine("LEADER " + account + " ", 20s);
+    return holder(account);
+  }
+
+  // Who holds `account`'s active node now (a leader whose session was renewed under load holds it
+  // with a new seq).
+  Holder holder(const std::string& account) const {
     const auto node = zktest::readZNode(zkHosts_, naming::activePath(root_, account));
-    EXPECT_EQ(node.state, zktest::ZNode::State::found);
+    if (node.state != zktest::ZNode::State::found) return {};
     const auto active = json::parse(node.data);
     return {active.value("seq", int64_t{-1}), active.value("instanceId", std::string()),
             active.value("sessionId", int64_t{0})};
@@ -133,10 +140,49 @@ class GatewayCluster : public ::testing::Test {
 
   fencing::testing::TempDir dir_;
   std::string zkHosts_;
-  std::string root_;
+  std::string siteRoot_;
+  std::string root_;  // the accounts' election root
   std::vector<std::unique_ptr<ClusterGateway>> gateways_;
   std::vector<std::unique_ptr<zktest::ChildProcess>> electors_;
 };
+
+// An agent whose configured gateway does not own its account's shard follows the 421 to the owner;
+// after the owner's kill -9 its operations reach the shard's next owner (a caller's retry after
+// the lost owner's 502 goes to the configured gateway, which names the next one).
+TEST_F(GatewayCluster, AnAgentFollowsThe421ToTheOwnerAndReachesTheNextOwnerAfterAKill) {
+  const std::string account = "acc-1";
+  const auto shard = shardOf(account);
+  auto& owner = byUrl(shardOwners(zkHosts_, root_).at(shard));
+  ClusterGateway* configured = nullptr;
+  for (auto& gateway : gateways_) {
+    if (gateway.get() != &owner) configured = gateway.get();
+  }
+  const zktest::AgentSite site{zkHosts_, siteRoot_, configured->url()};
+  auto agent =
+      zktest::AgentProcess::start(dir_.path(), zktest::agentConfig(site, "agent-a", {account}));
+  ASSERT_TRUE(zktest::eventually([&] { return agent->leads(account); }, 20s));
+  auto first = agent->op(account, "op-1");
+  EXPECT_EQ(first.status, 200) << first.body;
+  EXPECT_EQ(zktest::metricSample(configured->client().get("/metrics").body,
+                                 R"(zkagent_gateway_misdirected_total{route="ops"})"),
+            1);
+  // The route is remembered: the next operation goes to the owner directly.
+  EXPECT_EQ(agent->op(account, "op-2").status, 200);
+  EXPECT_EQ(zktest::metricSample(configured->client().get("/metrics").body,
+                                 R"(zkagent_gateway_misdirected_total{route="ops"})"),
+            1);
+
+  owner.process().kill();
+  http::ClientResponse again;
+  int attempt = 0;
+  ASSERT_TRUE(zktest::eventually(
+      [&] {
+        again = agent->op(account, "op-3-" + std::to_string(++attempt));
+        return again.status == 200;
+      },
+      kSessionTimeout + 15s, 100ms))
+      << again.status << " " << again.body;
+}
 
 // The owner decides; every other gateway answers 421 with the shard and the owner's URL and
 // decides nothing (the op is not in its state); the shard map is the one FNV-1a rule.
@@ -208,8 +254,9 @@ TEST_F(GatewayCluster, KillNineOfTheOwnerMovesItsShardsAndNoGatewayAcceptsAStale
   http::ClientResponse current;
   ASSERT_TRUE(zktest::eventually(
       [&] {
-        current = successor.client().post(
-            "/v1/ops", op("acc-1", newHolder.token, "b-1", newHolder.instance, newHolder.session));
+        const auto now = holder("acc-1");
+        current = successor.client().post("/v1/ops",
+                                          op("acc-1", now.token, "b-1", now.instance, now.session));
         return current.status == 200;
       },
       5s))

@@ -159,24 +159,27 @@ void Agent::Impl::send(fencing::Operation op, fencing::FencingToken token,
     return respond(http::Response::error(400, e.what()));
   }
   const auto sentAt = Clock::now();
-  link->forward(fencing::toJson(op).dump(), [self = shared_from_this(), sentAt,
-                                             respond =
-                                                 std::move(respond)](http::ClientResponse answer) {
-    auto& metrics = self->m;
-    metrics.forwardSeconds.observe(std::chrono::duration<double>(Clock::now() - sentAt).count());
-    if (!answer.delivered()) {
-      metrics.forwarded.with({"gateway_error"}).inc();
-      return respond(http::Response::json(
-          502, json{{"error", "gateway_unreachable"}, {"detail", answer.transportError}}.dump()));
-    }
-    metrics.forwarded
-        .with({answer.status == 200   ? "accepted"
-               : answer.status == 409 ? "rejected"
-               : answer.status < 500  ? "bad_request"
-                                      : "gateway_error"})
-        .inc();
-    respond(http::Response::json(answer.status, std::move(answer.body)));
-  });
+  link->forward(
+      op.fencing.account, fencing::toJson(op).dump(),
+      [self = shared_from_this(), sentAt,
+       respond = std::move(respond)](http::ClientResponse answer) {
+        auto& metrics = self->m;
+        metrics.forwardSeconds.observe(
+            std::chrono::duration<double>(Clock::now() - sentAt).count());
+        if (!answer.delivered()) {
+          metrics.forwarded.with({"gateway_error"}).inc();
+          return respond(http::Response::json(
+              502,
+              json{{"error", "gateway_unreachable"}, {"detail", answer.transportError}}.dump()));
+        }
+        metrics.forwarded
+            .with({answer.status == 200   ? "accepted"
+                   : answer.status == 409 ? "rejected"
+                   : answer.status < 500  ? "bad_request"
+                                          : "gateway_error"})
+            .inc();
+        respond(http::Response::json(answer.status, std::move(answer.body)));
+      });
 }
 
 // A caller redirected with 409 needs the leader's endpoint even when this agent does not stand

@@ -2,6 +2,9 @@
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
+#include <nlohmann/json.hpp>
+
+#include "zkagent/naming.hpp"
 
 namespace zkagent::agent::detail {
 namespace asio = boost::asio;
@@ -32,6 +35,7 @@ GatewayLink::GatewayLink(asio::io_context& io, const Config::Gateway& config,
       timer_(asio::make_strand(io)),  // tick and answered never run at once
       heartbeats_(clientOptions(io, config, config.heartbeatTimeout, 1)),
       operations_(clientOptions(io, config, config.requestTimeout, 64)),
+      io_(io),
       failures_(failures) {
   if (!heartbeatEnabled()) up_ = true;
 }
@@ -52,8 +56,75 @@ std::optional<std::chrono::milliseconds> GatewayLink::sinceLastAnswer() const {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - *lastAnswer_);
 }
 
-void GatewayLink::forward(std::string body, std::function<void(http::ClientResponse)> done) {
-  operations_.asyncRequest(http::Method::Post, "/v1/ops", std::move(body), std::move(done));
+void GatewayLink::forward(const std::string& account, std::string body,
+                          std::function<void(http::ClientResponse)> done) {
+  auto& client = route(account);
+  const bool routed = &client != &operations_;
+  auto retry = std::make_shared<std::string>(body);  // for one 421 or a lost owner
+  client.asyncRequest(http::Method::Post, "/v1/ops", std::move(body),
+                      [self = shared_from_this(), account, retry, routed,
+                       done = std::move(done)](http::ClientResponse answer) mutable {
+                        if (answer.status == 421) {
+                          if (auto owner = self->learnOwner(answer)) {
+                            std::lock_guard lock(self->routesMu_);
+                            self->peer(*owner).asyncRequest(http::Method::Post, "/v1/ops",
+                                                            std::move(*retry), std::move(done));
+                            return;
+                          }
+                        }
+                        if (!answer.delivered() && routed) {
+                          // The owner we were sent to is gone (its shards move when its session
+                          // expires): the caller's retry goes to the configured gateway, which
+                          // names the next owner.
+                          self->forget(account);
+                        }
+                        done(std::move(answer));
+                      });
+}
+
+http::Client& GatewayLink::route(const std::string& account) {
+  std::lock_guard lock(routesMu_);
+  if (shards_ == 0) return operations_;
+  const auto owner = shardOwners_.find(naming::shardId(naming::shardOf(account, shards_)));
+  return owner == shardOwners_.end() ? operations_ : peer(owner->second);
+}
+
+std::optional<std::string> GatewayLink::learnOwner(const http::ClientResponse& misdirected) {
+  const auto body = nlohmann::json::parse(misdirected.body, nullptr, false);
+  if (!body.is_object()) return std::nullopt;
+  const auto shard = body.value("shard", std::string());
+  const auto owner = body.value("owner", std::string());
+  const auto shards = body.value("shards", std::uint32_t{0});
+  naming::HostPort address;
+  bool https = false;
+  if (shards == 0 || shards > naming::kMaxShards || naming::accountIdError(shard) ||
+      naming::httpUrlError(owner, address, https) || https != config_.tls.has_value()) {
+    return std::nullopt;
+  }
+  std::lock_guard lock(routesMu_);
+  if (shards != shards_) shardOwners_.clear();
+  shards_ = shards;
+  shardOwners_[shard] = owner;
+  return owner;
+}
+
+void GatewayLink::forget(const std::string& account) {
+  std::lock_guard lock(routesMu_);
+  if (shards_ != 0) shardOwners_.erase(naming::shardId(naming::shardOf(account, shards_)));
+}
+
+http::Client& GatewayLink::peer(const std::string& url) {
+  auto& client = peers_[url];
+  if (!client) {
+    naming::HostPort address;
+    bool https = false;
+    naming::httpUrlError(url, address, https);  // checked by learnOwner
+    auto options = clientOptions(io_, config_, config_.requestTimeout, 64);
+    options.host = address.host;
+    options.port = address.port;
+    client = std::make_unique<http::Client>(std::move(options));
+  }
+  return *client;
 }
 
 // Timer: judge the link, then send the next beat unless the previous one is still out (a

@@ -179,6 +179,23 @@ inline std::optional<std::string> hostPortError(std::string_view text, HostPort&
   return std::nullopt;
 }
 
+// A gateway's URL: http://HOST:PORT or https://HOST:PORT (port 1 to 65535), at most a trailing
+// '/' after it. Into `out` and `https`; returns why it is refused, or nullopt.
+inline std::optional<std::string> httpUrlError(std::string_view url, HostPort& out, bool& https) {
+  https = url.starts_with("https://");
+  // Appended, not '"'" + std::string(url)': GCC 12 warns (-Wrestrict) on that at -O3.
+  auto quoted = [url](std::string_view problem) {
+    std::string text(1, '\'');
+    text.append(url).append("' ").append(problem);
+    return text;
+  };
+  if (!https && !url.starts_with("http://")) return quoted("must start with http:// or https://");
+  std::string_view rest = url.substr(https ? 8 : 7);
+  if (rest.ends_with("/")) rest.remove_suffix(1);
+  if (rest.find('/') != std::string_view::npos) return quoted("must not have a path");
+  return hostPortError(rest, out, PortZero::Refused);
+}
+
 // Hosts a plain (no TLS) listener may use without an explicit "insecure".
 inline bool isLoopbackHost(std::string_view host) {
   return host == "localhost" || host == "::1" || host.starts_with("127.");
