@@ -16,14 +16,16 @@ namespace {
 
 constexpr int kObserverSessionMs = 60000;  // outlives a server restart
 
-struct Work {
-  enum class What { resync, expired, path } what;
-  std::string path;
-};
-
 }  // namespace
 
 struct ActiveObserver::Impl {
+  // Here, not in the anonymous namespace: Server keeps it in a field (GCC's -Wsubobject-linkage
+  // once this file is part of a unity build).
+  struct Work {
+    enum class What { resync, expired, path } what;
+    std::string path;
+  };
+
   struct Server {
     Impl* owner = nullptr;
     int index = 0;

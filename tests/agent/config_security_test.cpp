@@ -7,6 +7,7 @@
 #include "zkagent/agent/config.hpp"
 #include "zktest/test_certs.hpp"
 
+namespace config_security_test {
 namespace {
 
 using nlohmann::json;
@@ -291,3 +292,4 @@ TEST(AgentDeviceAuthConfig, BadDeviceKeysAreRefusedNamingTheField) {
 }
 
 }  // namespace device_auth
+}  // namespace config_security_test

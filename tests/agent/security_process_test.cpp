@@ -14,6 +14,7 @@
 #include "zktest/test_certs.hpp"
 #include "zktest/zookeeper_server.hpp"
 
+namespace security_process_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -129,3 +130,4 @@ TEST_F(SecureCluster, WithDigestAclsAStrangerCannotRemoveActiveAndAgentsStillFai
 }
 
 }  // namespace
+}  // namespace security_process_test

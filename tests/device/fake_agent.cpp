@@ -16,6 +16,11 @@
 #include <thread>
 
 namespace zkagent::device::testing {
+
+// Outside the anonymous namespace: FakeAgent::State keeps one (GCC's -Wsubobject-linkage once this
+// file is part of a unity build).
+enum class Answer { Accept, Redirect, RedirectInBand, Refuse };
+
 namespace {
 
 namespace asio = boost::asio;
@@ -23,8 +28,6 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 namespace websocket = beast::websocket;
 using tcp = asio::ip::tcp;
-
-enum class Answer { Accept, Redirect, RedirectInBand, Refuse };
 
 std::string queryValue(const std::string& target, const std::string& key) {
   const auto query = target.find('?');

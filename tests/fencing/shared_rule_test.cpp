@@ -11,7 +11,7 @@
 
 #include "temp_dir.hpp"
 
-namespace zkagent::fencing {
+namespace zkagent::fencing::shared_rule_test {
 namespace {
 
 using testing::TempDir;
@@ -265,4 +265,4 @@ TEST(SharedRule, ASnapshotWithoutHoldersOpensAndTheFirstWriterHoldsItsHwm) {
 }
 
 }  // namespace
-}  // namespace zkagent::fencing
+}  // namespace zkagent::fencing::shared_rule_test

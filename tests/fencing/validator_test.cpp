@@ -4,7 +4,7 @@
 #include <string>
 #include <zkagent/fencing.hpp>
 
-namespace zkagent::fencing {
+namespace zkagent::fencing::validator_test {
 namespace {
 
 Operation op(std::uint64_t token, std::string opId, std::string account = "acct") {
@@ -186,4 +186,4 @@ TEST(TokenValidator, MemoryOnlyCompactionIsANoOp) {
 }
 
 }  // namespace
-}  // namespace zkagent::fencing
+}  // namespace zkagent::fencing::validator_test

@@ -67,8 +67,6 @@ class GatewayApi : public ::testing::Test {
   std::unique_ptr<http::Router> router_;
 };
 
-}  // namespace
-
 TEST_F(GatewayApi, StaleTokenIsRejectedWith409AndTheCurrentHwm) {
   start();
   ASSERT_EQ(post(op("acc", 7, "op-1")).status, 200);
@@ -340,8 +338,6 @@ TEST_F(GatewayApi, MetricsPassPromtool) {
   EXPECT_EQ(std::system(("promtool check metrics < " + file.string()).c_str()), 0) << metrics();
 }
 
-namespace {
-
 http::Request heartbeat(std::string query) {
   http::Request request;
   request.method = http::Method::Get;
@@ -350,8 +346,6 @@ http::Request heartbeat(std::string query) {
   request.target = request.path + "?" + request.query;
   return request;
 }
-
-}  // namespace
 
 TEST_F(GatewayApi, AgentHeartbeatsAreTrackedAndASilentAgentCountsAsGone) {
   // The timeout is the behaviour under test, so it is real time; 1.5 s (not 100 ms) so that a
@@ -392,3 +386,5 @@ TEST_F(GatewayApi, MalformedHeartbeatInstanceIsRejectedAndNotRecorded) {
   EXPECT_TRUE(json::parse(call(http::Method::Get, "/v1/agents").body)["agents"].empty());
   EXPECT_EQ(router_->handle(heartbeat("")).status, 200) << "a plain health check still works";
 }
+
+}  // namespace

@@ -15,6 +15,7 @@
 using namespace zkagent;
 using nlohmann::json;
 
+namespace identity_test {
 namespace {
 
 std::string op(std::string_view instance, std::string_view opId) {
@@ -313,3 +314,4 @@ TEST(GatewayTransportConfig, TheConfigFileTakesTlsInsecureAndATokenFile) {
 }
 
 }  // namespace
+}  // namespace identity_test

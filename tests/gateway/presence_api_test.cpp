@@ -96,8 +96,6 @@ class PresenceApi : public ::testing::Test {
 
 using Epochs = std::map<std::string, std::pair<uint64_t, uint64_t>>;
 
-}  // namespace
-
 // The raw lease view (every device, agent and epoch, no privacy) is for operators: with an
 // operator token configured, the agents' token does not read it.
 TEST_F(PresenceApi, OnlyTheOperatorTokenReadsTheRawLeaseView) {
@@ -516,3 +514,5 @@ TEST_F(PresenceApi, TheServiceViewSeesTheLeasesOnTheStrand) {
   ASSERT_EQ(future.wait_for(5s), std::future_status::ready);
   EXPECT_TRUE(future.get()) << "the view inside the service follows the lease store";
 }
+
+}  // namespace

@@ -35,7 +35,9 @@ const char* toString(TcpProxy::Mode mode) {
   return "?";
 }
 
-namespace {
+// Named, not anonymous: TcpProxy::Loop keeps connections in a field (GCC's -Wsubobject-linkage
+// once this file is part of a unity build).
+namespace proxy_loop {
 
 // One direction of a proxied connection: bytes read from `from`, not yet written to `to`.
 struct Flow {
@@ -52,6 +54,13 @@ struct Connection {
   bool repliesDropped = false;  // server-to-client bytes dropped, forever
   Flow toUpstream, toClient;
 };
+
+}  // namespace proxy_loop
+
+namespace {
+
+using proxy_loop::Connection;
+using proxy_loop::Flow;
 
 enum class Outcome { keep, close, reset };
 
