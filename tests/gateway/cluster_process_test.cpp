@@ -23,7 +23,7 @@ using namespace zkagent;
 using namespace std::chrono_literals;
 using nlohmann::json;
 
-namespace {
+namespace gateway_cluster_test {
 
 constexpr std::uint32_t kShards = 8;
 constexpr auto kSessionTimeout = 1500ms;
@@ -335,4 +335,4 @@ TEST(GatewayClusterStart, AGatewayWithAnotherShardCountFailsToStartNamingBoth) {
   EXPECT_NE(err.find("has 8 shards"), std::string::npos) << err;
 }
 
-}  // namespace
+}  // namespace gateway_cluster_test
