@@ -40,7 +40,9 @@ class ClusterGateway {
                                  dataDir.string(), "--zk", zkHosts, "--root", root,
                                  "--zk-session-timeout-ms", std::to_string(kSessionTimeout.count()),
                                  "--cluster-shards", std::to_string(shards), "--gateway-id", id,
-                                 "--advertise-url", url()});
+                                 "--advertise-url", url(),
+                                 // Not the default (port + 1): that may be another member's.
+                                 "--subscribe-listen", "127.0.0.1:0"});
   }
   void awaitListening() { process_->waitForLine("LISTENING 127.0.0.1:", 30s); }
 
