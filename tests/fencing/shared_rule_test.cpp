@@ -65,8 +65,7 @@ std::vector<Case> cases() {
       // The successor's node not seen yet: the refusal may only mean a view that lags.
       {"no active node", byA(5), ActiveView::absent(), Verdict::not_current_leader, false},
       {"not the active seq", byA(5), ActiveView::present(6), Verdict::not_current_leader, true},
-      {"a forged future token", byA(9), ActiveView::present(6), Verdict::not_current_leader,
-       false},
+      {"a forged future token", byA(9), ActiveView::present(6), Verdict::not_current_leader, false},
       {"the active node's holder", as("host-b", 22, 6), ActiveView::heldBy(6, "host-b", 22),
        Verdict::accepted, false},
       {"the active seq from another instance", as("host-c", 22, 6),

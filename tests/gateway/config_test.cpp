@@ -287,8 +287,9 @@ TEST(GatewayConfig, ClusterSettingsComeTogetherOnZooKeeperAndRefuseWithoutIt) {
   EXPECT_EQ(file.clusterShards, 8u);
   EXPECT_EQ(file.gatewayId, "gw-2");
 
-  EXPECT_NE(errorOf(with({"--cluster-shards", "8"})).find("cluster.gateway_id (--gateway-id): "
-                                                          "required in cluster mode"),
+  EXPECT_NE(errorOf(with({"--cluster-shards", "8"}))
+                .find("cluster.gateway_id (--gateway-id): "
+                      "required in cluster mode"),
             std::string::npos);
   EXPECT_NE(errorOf({"--data-dir", "/d", "--cluster-shards", "8", "--gateway-id", "g",
                      "--advertise-url", "http://h:1"})

@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <thread>
 
