@@ -91,10 +91,18 @@ http::Client& GatewayLink::route(const std::string& account) {
 
 std::optional<std::string> GatewayLink::learnOwner(const http::ClientResponse& misdirected) {
   const auto body = nlohmann::json::parse(misdirected.body, nullptr, false);
-  if (!body.is_object()) return std::nullopt;
-  const auto shard = body.value("shard", std::string());
-  const auto owner = body.value("owner", std::string());
-  const auto shards = body.value("shards", std::uint32_t{0});
+  // Checked field by field: json::value() throws on a field of another type, and this runs in a
+  // completion handler on whatever any gateway (or anything at its address) answered.
+  const auto text = [&body](const char* key) {
+    const auto field = body.is_object() ? body.find(key) : body.end();
+    return field != body.end() && field->is_string() ? field->get<std::string>() : std::string();
+  };
+  const auto count = body.is_object() ? body.find("shards") : body.end();
+  const auto shards = count != body.end() && count->is_number_unsigned()
+                          ? count->get<std::uint64_t>()
+                          : std::uint64_t{0};
+  const auto shard = text("shard");
+  const auto owner = text("owner");
   naming::HostPort address;
   bool https = false;
   if (shards == 0 || shards > naming::kMaxShards || naming::accountIdError(shard) ||
@@ -103,7 +111,7 @@ std::optional<std::string> GatewayLink::learnOwner(const http::ClientResponse& m
   }
   std::lock_guard lock(routesMu_);
   if (shards != shards_) shardOwners_.clear();
-  shards_ = shards;
+  shards_ = static_cast<std::uint32_t>(shards);
   shardOwners_[shard] = owner;
   return owner;
 }
