@@ -42,6 +42,12 @@ std::int64_t millisSinceEpoch(auto now) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
 }
 
+}  // namespace
+
+// Named, not anonymous: PresenceStore::Impl holds one, and a type with linkage may not hold a
+// type without it (GCC's -Wsubobject-linkage when a library is one unity unit).
+namespace lease_journal {
+
 // Config::leaseJournal: each lease entry's fencing decision, one JSON line, appended and flushed
 // per batch (so a kill -9 loses at most the batch being written, never a line in the middle).
 // from_ms..to_ms (steady clock, the system's monotonic one) brackets the decision; unix_ms is
@@ -90,7 +96,9 @@ class LeaseJournal {
   std::FILE* file_;
 };
 
-}  // namespace
+}  // namespace lease_journal
+
+using lease_journal::LeaseJournal;
 
 struct PresenceStore::Impl {
   Impl(boost::asio::io_context& io, const Config& config, metrics::Registry& registry)

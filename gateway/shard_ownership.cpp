@@ -109,9 +109,9 @@ class ZooKeeperShardOwnership final : public ShardOwnership {
   }
 
   void compare(const std::string& path, const std::string& stored) {
-    const auto json = nlohmann::json::parse(stored, nullptr, false);
-    const auto shards = json.is_object() ? json.find("shards") : json.end();
-    if (shards == json.end() || !shards->is_number_unsigned()) {
+    const auto node = nlohmann::json::parse(stored, nullptr, false);
+    const auto shards = node.is_object() ? node.find("shards") : node.end();
+    if (shards == node.end() || !shards->is_number_unsigned()) {
       return fail(path + " holds '" + stored +
                   "', not {\"shards\": N}: not a gateway cluster node");
     }

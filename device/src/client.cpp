@@ -41,6 +41,12 @@ using SteadyClock = std::chrono::steady_clock;
 // Frames are at most 4096 bytes both ways.
 constexpr std::size_t kMaxFrame = 4096;
 
+}  // namespace
+
+// Named, not anonymous: DeviceClient::Impl and its handlers hold these, and a type with linkage
+// may not hold a type without it (GCC's -Wsubobject-linkage when a library is one unity unit).
+namespace client_state {
+
 // One attempt's socket and buffers; pending handlers keep it alive after it was replaced.
 struct Connection {
   using Plain = websocket::stream<tcp::socket>;
@@ -71,6 +77,13 @@ struct Connection {
 };
 
 enum class Phase { Idle, Waiting, Connecting, AwaitingWelcome, Open, Stopping, Stopped };
+
+}  // namespace client_state
+
+using client_state::Connection;
+using client_state::Phase;
+
+namespace {
 
 // DeviceOptions were validated before a client is built: every endpoint parses.
 std::vector<WsUrl> configuredEndpoints(const DeviceOptions& options) {

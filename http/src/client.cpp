@@ -28,6 +28,12 @@ bool retryOnFresh(bool reused, bool gotBytes, const beast::error_code& error) {
   return reused && !gotBytes && closedWhileIdle(error);
 }
 
+}  // namespace
+
+// Named, not anonymous: Client::Impl holds connections, and a type with linkage may not hold a
+// type without it (GCC's -Wsubobject-linkage when a library is one unity unit).
+namespace client_state {
+
 struct Connection {
   std::optional<asio::io_context> own;  // blocking use: the private context it runs on
   std::optional<beast::tcp_stream> plain;
@@ -71,7 +77,9 @@ struct Connection {
   }
 };
 
-}  // namespace
+}  // namespace client_state
+
+using client_state::Connection;
 
 struct Client::Impl {
   class AsyncExchange;
