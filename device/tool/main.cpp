@@ -344,7 +344,7 @@ double percentileMillis(std::vector<std::uint32_t>& samples, double quantile) {
 class Runner {
  public:
   Runner(asio::io_context& io, const Arguments& args)
-      : io_(io), statsTimer_(io), simulated_(args.devices.has_value()) {
+      : statsTimer_(io), simulated_(args.devices.has_value()) {
     const std::size_t count = args.devices.value_or(1);
     devices_.reserve(count);
     for (std::size_t i = 0; i < count; ++i) {
@@ -457,7 +457,6 @@ class Runner {
          " rtt_p99_ms=" + p99);
   }
 
-  asio::io_context& io_;
   asio::steady_timer statsTimer_;
   bool simulated_;
   std::vector<std::unique_ptr<DeviceClient>> devices_;

@@ -162,7 +162,7 @@ void Elector::watchActive(uint64_t epoch) {
     onChange = activeWatch();
   }
   keeper_.getOn(strand_, active_, watch ? &active_ : nullptr, std::move(onChange),
-                [self = shared_from_this(), epoch, watch](ZkError err, std::string data, NodeStat) {
+                [self = shared_from_this(), epoch](ZkError err, std::string data, NodeStat) {
                   if (epoch != self->epoch_) return;
                   if (err == ZkError::Ok) {
                     self->noteLeader(parseActive(data));

@@ -183,8 +183,8 @@ TEST_F(DeviceEndpointTest, NonLeaderRedirectsInBandWithACloseNamingTheLeadersUrl
   EXPECT_EQ(metricSample(metrics, R"(zkagent_presence_redirects_total{code="307"})"), std::nullopt);
   EXPECT_EQ(b.account("acct-0")["devices"], 0);
   EXPECT_TRUE(eventually(
-      [&] {
-        return metricSample(b.metrics(),
+      [&follower = b] {  // clang 14 captures no structured binding
+        return metricSample(follower.metrics(),
                             R"(zkagent_presence_device_connections{state="closing"})") == 0;
       },
       2s));
