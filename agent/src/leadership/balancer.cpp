@@ -1,5 +1,5 @@
 // The agent's balance pass (docs/agent.md, "Balance"): after every placement pass, count who
-// leads each account, plan with the schedulable agents once membership has settled (balance.cpp
+// leads each account, plan with the schedulable agents once membership has settled (balance/
 // holds the pure plan), and hand this agent's share of the plan over: queue jump, then a resign
 // with reason rebalance, a few moves at a time. Runs on the control strand.
 #include <spdlog/spdlog.h>
@@ -122,8 +122,8 @@ void Agent::Impl::rebalance(
     } else if (electing) {
       b.state = "electing";
     } else {
-      b.plan = planBalance(b.counts, b.unplaced, config.balance.tolerance, b.giving);
-      b.row = rowOf(b.plan, config.instanceId);
+      b.plan = balance::planBalance(b.counts, b.unplaced, config.balance.tolerance, b.giving);
+      b.row = balance::rowOf(b.plan, config.instanceId);
       b.giving = !b.row.empty();
       b.state = b.giving ? "giving" : "balanced";
     }

@@ -1,5 +1,6 @@
-// Leadership balance across agents: who gives how many accounts to whom. Pure and deterministic,
-// so every agent that sees the same counts computes the same plan and executes only its own row.
+// The balance rule (docs/agent.md "Balance"): who gives how many of the things it leads to whom,
+// for agents leading accounts and gateways owning shards alike. Pure and deterministic, so every
+// member that sees the same counts computes the same plan and executes only its own row.
 #pragma once
 
 #include <cstddef>
@@ -7,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace zkagent::agent {
+namespace zkagent::balance {
 
 struct BalanceTransfer {
   std::string from, to;
@@ -40,4 +41,4 @@ BalancePlan planBalance(const std::map<std::string, size_t>& leading, size_t unp
 // What `self` gives, by receiver (empty when it gives nothing).
 std::map<std::string, size_t> rowOf(const BalancePlan& plan, const std::string& self);
 
-}  // namespace zkagent::agent
+}  // namespace zkagent::balance

@@ -1,10 +1,10 @@
-#include "balance.hpp"
+#include "zkagent/balance.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <utility>
 
-namespace zkagent::agent {
+namespace zkagent::balance {
 
 BalancePlan planBalance(const std::map<std::string, size_t>& leading, size_t unplaced,
                         double tolerance, bool continuing) {
@@ -62,4 +62,4 @@ std::map<std::string, size_t> rowOf(const BalancePlan& plan, const std::string& 
   return row;
 }
 
-}  // namespace zkagent::agent
+}  // namespace zkagent::balance
