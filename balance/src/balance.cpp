@@ -62,4 +62,11 @@ std::map<std::string, size_t> rowOf(const BalancePlan& plan, const std::string& 
   return row;
 }
 
+MoveState moveState(bool leading, const std::optional<std::string>& leader, std::string_view self,
+                    std::chrono::steady_clock::duration age) {
+  if (!leading && leader && *leader != self) return MoveState::Landed;
+  if ((leading && age > kMoveTimeout) || age > kMoveForgotten) return MoveState::Over;
+  return MoveState::InFlight;
+}
+
 }  // namespace zkagent::balance

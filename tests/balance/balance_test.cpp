@@ -101,4 +101,50 @@ TEST(BalancePlan, GiversPlanningFromSnapshotsBehindEachOtherNeverOvershoot) {
   }
 }
 
+struct Member {
+  std::string instanceId;
+  int64_t seq;
+};
+const auto anyone = [](const std::string&) { return true; };
+
+TEST(QueueJump, TheReceiverNextInTheQueueNeedsNoJumpAndTheGiverIsSkipped) {
+  const std::vector<Member> queue{{"a", 1}, {"b", 2}, {"c", 3}};
+  const auto jump = zkagent::balance::jumpTo(
+      queue, "a", [](const std::string& id) { return id == "b"; }, anyone);
+  ASSERT_TRUE(jump);
+  EXPECT_EQ(jump->to, "b");
+  EXPECT_EQ(jump->receiverSeq, 2);
+  EXPECT_TRUE(jump->ahead.empty());
+}
+
+TEST(QueueJump, TheMembersBetweenTheGiverAndTheReceiverStepBack) {
+  const std::vector<Member> queue{{"a", 1}, {"b", 2}, {"c", 3}, {"d", 4}};
+  const auto jump = zkagent::balance::jumpTo(
+      queue, "a", [](const std::string& id) { return id == "d"; }, anyone);
+  ASSERT_TRUE(jump);
+  EXPECT_EQ(jump->receiverSeq, 4);
+  EXPECT_EQ(jump->ahead, (std::vector<int64_t>{2, 3}));
+}
+
+TEST(QueueJump, NoJumpOverAnotherKindOfElectorNorToAnAbsentReceiver) {
+  const std::vector<Member> queue{{"a", 1}, {"zk-elect", 2}, {"c", 3}};
+  const auto receivesC = [](const std::string& id) { return id == "c"; };
+  EXPECT_FALSE(zkagent::balance::jumpTo(queue, "a", receivesC,
+                                        [](const std::string& id) { return id != "zk-elect"; }));
+  EXPECT_FALSE(zkagent::balance::jumpTo(
+      queue, "a", [](const std::string& id) { return id == "x"; }, anyone));
+}
+
+TEST(MoveState, LandsOnAnotherLeaderFailsWhenStillLeadingAndIsForgottenUnseen) {
+  using zkagent::balance::MoveState;
+  using zkagent::balance::moveState;
+  const std::optional<std::string> none, self = "a", other = "b";
+  EXPECT_EQ(moveState(false, other, "a", std::chrono::milliseconds(10)), MoveState::Landed);
+  EXPECT_EQ(moveState(false, self, "a", std::chrono::milliseconds(10)), MoveState::InFlight);
+  EXPECT_EQ(moveState(true, none, "a", std::chrono::milliseconds(10)), MoveState::InFlight);
+  EXPECT_EQ(moveState(true, self, "a", std::chrono::seconds(6)), MoveState::Over);
+  EXPECT_EQ(moveState(false, none, "a", std::chrono::seconds(6)), MoveState::InFlight);
+  EXPECT_EQ(moveState(false, none, "a", std::chrono::seconds(31)), MoveState::Over);
+}
+
 }  // namespace
