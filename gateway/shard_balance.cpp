@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/post.hpp>
+#include <memory>
 #include <sstream>
 
 #include "zkagent/balance.hpp"
@@ -23,6 +24,9 @@ constexpr std::chrono::milliseconds kSettle{2000};
 // The agents' default band: share +- max(1, 10 %).
 constexpr double kTolerance = 0.1;
 constexpr std::size_t kMaxMovesInFlight = 4;
+// A leaving gateway waits this long at most for its queue jumps: a slow ZooKeeper must not hold
+// the stop (the shards then go to the next in their queues).
+constexpr std::chrono::milliseconds kLeaveJumps{500};
 }  // namespace
 
 ShardBalancer::ShardBalancer(boost::asio::io_context& io, election::ElectionGroup& group,
@@ -31,7 +35,8 @@ ShardBalancer::ShardBalancer(boost::asio::io_context& io, election::ElectionGrou
       group_(group),
       id_(std::move(gatewayId)),
       shardsRoot_(std::move(shardsRoot)),
-      timer_(io) {}
+      timer_(io),
+      leaveTimer_(io) {}
 
 void ShardBalancer::start() {
   started_ = true;
@@ -54,9 +59,59 @@ void ShardBalancer::passSoon() {
   boost::asio::post(io_, [this] { pass(); });
 }
 
-void ShardBalancer::stop() {
+void ShardBalancer::leave(std::function<void()> done) {
   stopped_ = true;
   timer_.cancel();
+  std::map<std::string, std::size_t> others;
+  for (const auto& id : membership_) {
+    if (id != id_) others[id] = 0;
+  }
+  std::vector<std::string> led;
+  for (const auto& shard : group_.status()) {
+    if (shard.role == election::Role::Leader) {
+      led.push_back(shard.account);
+    } else if (shard.leader && others.contains(shard.leader->instanceId)) {
+      ++others[shard.leader->instanceId];
+    }
+  }
+  if (others.empty() || led.empty()) return done();
+  // Our shards are unplaced for the others' plan: each receiver is given up to its target.
+  const auto plan = balance::planBalance(others, led.size(), kTolerance, true);
+  std::vector<std::pair<std::string, std::string>> handovers;  // shard, receiver
+  auto next = led.begin();
+  for (const auto& [id, count] : others) {
+    for (auto n = count; n < plan.target.at(id) && next != led.end(); ++n) {
+      handovers.emplace_back(*next++, id);
+    }
+  }
+  spdlog::info("cluster balance: leaving, {} shards to {} gateways", handovers.size(),
+               others.size());
+  leaveDone_ = std::move(done);
+  if (handovers.empty()) return left();
+  leaveTimer_.expires_after(kLeaveJumps);
+  leaveTimer_.async_wait([this](const boost::system::error_code& error) {
+    if (!error) left();
+  });
+  const auto jumped = [this, pending = std::make_shared<std::size_t>(handovers.size())] {
+    if (--*pending == 0) left();
+  };
+  for (const auto& [shard, to] : handovers) {
+    group_.members(shard, [this, shard, to, jumped](election::ZkError err,
+                                                    std::vector<election::MemberInfo> queue) {
+      const auto jump = err == election::ZkError::Ok ? receiverNext(queue, to) : std::nullopt;
+      if (!jump || jump->ahead.empty()) return jumped();
+      group_.jumpQueue(shard, jump->receiverSeq, jump->ahead,
+                       [jumped](election::ZkError) { jumped(); });
+    });
+  }
+}
+
+void ShardBalancer::left() {
+  if (!leaveDone_) return;
+  leaveTimer_.cancel();
+  auto done = std::move(leaveDone_);
+  leaveDone_ = nullptr;
+  done();
 }
 
 void ShardBalancer::pass() {
@@ -179,18 +234,21 @@ bool ShardBalancer::updateMembership(Clock::time_point now) {
   return true;
 }
 
+// Only gateways stand under the shards' root: any of them may step back.
+std::optional<balance::QueueJump> ShardBalancer::receiverNext(
+    const std::vector<election::MemberInfo>& queue, const std::string& to) const {
+  return balance::jumpTo(
+      queue, id_, [&](const std::string& id) { return id == to; },
+      [](const std::string&) { return true; });
+}
+
 // Reads the shard's queue, steps back the gateways between us and the receiver, then resigns:
 // the receiver owns the shard in one handover (and fences from ZooKeeper before accepting).
 void ShardBalancer::startMove(const std::string& shard, const std::string& to) {
   group_.members(
       shard, [this, shard, to](election::ZkError err, std::vector<election::MemberInfo> queue) {
         if (stopped_) return;
-        // Only gateways stand under the shards' root: any of them may step back.
-        const auto jump = err == election::ZkError::Ok
-                              ? balance::jumpTo(
-                                    queue, id_, [&](const std::string& id) { return id == to; },
-                                    [](const std::string&) { return true; })
-                              : std::nullopt;
+        const auto jump = err == election::ZkError::Ok ? receiverNext(queue, to) : std::nullopt;
         if (!jump) {
           spdlog::warn("cluster balance: shard {} not given to {}: {}", shard, to,
                        err == election::ZkError::Ok ? "not in its queue" : election::toString(err));

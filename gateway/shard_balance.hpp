@@ -7,11 +7,13 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "zkagent/balance.hpp"
 #include "zkagent/election.hpp"
 
 namespace zkagent::gateway {
@@ -23,7 +25,11 @@ class ShardBalancer {
                 std::string shardsRoot);
   void start();     // passes from now on: periodically and after leadership changes
   void passSoon();  // after a leadership change
-  void stop();      // the gateway is leaving: no more passes nor moves
+  // The gateway is leaving: no more passes nor moves. Plans the next owners of its shards over
+  // the other gateways (the same rule, without itself), puts each receiver next in the shard's
+  // queue, then `done` (the election's stop hands every shard to the next in one multi each):
+  // the others own their shares at once instead of after a second round of moves.
+  void leave(std::function<void()> done);
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -39,14 +45,19 @@ class ShardBalancer {
   void probeMembers(const std::vector<election::AccountStatus>& status, Clock::time_point now);
   bool updateMembership(Clock::time_point now);
   void startMove(const std::string& shard, const std::string& to);
+  std::optional<balance::QueueJump> receiverNext(const std::vector<election::MemberInfo>& queue,
+                                                 const std::string& to) const;
   void readLanding(const std::string& shard);
   void arm();
+  void left();
 
   boost::asio::io_context& io_;
   election::ElectionGroup& group_;
   const std::string id_;
   const std::string shardsRoot_;
   boost::asio::steady_timer timer_;
+  boost::asio::steady_timer leaveTimer_;
+  std::function<void()> leaveDone_;  // until the leaving jumps are done or cut short
   bool started_ = false, stopped_ = false, passQueued_ = false, probing_ = false;
   std::size_t probeNext_ = 0;                          // the shard whose queue is read next
   std::map<std::string, Clock::time_point> lastSeen_;  // gateway: standing or owning, seen

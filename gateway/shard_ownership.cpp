@@ -85,8 +85,9 @@ class ZooKeeperShardOwnership final : public ShardOwnership {
 
   void stop(std::function<void()> handedOver) override {
     boost::asio::post(io_, [this, handedOver = std::move(handedOver)]() mutable {
-      balancer_.stop();
-      group_.stop([] {}, std::move(handedOver));
+      balancer_.leave([this, handedOver = std::move(handedOver)]() mutable {
+        group_.stop([] {}, std::move(handedOver));
+      });
     });
   }
 
