@@ -1,3 +1,4 @@
+// ShardBalancer (shard_balance.hpp): the balance passes, the moves and the leaving hand-over.
 #include "shard_balance.hpp"
 
 #include <spdlog/spdlog.h>
@@ -23,6 +24,8 @@ constexpr std::chrono::milliseconds kMemberFresh{2000};
 constexpr std::chrono::milliseconds kSettle{2000};
 // The agents' default band: share +- max(1, 10 %).
 constexpr double kTolerance = 0.1;
+// Moves at once per giver: a cluster's shards are few (the agents' default, 16, is for thousands
+// of accounts), and every move costs its receiver a fence per account.
 constexpr std::size_t kMaxMovesInFlight = 4;
 // A leaving gateway waits this long at most for its queue jumps: a slow ZooKeeper must not hold
 // the stop (the shards then go to the next in their queues).
@@ -47,20 +50,20 @@ void ShardBalancer::start() {
 void ShardBalancer::arm() {
   timer_.expires_after(kPassInterval);
   timer_.async_wait([this](const boost::system::error_code& error) {
-    if (error || stopped_) return;
+    if (error || leaving_) return;
     pass();
     arm();
   });
 }
 
 void ShardBalancer::passSoon() {
-  if (!started_ || stopped_ || passQueued_) return;
+  if (!started_ || leaving_ || passQueued_) return;
   passQueued_ = true;
   boost::asio::post(io_, [this] { pass(); });
 }
 
 void ShardBalancer::leave(std::function<void()> done) {
-  stopped_ = true;
+  leaving_ = true;
   timer_.cancel();
   std::map<std::string, std::size_t> others;
   for (const auto& id : membership_) {
@@ -116,7 +119,7 @@ void ShardBalancer::left() {
 
 void ShardBalancer::pass() {
   passQueued_ = false;
-  if (stopped_) return;
+  if (leaving_) return;
   const auto now = Clock::now();
   const auto status = group_.status();
   std::map<std::string, std::optional<std::string>> owners;  // shard: the owner seen, if any
@@ -247,7 +250,7 @@ std::optional<balance::QueueJump> ShardBalancer::receiverNext(
 void ShardBalancer::startMove(const std::string& shard, const std::string& to) {
   group_.members(
       shard, [this, shard, to](election::ZkError err, std::vector<election::MemberInfo> queue) {
-        if (stopped_) return;
+        if (leaving_) return;
         const auto jump = err == election::ZkError::Ok ? receiverNext(queue, to) : std::nullopt;
         if (!jump) {
           spdlog::warn("cluster balance: shard {} not given to {}: {}", shard, to,
@@ -259,11 +262,11 @@ void ShardBalancer::startMove(const std::string& shard, const std::string& to) {
                      jump->ahead.size());
         group_.jumpQueue(
             shard, jump->receiverSeq, jump->ahead, [this, shard](election::ZkError jumped) {
-              if (jumped == election::ZkError::Ok && !stopped_ && group_.check(shard).allowed()) {
+              if (jumped == election::ZkError::Ok && !leaving_ && group_.check(shard).allowed()) {
                 group_.resign(shard, election::LossReason::Rebalance);
                 return;
               }
-              if (stopped_) return;
+              if (leaving_) return;
               spdlog::warn("cluster balance: shard {} not moved: {}", shard,
                            election::toString(jumped));
               moves_.erase(shard);

@@ -58,7 +58,7 @@ class ShardBalancer {
   boost::asio::steady_timer timer_;
   boost::asio::steady_timer leaveTimer_;
   std::function<void()> leaveDone_;  // until the leaving jumps are done or cut short
-  bool started_ = false, stopped_ = false, passQueued_ = false, probing_ = false;
+  bool started_ = false, leaving_ = false, passQueued_ = false, probing_ = false;
   std::size_t probeNext_ = 0;                          // the shard whose queue is read next
   std::map<std::string, Clock::time_point> lastSeen_;  // gateway: standing or owning, seen
   std::vector<std::string> membership_;                // gateways standing now, sorted
