@@ -17,9 +17,9 @@
 #include <set>
 
 #include "devices/device_endpoint.hpp"
-#include "zkagent/balance.hpp"
 #include "operations/gateway_link.hpp"
 #include "zkagent/agent.hpp"
+#include "zkagent/balance.hpp"
 #include "zkagent/http.hpp"
 #include "zkagent/metrics.hpp"
 #include "zkagent/naming.hpp"
