@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "gateway.hpp"
+#include "shard_balance.hpp"
 #include "zkagent/election.hpp"
 #include "zkagent/naming.hpp"
 
@@ -27,18 +28,21 @@ class ZooKeeperShardOwnership final : public ShardOwnership {
   explicit ZooKeeperShardOwnership(const Config& config)
       : config_(config),
         work_(io_.get_executor()),
-        group_(io_, election::ElectionOptions{
-                        .session = {config.zkHosts,
-                                    std::chrono::milliseconds(config.zkSessionTimeoutMs)},
-                        .root = naming::gatewayShardsRoot(config.zkRoot),
-                        .instanceId = config.gatewayId,
-                        .endpoint = config.advertiseUrl,
-                        .deviceEndpoint = {}}) {
+        group_(
+            io_,
+            election::ElectionOptions{
+                .session = {config.zkHosts, std::chrono::milliseconds(config.zkSessionTimeoutMs)},
+                .root = naming::gatewayShardsRoot(config.zkRoot),
+                .instanceId = config.gatewayId,
+                .endpoint = config.advertiseUrl,
+                .deviceEndpoint = {}}),
+        balancer_(io_, group_, config.gatewayId, naming::gatewayShardsRoot(config.zkRoot)) {
     group_.onLeadership([this](const election::LeadershipEvent& event) {
       const bool acquired = event.kind == election::LeadershipEvent::Kind::Acquired;
       owned_ += acquired ? 1 : -1;
       spdlog::info("{} shard {} token {}{}", acquired ? "took" : "lost", event.account, event.token,
                    acquired ? "" : std::string(" reason=") + std::string(toString(event.reason)));
+      balancer_.passSoon();
     });
     group_.onSession([this](const election::SessionEvent& event) {
       if (event.state == election::SessionState::Connected && !verified_) verifyCluster();
@@ -81,7 +85,9 @@ class ZooKeeperShardOwnership final : public ShardOwnership {
 
   void stop(std::function<void()> handedOver) override {
     boost::asio::post(io_, [this, handedOver = std::move(handedOver)]() mutable {
-      group_.stop([] {}, std::move(handedOver));
+      balancer_.leave([this, handedOver = std::move(handedOver)]() mutable {
+        group_.stop([] {}, std::move(handedOver));
+      });
     });
   }
 
@@ -130,6 +136,7 @@ class ZooKeeperShardOwnership final : public ShardOwnership {
     for (std::uint32_t shard = 0; shard < config_.clusterShards; ++shard) {
       group_.join(naming::shardId(shard));
     }
+    balancer_.start();
     spdlog::info("cluster: {} shards under {}, standing for each as {} ({})", config_.clusterShards,
                  naming::gatewayShardsRoot(config_.zkRoot), config_.gatewayId,
                  config_.advertiseUrl);
@@ -152,6 +159,7 @@ class ZooKeeperShardOwnership final : public ShardOwnership {
   boost::asio::io_context io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
   election::ElectionGroup group_;
+  ShardBalancer balancer_;
   std::thread thread_;
   std::atomic<int> owned_{0};
   bool verified_ = false;  // io thread only

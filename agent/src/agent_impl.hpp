@@ -17,9 +17,9 @@
 #include <set>
 
 #include "devices/device_endpoint.hpp"
-#include "leadership/balance.hpp"
 #include "operations/gateway_link.hpp"
 #include "zkagent/agent.hpp"
+#include "zkagent/balance.hpp"
 #include "zkagent/http.hpp"
 #include "zkagent/metrics.hpp"
 #include "zkagent/naming.hpp"
@@ -145,7 +145,7 @@ struct BalanceState {
   std::string state = "disabled";  // disabled, unschedulable, settling, electing, balanced, giving
   std::map<std::string, size_t> counts;  // balanced accounts each member leads, as seen here
   size_t unplaced = 0;                   // balanced accounts with no leader seen yet
-  BalancePlan plan;
+  balance::BalancePlan plan;
   std::map<std::string, size_t> row;  // what this agent still gives, by receiver
 };
 

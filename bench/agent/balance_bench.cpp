@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "balance_cluster.hpp"
-#include "leadership/balance.hpp"
+#include "zkagent/balance.hpp"
 #include "zktest/zookeeper_server.hpp"
 
 namespace {
@@ -134,7 +134,7 @@ json run(const Options& o) {
   std::this_thread::sleep_for(std::chrono::milliseconds(2 * o.settleMs));
   load.stop();
   const long total = moves();
-  const auto minimum = zkagent::agent::planBalance(before, 0, 0.1, true).excess;
+  const auto minimum = zkagent::balance::planBalance(before, 0, 0.1, true).excess;
   return {
       {"accounts", o.accounts},
       {"agents", o.agents},

@@ -1,9 +1,11 @@
 // A cluster of real fencing-gateway processes on one ZooKeeper (docs/gateway-cluster.md): every
-// shard has one owner, the others answer 421 naming it, the shard count is fixed, and an owner's
-// kill -9, SIGTERM or SIGSTOP moves its shards without any gateway accepting a stale token.
+// shard has one owner, the others answer 421 naming it, the shard count is fixed, an owner's
+// kill -9, SIGTERM or SIGSTOP moves its shards without any gateway accepting a stale token, and
+// the shards are spread evenly over the gateways standing.
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <future>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -67,10 +69,10 @@ std::string op(std::string_view account, int64_t token, std::string_view opId,
 }
 
 // The owner URL each shard's `active` node names ("" for a shard without one).
-std::map<std::string, std::string> shardOwners(const std::string& zkHosts,
-                                               const std::string& root) {
+std::map<std::string, std::string> shardOwners(const std::string& zkHosts, const std::string& root,
+                                               std::uint32_t shards = kShards) {
   std::map<std::string, std::string> owners;
-  for (std::uint32_t shard = 0; shard < kShards; ++shard) {
+  for (std::uint32_t shard = 0; shard < shards; ++shard) {
     const auto id = naming::shardId(shard);
     const auto node =
         zktest::readZNode(zkHosts, naming::activePath(naming::gatewayShardsRoot(root), id));
@@ -79,6 +81,23 @@ std::map<std::string, std::string> shardOwners(const std::string& zkHosts,
                      : std::string();
   }
   return owners;
+}
+
+double misdirectedOps(const ClusterGateway& gateway) {
+  return zktest::metricSample(gateway.client().get("/metrics").body,
+                              R"(zkagent_gateway_misdirected_total{route="ops"})")
+      .value_or(0);
+}
+
+// The shards each gateway owns by its own gauge, in order (0 for one that is gone).
+std::vector<int> shardsOwned(const std::vector<std::unique_ptr<ClusterGateway>>& gateways) {
+  std::vector<int> counts;
+  for (const auto& gateway : gateways) {
+    const auto metrics = gateway->client(1s).get("/metrics");
+    counts.push_back(static_cast<int>(
+        zktest::metricSample(metrics.body, "zkagent_gateway_shards_owned").value_or(0)));
+  }
+  return counts;
 }
 
 // The leader of `account` as zk-elect holds it: token, instance, session.
@@ -108,6 +127,35 @@ class GatewayCluster : public ::testing::Test {
         },
         20s))
         << "some shard never got an owner";
+    // The balance spreads the 8 shards 3/3/2 a settle window after the three are seen: wait for
+    // it, so that no test here sees a shard move under it.
+    ASSERT_TRUE(zktest::eventually(
+        [&] {
+          auto owned = shardsOwned(gateways_);
+          std::sort(owned.begin(), owned.end());
+          return owned == std::vector<int>{2, 3, 3};
+        },
+        20s, 20ms))
+        << "the shards were never spread over the three gateways";
+    // A gateway's view of a shard that has just moved is refreshed about 100 ms later: until every
+    // non-owner's 421 names acc-1's owner (the account the tests here use), the map is moving.
+    ASSERT_TRUE(zktest::eventually([&] { return allNameTheOwnerOf("acc-1"); }, 10s, 20ms))
+        << "the gateways do not agree on acc-1's owner";
+  }
+
+  bool allNameTheOwnerOf(const std::string& account) const {
+    const auto node = zktest::readZNode(
+        zkHosts_, naming::activePath(naming::gatewayShardsRoot(root_), shardOf(account)));
+    if (node.state != zktest::ZNode::State::found) return false;
+    const auto owner = json::parse(node.data).value("endpoint", std::string());
+    for (const auto& gateway : gateways_) {
+      if (gateway->url() == owner) continue;
+      const auto answer = gateway->client().post("/v1/ops", op(account, 0, "probe", "probe", 0));
+      if (answer.status != 421 || json::parse(answer.body).value("owner", "") != owner) {
+        return false;
+      }
+    }
+    return true;
   }
 
   // A zk-elect leader for `account` (its session as short as the gateways').
@@ -159,20 +207,17 @@ TEST_F(GatewayCluster, AnAgentFollowsThe421ToTheOwnerAndReachesTheNextOwnerAfter
   for (auto& gateway : gateways_) {
     if (gateway.get() != &owner) configured = gateway.get();
   }
+  const auto misdirected = misdirectedOps(*configured);  // the set-up's probes
   const zktest::AgentSite site{zkHosts_, siteRoot_, configured->url()};
   auto agent =
       zktest::AgentProcess::start(dir_.path(), zktest::agentConfig(site, "agent-a", {account}));
   ASSERT_TRUE(zktest::eventually([&] { return agent->leads(account); }, 20s));
   auto first = agent->op(account, "op-1");
   EXPECT_EQ(first.status, 200) << first.body;
-  EXPECT_EQ(zktest::metricSample(configured->client().get("/metrics").body,
-                                 R"(zkagent_gateway_misdirected_total{route="ops"})"),
-            1);
+  EXPECT_EQ(misdirectedOps(*configured), misdirected + 1);
   // The route is remembered: the next operation goes to the owner directly.
   EXPECT_EQ(agent->op(account, "op-2").status, 200);
-  EXPECT_EQ(zktest::metricSample(configured->client().get("/metrics").body,
-                                 R"(zkagent_gateway_misdirected_total{route="ops"})"),
-            1);
+  EXPECT_EQ(misdirectedOps(*configured), misdirected + 1);
 
   owner.process().kill();
   http::ClientResponse again;
@@ -194,6 +239,7 @@ TEST_F(GatewayCluster, OnlyTheShardsOwnerDecidesAndTheOthersAnswer421NamingIt) {
   const auto shard = shardOf("acc-1");
   const auto& owner = owners.at(shard);
   for (auto& gateway : gateways_) {
+    const auto misdirected = misdirectedOps(*gateway);  // the set-up's probes
     auto answer = gateway->client().post("/v1/ops", op("acc-1", holder.token, "op-" + gateway->id(),
                                                        holder.instance, holder.session));
     if (gateway->url() == owner) {
@@ -206,9 +252,7 @@ TEST_F(GatewayCluster, OnlyTheShardsOwnerDecidesAndTheOthersAnswer421NamingIt) {
     EXPECT_EQ(body["owner"], owner);
     EXPECT_EQ(gateway->client().get("/v1/accounts/acc-1").status, 404)
         << gateway->id() << " kept state for a request it did not own";
-    EXPECT_EQ(zktest::metricSample(gateway->client().get("/metrics").body,
-                                   R"(zkagent_gateway_misdirected_total{route="ops"})"),
-              1);
+    EXPECT_EQ(misdirectedOps(*gateway), misdirected + 1);
   }
   // Every shard has exactly one owner among the three (the gauge sums to the shard count).
   double owned = 0;
@@ -335,6 +379,136 @@ TEST(GatewayClusterStart, AGatewayWithAnotherShardCountFailsToStartNamingBoth) {
   const auto err = second.process().stderrText();
   EXPECT_NE(err.find("cluster.shards (--cluster-shards) is 16"), std::string::npos) << err;
   EXPECT_NE(err.find("has 8 shards"), std::string::npos) << err;
+}
+
+// ---- Balance: the agents' rule spreads the shards over the gateways standing.
+
+constexpr std::uint32_t kBalanceShards = 12;
+// The balance's timings (docs/gateway-cluster.md): a gateway not seen for kForget has left, and
+// nothing moves until the gateways seen have been the same for kSettle.
+constexpr auto kForget = 2s;
+constexpr auto kSettle = 2s;
+using Clock = std::chrono::steady_clock;
+
+std::int64_t millisSince(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+}
+
+class GatewayClusterBalance : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    zkHosts_ = zktest::sharedZooKeeper().connectString();
+    root_ = zktest::uniqueTestRoot() + "/accounts";
+  }
+
+  ClusterGateway& start(const std::string& id) {
+    gateways_.push_back(
+        std::make_unique<ClusterGateway>(dir_.path() / id, zkHosts_, root_, id, kBalanceShards));
+    return *gateways_.back();
+  }
+
+  std::vector<int> owned() const { return shardsOwned(gateways_); }
+
+  ::testing::AssertionResult reaches(const std::vector<int>& expected,
+                                     std::chrono::milliseconds timeout = 20s) const {
+    std::vector<int> seen;
+    if (zktest::eventually(
+            [&] {
+              seen = owned();
+              return seen == expected;
+            },
+            timeout, 20ms)) {
+      return ::testing::AssertionSuccess();
+    }
+    std::string text;
+    for (int n : seen) text += std::to_string(n) + " ";
+    return ::testing::AssertionFailure() << "owned shards stayed at " << text;
+  }
+
+  // gw-1, gw-2 and gw-3 started in turn, each once the ones before own their shares; returns the
+  // milliseconds from gw-3's start until 4/4/4.
+  std::int64_t startInTurn() {
+    start("gw-1").awaitListening();
+    EXPECT_TRUE(reaches({12}));
+    start("gw-2").awaitListening();
+    EXPECT_TRUE(reaches({6, 6}));
+    const auto third = Clock::now();
+    start("gw-3");
+    EXPECT_TRUE(reaches({4, 4, 4}));
+    return millisSince(third);
+  }
+
+  fencing::testing::TempDir dir_;
+  std::string zkHosts_;
+  std::string root_;
+  std::vector<std::unique_ptr<ClusterGateway>> gateways_;
+};
+
+// Three gateways started one after the other end with 4 of the 12 shards each: the first owns
+// them all, and each newcomer is given its share by the ones before (ZooKeeper's `active` nodes
+// say the same as the gateways' gauges).
+TEST_F(GatewayClusterBalance, ThreeGatewaysStartedInTurnOwnFourShardsEach) {
+  const auto balancedAfter = startInTurn();
+  std::map<std::string, int> byOwner;
+  for (const auto& [shard, owner] : shardOwners(zkHosts_, root_, kBalanceShards)) ++byOwner[owner];
+  for (const auto& gateway : gateways_) EXPECT_EQ(byOwner[gateway->url()], 4) << gateway->id();
+  std::cout << "third gateway started: 4/4/4 after " << balancedAfter << " ms\n";
+}
+
+// SIGTERM of gw-1: before its stop hands its shards over, it puts each one's receiver next in the
+// queue by the balance rule (the queue order alone would give all 4 to gw-2, never moved since it
+// stood): every shard is owned again within milliseconds, already 6/6.
+TEST_F(GatewayClusterBalance, SigtermHandsTheShardsOverInMillisecondsSixToEachOfTheOthers) {
+  startInTurn();
+  auto& leaving = *gateways_.front();
+  const auto signalled = Clock::now();
+  leaving.process().signal(SIGTERM);
+  // Until the other two own all 12, some shard has no owner (gw-1 reports its losses first).
+  std::vector<int> counts;
+  ASSERT_TRUE(zktest::eventually(
+      [&] {
+        counts = owned();
+        return counts[1] + counts[2] == 12;
+      },
+      10s, 1ms));
+  const auto handedOver = millisSince(signalled);
+  EXPECT_LT(handedOver, 1000) << "hand-over as slow as a session expiry";
+  EXPECT_EQ(counts[1], 6) << "the hand-over did not follow the balance";
+  EXPECT_TRUE(leaving.process().wait(20s).exitedWith(0)) << leaving.process().stderrText();
+  // Nothing moves after it, also once the others have forgotten gw-1 and settled.
+  const auto moved = [&] { return owned() != std::vector<int>{0, 6, 6}; };
+  EXPECT_FALSE(zktest::eventually(moved, kForget + kSettle + 1s, 20ms))
+      << "shards moved after the hand-over";
+  std::cout << "SIGTERM: every shard owned again after " << handedOver << " ms, at " << counts[1]
+            << "/" << counts[2] << "\n";
+}
+
+// kill -9 of gw-1: the others own its shards once its session expires, then 6/6, and stay so.
+TEST_F(GatewayClusterBalance, KillNineLeavesTheShardsOwnedAfterTheSessionTimeoutThenSixEach) {
+  startInTurn();
+  gateways_.front()->process().kill();
+  const auto killed = Clock::now();
+  std::vector<int> counts;
+  ASSERT_TRUE(zktest::eventually(
+      [&] {
+        counts = owned();
+        return counts[1] + counts[2] == 12;
+      },
+      kSessionTimeout + 5s, 5ms));
+  const auto ownedAgain = millisSince(killed);
+  ASSERT_TRUE(reaches({0, 6, 6}));
+  const auto balanced = millisSince(killed);
+  // No further moves: a balanced pair stays as it is.
+  const auto heldSince = Clock::now();
+  EXPECT_FALSE(zktest::eventually(
+      [&] {
+        return owned() != std::vector<int>{0, 6, 6};
+      },
+      1s, 20ms))
+      << "shards kept moving after the balance";
+  std::cout << "kill -9: its 4 shards without an owner for " << ownedAgain
+            << " ms (session timeout " << kSessionTimeout.count() << " ms), 6/6 after " << balanced
+            << " ms, unchanged for " << millisSince(heldSince) << " ms\n";
 }
 
 }  // namespace gateway_cluster_test

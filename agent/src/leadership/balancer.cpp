@@ -1,5 +1,5 @@
 // The agent's balance pass (docs/agent.md, "Balance"): after every placement pass, count who
-// leads each account, plan with the schedulable agents once membership has settled (balance.cpp
+// leads each account, plan with the schedulable agents once membership has settled (balance/
 // holds the pure plan), and hand this agent's share of the plan over: queue jump, then a resign
 // with reason rebalance, a few moves at a time. Runs on the control strand.
 #include <spdlog/spdlog.h>
@@ -11,12 +11,6 @@
 namespace zkagent::agent {
 
 namespace {
-// A move whose account we still lead after this long has failed (it counts as ours again); one
-// whose new leader we have not seen after the longer bound is forgotten (unplaced until seen).
-constexpr milliseconds kMoveTimeout{5000};
-constexpr milliseconds kMoveForgotten{30000};
-// How often `active` of a move not seen to land is read.
-constexpr milliseconds kLandingRead{200};
 // Member lists read at once for choosing what to give, beyond the moves that can start.
 constexpr size_t kSpareLookups = 8;
 }  // namespace
@@ -71,16 +65,16 @@ void Agent::Impl::rebalance(
       const bool leading = st != status.end() && st->second.role == Role::Leader;
       std::optional<std::string> leader = move.seenLeader;
       if (st != status.end() && st->second.leader) leader = st->second.leader->instanceId;
-      const bool landed = !leading && leader && *leader != config.instanceId;
-      const auto age = now - move.startedAt;
-      if (landed) b.lastLeader[it->first] = *leader;
-      if (!leading && !landed && !move.reading && now - move.readAt > kLandingRead) {
+      const auto state =
+          balance::moveState(leading, leader, config.instanceId, now - move.startedAt);
+      if (state == balance::MoveState::Landed) b.lastLeader[it->first] = *leader;
+      if (state == balance::MoveState::InFlight && !leading && !move.reading &&
+          now - move.readAt > balance::kLandingRead) {
         move.reading = true;
         move.readAt = now;
         landingReads.push_back(it->first);
       }
-      const bool expired = (leading && age > kMoveTimeout) || age > kMoveForgotten;
-      it = landed || expired ? b.inFlight.erase(it) : ++it;
+      it = state != balance::MoveState::InFlight ? b.inFlight.erase(it) : ++it;
     }
     m.balanceInFlight.set(static_cast<double>(b.inFlight.size()));
     if (!config.balance.enabled) return;
@@ -122,8 +116,8 @@ void Agent::Impl::rebalance(
     } else if (electing) {
       b.state = "electing";
     } else {
-      b.plan = planBalance(b.counts, b.unplaced, config.balance.tolerance, b.giving);
-      b.row = rowOf(b.plan, config.instanceId);
+      b.plan = balance::planBalance(b.counts, b.unplaced, config.balance.tolerance, b.giving);
+      b.row = balance::rowOf(b.plan, config.instanceId);
       b.giving = !b.row.empty();
       b.state = b.giving ? "giving" : "balanced";
     }
@@ -187,28 +181,26 @@ void Agent::Impl::pickMoves(
       if (!state.lookupInFlight) unread.push_back(account);
       continue;
     }
-    std::vector<int64_t> ahead;
-    for (const auto& member : state.queue) {
-      if (member.instanceId == config.instanceId) continue;
-      const bool receiver = pinned
-                                ? member.instanceId == *pinned
-                                : want.contains(member.instanceId) && want[member.instanceId] > 0;
-      if (receiver) {
-        detail::BalanceMove pick{account, member.instanceId, pinned ? "preferred" : "balance",
-                                 member.seq, ahead};
-        if (pinned) {
-          picks.insert(picks.begin(), std::move(pick));
-        } else if (ahead.empty()) {
-          --want[member.instanceId];
-          --wanted;
-          picks.push_back(std::move(pick));
-        } else {
-          jumps.push_back(std::move(pick));
-        }
-        break;
-      }
-      if (!tracker.judge(member.instanceId, now, config.health.ttl).report) break;  // not ours
-      ahead.push_back(member.seq);
+    auto jump = balance::jumpTo(
+        state.queue, config.instanceId,
+        [&](const std::string& id) {
+          return pinned ? id == *pinned : want.contains(id) && want[id] > 0;
+        },
+        // Agents only: a member without a health report is another kind of elector.
+        [&](const std::string& id) {
+          return tracker.judge(id, now, config.health.ttl).report.has_value();
+        });
+    if (!jump) continue;
+    detail::BalanceMove pick{account, jump->to, pinned ? "preferred" : "balance", jump->receiverSeq,
+                             std::move(jump->ahead)};
+    if (pinned) {
+      picks.insert(picks.begin(), std::move(pick));
+    } else if (pick.ahead.empty()) {
+      --want[pick.to];
+      --wanted;
+      picks.push_back(std::move(pick));
+    } else {
+      jumps.push_back(std::move(pick));
     }
   }
   for (auto& jump : jumps) {

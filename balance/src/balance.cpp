@@ -1,10 +1,10 @@
-#include "balance.hpp"
+#include "zkagent/balance.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <utility>
 
-namespace zkagent::agent {
+namespace zkagent::balance {
 
 BalancePlan planBalance(const std::map<std::string, size_t>& leading, size_t unplaced,
                         double tolerance, bool continuing) {
@@ -62,4 +62,11 @@ std::map<std::string, size_t> rowOf(const BalancePlan& plan, const std::string& 
   return row;
 }
 
-}  // namespace zkagent::agent
+MoveState moveState(bool leading, const std::optional<std::string>& leader, std::string_view self,
+                    std::chrono::steady_clock::duration age) {
+  if (!leading && leader && *leader != self) return MoveState::Landed;
+  if ((leading && age > kMoveTimeout) || age > kMoveForgotten) return MoveState::Over;
+  return MoveState::InFlight;
+}
+
+}  // namespace zkagent::balance
