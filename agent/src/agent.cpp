@@ -538,7 +538,12 @@ void Agent::Impl::readGatewayCluster() {
               [weak] {
                 if (auto again = weak.lock()) again->readGatewayCluster();
               },
-              [](election::ZkError, std::optional<election::NodeStat>) {});
+              [weak](election::ZkError exists, std::optional<election::NodeStat> stat) {
+                // Created between the two reads: no event will come for it.
+                if (auto again = weak.lock(); again && exists == election::ZkError::Ok && stat) {
+                  again->readGatewayCluster();
+                }
+              });
           return;
         }
         if (err != election::ZkError::Ok) return;  // the next Connected reads it again

@@ -18,8 +18,6 @@ void aimAt(http::ClientOptions& options, const std::string& ownerUrl) {
 
 ShardRoutes::ShardRoutes(const Config::Gateway& gateway) : tls_(gateway.tls.has_value()) {}
 
-ShardRoutes::~ShardRoutes() { stop(); }
-
 void ShardRoutes::watch(boost::asio::io_context& io, election::SessionOptions session,
                         const std::string& shardsRoot, std::uint32_t shards) {
   std::lock_guard lock(mu_);

@@ -26,14 +26,15 @@ void aimAt(http::ClientOptions& options, const std::string& ownerUrl);
 class ShardRoutes {
  public:
   explicit ShardRoutes(const Config::Gateway& gateway);
-  ~ShardRoutes();
 
   // The cluster node read: watch `shards` shard leaders under `shardsRoot` on a session of its own
   // (the observer's), reading every shard at once so the first batch already has its owners. Once;
   // a later call with another count is ignored (the count is fixed when the cluster is created).
   void watch(boost::asio::io_context& io, election::SessionOptions session,
              const std::string& shardsRoot, std::uint32_t shards);
-  void stop();  // closes the observer's session; routes fall back to 421s and the configured URL
+  // Closes the observer's session (the agent's stop, while its io_context runs); routes fall back
+  // to 421s and the configured URL.
+  void stop();
 
   // Thread-safe. The owner URL of `account`'s shard, or nullopt: the configured gateway.
   std::optional<std::string> ownerOf(std::string_view account) const;
