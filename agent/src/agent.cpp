@@ -113,8 +113,9 @@ Agent::Impl::Impl(asio::io_context& ioc, Config cfg)
       control(asio::make_strand(ioc)),
       healthTimer(control),
       reconcileTimer(control),
+      routes(std::make_shared<detail::ShardRoutes>(config.gateway)),
       link(std::make_shared<detail::GatewayLink>(ioc, config.gateway, config.instanceId,
-                                                 m.gatewayMissed)) {
+                                                 m.gatewayMissed, routes)) {
   for (const auto& account : config.accounts) accounts.emplace(account, AccountState{});
   http::ServerOptions options;
   options.address = config.admin.listen.host;
@@ -125,7 +126,7 @@ Agent::Impl::Impl(asio::io_context& ioc, Config cfg)
   endpoint = config.admin.advertise.empty()
                  ? "http://" + naming::toString({server->address(), server->port()})
                  : config.admin.advertise;
-  devices = std::make_unique<detail::DeviceEndpoint>(io, config);
+  devices = std::make_unique<detail::DeviceEndpoint>(io, config, routes);
   election::ElectionOptions eo;
   eo.session = {config.zookeeper.hosts, config.zookeeper.sessionTimeout, config.zookeeper.digest};
   eo.root = config.zookeeper.root;
@@ -518,8 +519,47 @@ void Agent::Impl::onSession(const election::SessionEvent& e) {
       self->publishHealth();
       self->pollPeers();
     });
+    readGatewayCluster();
   }
   reconcileSoon();
+}
+
+void Agent::Impl::readGatewayCluster() {
+  const auto path = naming::gatewayClusterPath(config.zookeeper.root);
+  std::weak_ptr<Impl> weak = weak_from_this();
+  group->session().get(
+      path, nullptr, [weak, path](election::ZkError err, std::string data, election::NodeStat) {
+        auto self = weak.lock();
+        if (!self || self->stopping) return;
+        if (err == election::ZkError::NoNode) {
+          // No cluster (yet): a single gateway, until the first cluster gateway creates the node.
+          self->group->session().exists(
+              path,
+              [weak] {
+                if (auto again = weak.lock()) again->readGatewayCluster();
+              },
+              [weak](election::ZkError exists, std::optional<election::NodeStat> stat) {
+                // Created between the two reads: no event will come for it.
+                if (auto again = weak.lock(); again && exists == election::ZkError::Ok && stat) {
+                  again->readGatewayCluster();
+                }
+              });
+          return;
+        }
+        if (err != election::ZkError::Ok) return;  // the next Connected reads it again
+        const auto cluster = nlohmann::json::parse(data, nullptr, false);
+        const auto shards = cluster.is_object() ? cluster.find("shards") : cluster.end();
+        if (shards == cluster.end() || !shards->is_number_unsigned() ||
+            shards->get<std::uint64_t>() > naming::kMaxShards) {
+          spdlog::warn("{} holds '{}', not {{\"shards\": N}}: routing to the configured gateway",
+                       path, data);
+          return;
+        }
+        const auto& zk = self->config.zookeeper;
+        self->routes->watch(self->io, {zk.hosts, zk.sessionTimeout, zk.digest},
+                            naming::gatewayShardsRoot(zk.root),
+                            static_cast<std::uint32_t>(shards->get<std::uint64_t>()));
+      });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -558,6 +598,7 @@ void Agent::Impl::shutdown(std::function<void()> done) {
         // Every account was reported lost (its devices got 4001); the rest get 1001.
         self->devices->stop([self, done = std::move(done)] {
           spdlog::info("stopped instance={}", self->config.instanceId);
+          self->routes->stop();  // after the devices' last lease writes went to their owners
           self->server->stop();
           done();
         });
@@ -575,6 +616,7 @@ void Agent::Impl::closeNow() {
   stopping = true;
   devices->closeNow();
   link->stop();
+  routes->stop();
   server->stop();
 }
 

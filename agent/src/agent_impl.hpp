@@ -18,6 +18,7 @@
 
 #include "devices/device_endpoint.hpp"
 #include "operations/gateway_link.hpp"
+#include "operations/shard_routes.hpp"
 #include "zkagent/agent.hpp"
 #include "zkagent/balance.hpp"
 #include "zkagent/http.hpp"
@@ -208,6 +209,9 @@ struct Agent::Impl : Gate, std::enable_shared_from_this<Impl> {
                   const std::function<void(const fencing::FencingToken&)>& operation) override;
   void onLeadership(const election::LeadershipEvent& event);
   void onSession(const election::SessionEvent& event);
+  // Reads {root}/@gateway-cluster on the session (watching for its creation when missing): once
+  // found, the routes watch the cluster's shard owners.
+  void readGatewayCluster();
 
   // ---- admin API
   http::Router router();
@@ -226,6 +230,7 @@ struct Agent::Impl : Gate, std::enable_shared_from_this<Impl> {
   detail::Metrics m{registry};
   asio::strand<asio::io_context::executor_type> control;
   asio::steady_timer healthTimer, reconcileTimer;
+  std::shared_ptr<detail::ShardRoutes> routes;  // before link and devices: both route by it
   std::shared_ptr<detail::GatewayLink> link;
   std::unique_ptr<http::Server> server;
   std::string endpoint;

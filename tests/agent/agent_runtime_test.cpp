@@ -183,8 +183,9 @@ TEST(AgentMetricsTest, GatewayLinkCountsEachFailedHeartbeatIntoTheMetricAsItFail
   gateway.heartbeatInterval = 1ms;
   gateway.heartbeatTimeout = 50ms;
   IoThreads runner;
-  auto link =
-      std::make_shared<zkagent::agent::detail::GatewayLink>(runner.io, gateway, "host-a", failures);
+  auto link = std::make_shared<zkagent::agent::detail::GatewayLink>(
+      runner.io, gateway, "host-a", failures,
+      std::make_shared<zkagent::agent::detail::ShardRoutes>(gateway));
   link->start([](bool) {});
   runner.run();
   EXPECT_TRUE(eventually([&] { return failures.value() >= 20; }, 10s));
@@ -210,8 +211,9 @@ TEST(AgentGatewayLinkTest, ALinkWithAHeartbeatInFlightGoesWithItsIoContext) {
   asio::ip::tcp::socket accepted(peerIo);
   {
     IoThreads runner;
-    auto link = std::make_shared<zkagent::agent::detail::GatewayLink>(runner.io, gateway, "host-a",
-                                                                      failures);
+    auto link = std::make_shared<zkagent::agent::detail::GatewayLink>(
+        runner.io, gateway, "host-a", failures,
+        std::make_shared<zkagent::agent::detail::ShardRoutes>(gateway));
     weak = link;
     link->start([](bool) {});
     runner.run();

@@ -29,6 +29,11 @@ namespace gateway_cluster_test {
 
 constexpr std::uint32_t kShards = 8;
 constexpr auto kSessionTimeout = 1500ms;
+using Clock = std::chrono::steady_clock;
+
+std::int64_t millisSince(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+}
 
 // One cluster member on a loopback port chosen up front (its URL is advertised before it listens).
 class ClusterGateway {
@@ -196,10 +201,11 @@ class GatewayCluster : public ::testing::Test {
   std::vector<std::unique_ptr<zktest::ChildProcess>> electors_;
 };
 
-// An agent whose configured gateway does not own its account's shard follows the 421 to the owner;
-// after the owner's kill -9 its operations reach the shard's next owner (a caller's retry after
-// the lost owner's 502 goes to the configured gateway, which names the next one).
-TEST_F(GatewayCluster, AnAgentFollowsThe421ToTheOwnerAndReachesTheNextOwnerAfterAKill) {
+// An agent whose configured gateway does not own its account's shard sends its operations to the
+// owner straight away, by the shard map it watches (no 421 paid); after the owner's kill -9 its
+// operations reach the shard's next owner (the map follows the move once the dead owner's session
+// expires; the caller retries the 502s until then).
+TEST_F(GatewayCluster, AnAgentSendsOperationsToTheOwnerByTheWatchedMapAndReachesTheNextAfterAKill) {
   const std::string account = "acc-1";
   const auto shard = shardOf(account);
   auto& owner = byUrl(shardOwners(zkHosts_, root_).at(shard));
@@ -214,10 +220,9 @@ TEST_F(GatewayCluster, AnAgentFollowsThe421ToTheOwnerAndReachesTheNextOwnerAfter
   ASSERT_TRUE(zktest::eventually([&] { return agent->leads(account); }, 20s));
   auto first = agent->op(account, "op-1");
   EXPECT_EQ(first.status, 200) << first.body;
-  EXPECT_EQ(misdirectedOps(*configured), misdirected + 1);
-  // The route is remembered: the next operation goes to the owner directly.
   EXPECT_EQ(agent->op(account, "op-2").status, 200);
-  EXPECT_EQ(misdirectedOps(*configured), misdirected + 1);
+  EXPECT_EQ(misdirectedOps(*configured), misdirected) << "an operation went to the configured "
+                                                         "gateway, not to the watched owner";
 
   owner.process().kill();
   http::ClientResponse again;
@@ -381,6 +386,123 @@ TEST(GatewayClusterStart, AGatewayWithAnotherShardCountFailsToStartNamingBoth) {
   EXPECT_NE(err.find("has 8 shards"), std::string::npos) << err;
 }
 
+// ---- Presence: an agent sends each lease to the owner of its account's shard.
+
+// The first acc-N of each shard: accounts spread over every shard, so over every gateway.
+std::vector<std::string> oneAccountPerShard() {
+  std::map<std::uint32_t, std::string> byShard;
+  for (int n = 0; byShard.size() < kShards; ++n) {
+    const auto account = "acc-" + std::to_string(n);
+    byShard.try_emplace(naming::shardOf(account, kShards), account);
+  }
+  std::vector<std::string> accounts;
+  for (const auto& [shard, account] : byShard) accounts.push_back(account);
+  return accounts;
+}
+
+bool holdsLease(const ClusterGateway& gateway, const std::string& account,
+                const std::string& device) {
+  const auto answer = gateway.client(1s).get("/v1/presence/" + account);
+  if (!answer.delivered() || answer.status != 200) return false;
+  const auto table = json::parse(answer.body, nullptr, false);
+  if (!table.is_object()) return false;
+  for (const auto& entry : table.value("devices", json::array())) {
+    if (entry.value("device", "") == device) return true;
+  }
+  return false;
+}
+
+double refusedLeaseBatches(const std::vector<std::unique_ptr<ClusterGateway>>& gateways) {
+  double refused = 0;
+  for (const auto& gateway : gateways) {
+    refused += zktest::metricSample(gateway->client(1s).get("/metrics").body,
+                                    R"(zkagent_gateway_misdirected_total{route="leases"})")
+                   .value_or(0);
+  }
+  return refused;
+}
+
+// Two agents lead one account per shard, each with a device connected, both configured with gw-1:
+// every lease is at the gateway owning its account's shard (the agents watch the shard map and
+// split each lease batch by owner), and no gateway refused a batch. After a SIGTERM of another
+// gateway its shards move and the next renewals put the leases at the new owners.
+TEST_F(GatewayCluster, EveryLeaseIsAtItsShardsOwnerAndFollowsTheShardWhenAGatewayStops) {
+  const auto accounts = oneAccountPerShard();
+  const zktest::AgentSite site{zkHosts_, siteRoot_, gateways_.front()->url()};
+  const json presence{{"zookeeper", {{"session_timeout_ms", kSessionTimeout.count()}}},
+                      {"presence",
+                       {{"heartbeat_ms", 200},
+                        {"ping_timeout_ms", 600},
+                        {"check_interval_ms", 100},
+                        {"renew_interval_ms", 400},
+                        {"lease_ttl_ms", 1200}}}};
+  const auto half = accounts.begin() + static_cast<std::ptrdiff_t>(accounts.size() / 2);
+  std::vector<std::unique_ptr<zktest::AgentProcess>> agents;
+  agents.push_back(zktest::AgentProcess::start(
+      dir_.path(), zktest::agentConfig(site, "agent-a", {accounts.begin(), half}, presence)));
+  agents.push_back(zktest::AgentProcess::start(
+      dir_.path(), zktest::agentConfig(site, "agent-b", {half, accounts.end()}, presence)));
+  std::map<std::string, zktest::AgentProcess*> leader;
+  for (std::size_t i = 0; i < accounts.size(); ++i) {
+    leader[accounts[i]] = agents[i < accounts.size() / 2 ? 0 : 1].get();
+  }
+  for (const auto& account : accounts) {
+    ASSERT_TRUE(zktest::eventually([&] { return leader[account]->leads(account); }, 20s))
+        << account;
+  }
+  const auto refusedBefore = refusedLeaseBatches(gateways_);
+  std::vector<std::unique_ptr<zktest::ChildProcess>> devices;
+  const auto connectedAt = std::chrono::steady_clock::now();
+  for (const auto& account : accounts) {
+    devices.push_back(std::make_unique<zktest::ChildProcess>(
+        zktest::binaryPath("zk-device").string(),
+        std::vector<std::string>{"--connect", leader[account]->deviceUrl, "--account", account,
+                                 "--device", "dev-" + account, "--heartbeat-ms", "200",
+                                 "--timeout-ms", "600"}));
+  }
+  for (auto& device : devices) device->waitForLine("CONNECTED ", 10s);
+
+  // Every lease at its account's owner: by the shard map in ZooKeeper now.
+  const auto allAtTheirOwners = [&](const std::string& gone) {
+    const auto owners = shardOwners(zkHosts_, root_);
+    for (const auto& account : accounts) {
+      const auto& owner = owners.at(shardOf(account));
+      if (owner.empty() || owner == gone) return false;
+      if (!holdsLease(byUrl(owner), account, "dev-" + account)) return false;
+    }
+    return true;
+  };
+  ASSERT_TRUE(zktest::eventually([&] { return allAtTheirOwners(""); }, 5s, 20ms))
+      << "some lease is not at its shard's owner";
+  const auto placedMs = millisSince(connectedAt);
+  std::set<std::string> owning;
+  for (const auto& [shard, owner] : shardOwners(zkHosts_, root_)) owning.insert(owner);
+  EXPECT_EQ(owning.size(), gateways_.size()) << "the accounts do not span every gateway";
+  EXPECT_EQ(refusedLeaseBatches(gateways_), refusedBefore) << "a gateway refused a lease batch";
+  for (const auto& agent : agents) {
+    EXPECT_EQ(zktest::metricSample(agent->metrics(),
+                                   R"(zkagent_presence_lease_batches_total{result="failed"})")
+                  .value_or(0),
+              0)
+        << agent->id;
+  }
+
+  // SIGTERM of the gateway (not the configured one) owning the most of these shards.
+  std::map<std::string, int> owned;
+  for (const auto& [shard, owner] : shardOwners(zkHosts_, root_)) ++owned[owner];
+  ClusterGateway* leaving = gateways_[1].get();
+  if (owned[gateways_[2]->url()] > owned[leaving->url()]) leaving = gateways_[2].get();
+  const auto signalled = std::chrono::steady_clock::now();
+  leaving->process().signal(SIGTERM);
+  ASSERT_TRUE(zktest::eventually([&] { return allAtTheirOwners(leaving->url()); }, 10s, 20ms))
+      << "the leases of " << leaving->id() << "'s shards never reached their new owners";
+  const auto movedMs = millisSince(signalled);
+  EXPECT_TRUE(leaving->process().wait(20s).exitedWith(0)) << leaving->process().stderrText();
+  std::cout << "leases at their owners " << placedMs << " ms after the devices started; after "
+            << leaving->id() << "'s SIGTERM (" << owned[leaving->url()]
+            << " shards) at their new owners after " << movedMs << " ms (renewals every 400 ms)\n";
+}
+
 // ---- Balance: the agents' rule spreads the shards over the gateways standing.
 
 constexpr std::uint32_t kBalanceShards = 12;
@@ -388,11 +510,6 @@ constexpr std::uint32_t kBalanceShards = 12;
 // nothing moves until the gateways seen have been the same for kSettle.
 constexpr auto kForget = 2s;
 constexpr auto kSettle = 2s;
-using Clock = std::chrono::steady_clock;
-
-std::int64_t millisSince(Clock::time_point start) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
-}
 
 class GatewayClusterBalance : public ::testing::Test {
  protected:

@@ -67,7 +67,8 @@ PresenceMetrics::PresenceMetrics(metrics::Registry& r)
                              "Device connections closed with 4003 because their token expired.")
                        .with({})) {}
 
-DeviceEndpoint::DeviceEndpoint(asio::io_context& io, const Config& config)
+DeviceEndpoint::DeviceEndpoint(asio::io_context& io, const Config& config,
+                               std::shared_ptr<ShardRoutes> routes)
     : counts_(std::make_shared<Counts>(config)),
       // One thread runs it: the hint lets Asio skip the locking and waking a pool would need.
       own_(std::make_unique<asio::io_context>(1)),
@@ -90,7 +91,8 @@ DeviceEndpoint::DeviceEndpoint(asio::io_context& io, const Config& config)
       },
       [weak = std::weak_ptr<Core>(core_)](const std::string& account, uint64_t token) {
         if (auto core = weak.lock()) core->onFenced(account, token);
-      });
+      },
+      std::move(routes));
   // Runs until halt(), also while nothing is pending (before start(), after stop()).
   thread_ = std::thread([io = own_.get()] {
     auto work = asio::make_work_guard(*io);

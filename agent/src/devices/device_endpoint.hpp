@@ -25,6 +25,7 @@
 #include <string_view>
 #include <thread>
 
+#include "operations/shard_routes.hpp"
 #include "zkagent/agent/config.hpp"
 #include "zkagent/election.hpp"
 
@@ -39,8 +40,10 @@ class DeviceEndpoint {
       std::function<void(std::string account, std::function<void(election::GateDecision)> decided)>;
 
   // Throws std::system_error when presence.listen cannot be bound. `io` is the agent's: stop()'s
-  // `done` runs there; the endpoint's own work runs on its own thread.
-  DeviceEndpoint(boost::asio::io_context& io, const Config& config);
+  // `done` runs there; the endpoint's own work runs on its own thread. `routes`: where each
+  // account's lease writes go (a gateway cluster's shard owners).
+  DeviceEndpoint(boost::asio::io_context& io, const Config& config,
+                 std::shared_ptr<ShardRoutes> routes);
   ~DeviceEndpoint();  // closeNow() and halt()
   DeviceEndpoint(const DeviceEndpoint&) = delete;
   DeviceEndpoint& operator=(const DeviceEndpoint&) = delete;

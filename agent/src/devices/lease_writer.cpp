@@ -19,7 +19,7 @@ constexpr std::chrono::milliseconds kFlushDelay{2};
 // After a failed batch: the gateway is down or overloaded, do not hammer it.
 constexpr std::chrono::milliseconds kRetryDelay{200};
 
-http::ClientOptions leaseClientOptions(const Config::Gateway& gateway) {
+http::ClientOptions leaseClientOptions(const Config::Gateway& gateway, const std::string& owner) {
   http::ClientOptions options;
   options.host = gateway.address.host;
   options.port = gateway.address.port;
@@ -29,6 +29,7 @@ http::ClientOptions leaseClientOptions(const Config::Gateway& gateway) {
   options.tls = gatewayClientTls(gateway);
   options.maxIdleConnections = 1;  // one request at a time: one kept-alive connection
   options.asyncThreads = 1;
+  if (!owner.empty()) aimAt(options, owner);
   return options;
 }
 
@@ -42,7 +43,8 @@ json entryJson(const presence::LeaseEntry& entry) {
 
 GatewayLeaseWriter::GatewayLeaseWriter(PresenceExecutor executor, const Config& config,
                                        PresenceMetrics& metrics, GateCheck gate,
-                                       std::function<int64_t()> sessionId, FencedHandler onFenced)
+                                       std::function<int64_t()> sessionId, FencedHandler onFenced,
+                                       std::shared_ptr<ShardRoutes> routes)
     : executor_(executor),
       instanceId_(config.instanceId),
       maxEntries_(config.presence.maxBatchEntries),
@@ -51,7 +53,8 @@ GatewayLeaseWriter::GatewayLeaseWriter(PresenceExecutor executor, const Config& 
       sessionId_(std::move(sessionId)),
       onFenced_(std::move(onFenced)),
       params_(presenceParams(config.presence)),
-      client_(std::make_unique<http::Client>(leaseClientOptions(config.gateway))),
+      gateway_(config.gateway),
+      routes_(std::move(routes)),
       timer_(executor),
       queue_(kQueuedBatches * config.presence.maxBatchEntries) {
   for (const char* kind : {"renew", "remove"}) m_.leaseDropped.with({kind});  // shown from 0
@@ -87,7 +90,7 @@ void GatewayLeaseWriter::stop() {
 
 void GatewayLeaseWriter::shutdown() {
   stop();
-  client_.reset();  // joins its worker; an answer it posts meanwhile is dropped with the queue
+  clients_.clear();  // joins their workers; an answer they post meanwhile is dropped with the queue
 }
 
 void GatewayLeaseWriter::flushSoon(std::chrono::milliseconds delay) {
@@ -102,9 +105,9 @@ void GatewayLeaseWriter::flushSoon(std::chrono::milliseconds delay) {
   });
 }
 
-// One batch of at most maxEntries_, removals first (lease_queue.hpp).
+// One batch of at most maxEntries_, removals first (lease_queue.hpp), split by shard owner.
 void GatewayLeaseWriter::flush() {
-  if (stopped_ || !client_ || inFlight_ || queue_.empty()) return;
+  if (stopped_ || inFlight_ != 0 || queue_.empty()) return;
   std::unordered_map<std::string, int64_t> tokens;  // account -> our token now, -1: not leading
   auto leads = [&](const presence::LeaseEntry& entry) {
     auto [it, fresh] = tokens.try_emplace(entry.key.user, -1);
@@ -125,9 +128,30 @@ void GatewayLeaseWriter::flush() {
     if (!queue_.empty()) flushSoon(std::chrono::milliseconds(0));
     return;
   }
+  std::map<std::string, LeaseBatch, std::less<>> parts;  // owner URL ("": configured) -> part
+  std::unordered_map<std::string, std::string> owners;   // account -> owner, one look-up each
+  auto partOf = [&](const presence::LeaseEntry& entry) -> LeaseBatch& {
+    auto [it, fresh] = owners.try_emplace(entry.key.user);
+    if (fresh) it->second = routes_->ownerOf(entry.key.user).value_or("");
+    return parts[it->second];
+  };
+  for (auto& entry : batch.renew) partOf(entry).renew.push_back(std::move(entry));
+  for (auto& removal : batch.remove) partOf(removal.entry).remove.push_back(std::move(removal));
+  inFlight_ = parts.size();
+  failed_ = false;
+  for (auto& [owner, part] : parts) send(owner, std::move(part));
+}
+
+http::Client& GatewayLeaseWriter::clientFor(const std::string& owner) {
+  auto& client = clients_[owner];
+  if (!client) client = std::make_unique<http::Client>(leaseClientOptions(gateway_, owner));
+  return *client;
+}
+
+void GatewayLeaseWriter::send(const std::string& owner, LeaseBatch part) {
   json renew = json::array(), remove = json::array();
-  for (const auto& entry : batch.renew) renew.push_back(entryJson(entry));
-  for (const auto& removal : batch.remove) {
+  for (const auto& entry : part.renew) renew.push_back(entryJson(entry));
+  for (const auto& removal : part.remove) {
     auto item = entryJson(removal.entry);
     item["reason"] = presence::toString(removal.reason);
     remove.push_back(std::move(item));
@@ -136,23 +160,21 @@ void GatewayLeaseWriter::flush() {
                   {"sessionId", sessionId_()},  // as operations carry it: the fence compares it
                   {"renew", std::move(renew)},
                   {"remove", std::move(remove)}};
-  const size_t renewed = batch.renew.size();
-  std::vector<QueuedRemoval> sent = std::move(batch.remove);
-  inFlight_ = true;
-  client_->asyncRequest(http::Method::Post, "/v1/presence/leases", body.dump(),
-                        [weak = weak_from_this(), executor = executor_, sent = std::move(sent),
-                         renewed](http::ClientResponse response) mutable {
-                          // The client's worker thread: back onto the endpoint's. shutdown() joins
-                          // this worker before the io_context goes, so the post never finds it
-                          // gone.
-                          boost::asio::post(executor, [weak, sent = std::move(sent), renewed,
-                                                       response = std::move(response)]() mutable {
-                            auto self = weak.lock();
-                            if (!self) return;
-                            self->inFlight_ = false;
-                            self->answered(renewed, std::move(sent), std::move(response));
-                          });
-                        });
+  const size_t renewed = part.renew.size();
+  clientFor(owner).asyncRequest(
+      http::Method::Post, "/v1/presence/leases", body.dump(),
+      [weak = weak_from_this(), executor = executor_, sent = std::move(part.remove),
+       renewed](http::ClientResponse response) mutable {
+        // The client's worker thread: back onto the endpoint's. shutdown() joins this worker
+        // before the io_context goes, so the post never finds it gone.
+        boost::asio::post(executor, [weak, sent = std::move(sent), renewed,
+                                     response = std::move(response)]() mutable {
+          auto self = weak.lock();
+          if (!self) return;
+          --self->inFlight_;
+          self->answered(renewed, std::move(sent), std::move(response));
+        });
+      });
 }
 
 void GatewayLeaseWriter::answered(size_t renewed, std::vector<QueuedRemoval> removals,
@@ -168,15 +190,25 @@ void GatewayLeaseWriter::answered(size_t renewed, std::vector<QueuedRemoval> rem
                  response.status, response.transportError, response.body.substr(0, 200));
     // Renewals come again with the next tick (the table renews every connection). Removals go
     // back ahead of the queue while the gateway is away or overloaded (no answer, 429, 5xx), so
-    // they are the first to leave once it is back; only the queue's bound drops them. A batch
-    // the gateway refused as such (another 4xx) would be refused again: its removals go.
-    const bool retry = !response.delivered() || response.status == 429 || response.status >= 500;
+    // they are the first to leave once it is back; only the queue's bound drops them. So do
+    // they when a shard moved under the batch (421, or a 503 while it has no owner): the next
+    // batch goes to the new owner. A batch the gateway refused as such (another 4xx) would be
+    // refused again: its removals go.
+    const bool retry = !response.delivered() || response.status == 421 || response.status == 429 ||
+                       response.status >= 500;
     std::vector<QueuedRemoval> again;
     if (retry) again = std::move(removals);
     queueChanged(queue_.requeue(std::move(again)));
-    if (!queue_.empty()) flushSoon(kRetryDelay);
-    return;
+    failed_ = true;
+  } else {
+    fencedBy(response);
   }
+  if (inFlight_ == 0 && !queue_.empty()) {
+    flushSoon(failed_ ? kRetryDelay : std::chrono::milliseconds(0));
+  }
+}
+
+void GatewayLeaseWriter::fencedBy(const http::ClientResponse& response) {
   const auto answer = json::parse(response.body, nullptr, false);
   if (answer.is_object()) {
     if (const auto ttl = answer.find("leaseTtlMs");
@@ -197,7 +229,6 @@ void GatewayLeaseWriter::answered(size_t renewed, std::vector<QueuedRemoval> rem
       if (onFenced_) onFenced_(fenced["account"].get<std::string>(), token);
     }
   }
-  if (!queue_.empty()) flushSoon(std::chrono::milliseconds(0));
 }
 
 void GatewayLeaseWriter::checkGatewayTtl(int64_t gatewayTtlMs) {

@@ -4,8 +4,6 @@
 #include <boost/asio/strand.hpp>
 #include <nlohmann/json.hpp>
 
-#include "zkagent/naming.hpp"
-
 namespace zkagent::agent::detail {
 namespace asio = boost::asio;
 using Clock = std::chrono::steady_clock;
@@ -29,13 +27,15 @@ http::ClientOptions clientOptions(asio::io_context& io, const Config::Gateway& c
 }  // namespace
 
 GatewayLink::GatewayLink(asio::io_context& io, const Config::Gateway& config,
-                         std::string instanceId, metrics::Counter& failures)
+                         std::string instanceId, metrics::Counter& failures,
+                         std::shared_ptr<ShardRoutes> routes)
     : config_(config),
       heartbeatTarget_("/healthz?instance=" + instanceId),
       timer_(asio::make_strand(io)),  // tick and answered never run at once
       heartbeats_(clientOptions(io, config, config.heartbeatTimeout, 1)),
       operations_(clientOptions(io, config, config.requestTimeout, 64)),
       io_(io),
+      routes_(std::move(routes)),
       failures_(failures) {
   if (!heartbeatEnabled()) up_ = true;
 }
@@ -65,8 +65,7 @@ void GatewayLink::forward(const std::string& account, std::string body,
                       [self = shared_from_this(), account, retry, routed,
                        done = std::move(done)](http::ClientResponse answer) mutable {
                         if (answer.status == 421) {
-                          if (auto owner = self->learnOwner(answer)) {
-                            std::lock_guard lock(self->routesMu_);
+                          if (auto owner = self->routes_->learn(answer)) {
                             self->peer(*owner).asyncRequest(http::Method::Post, "/v1/ops",
                                                             std::move(*retry), std::move(done));
                             return;
@@ -74,62 +73,24 @@ void GatewayLink::forward(const std::string& account, std::string body,
                         }
                         if (!answer.delivered() && routed) {
                           // The owner we were sent to is gone (its shards move when its session
-                          // expires): the caller's retry goes to the configured gateway, which
-                          // names the next owner.
-                          self->forget(account);
+                          // expires): a 421's owner is forgotten; the watched map follows the move.
+                          self->routes_->forget(account);
                         }
                         done(std::move(answer));
                       });
 }
 
 http::Client& GatewayLink::route(const std::string& account) {
-  std::lock_guard lock(routesMu_);
-  if (shards_ == 0) return operations_;
-  const auto owner = shardOwners_.find(naming::shardId(naming::shardOf(account, shards_)));
-  return owner == shardOwners_.end() ? operations_ : peer(owner->second);
-}
-
-std::optional<std::string> GatewayLink::learnOwner(const http::ClientResponse& misdirected) {
-  const auto body = nlohmann::json::parse(misdirected.body, nullptr, false);
-  // Checked field by field: json::value() throws on a field of another type, and this runs in a
-  // completion handler on whatever any gateway (or anything at its address) answered.
-  const auto text = [&body](const char* key) {
-    const auto field = body.is_object() ? body.find(key) : body.end();
-    return field != body.end() && field->is_string() ? field->get<std::string>() : std::string();
-  };
-  const auto count = body.is_object() ? body.find("shards") : body.end();
-  const auto shards = count != body.end() && count->is_number_unsigned()
-                          ? count->get<std::uint64_t>()
-                          : std::uint64_t{0};
-  const auto shard = text("shard");
-  const auto owner = text("owner");
-  naming::HostPort address;
-  bool https = false;
-  if (shards == 0 || shards > naming::kMaxShards || naming::accountIdError(shard) ||
-      naming::httpUrlError(owner, address, https) || https != config_.tls.has_value()) {
-    return std::nullopt;
-  }
-  std::lock_guard lock(routesMu_);
-  if (shards != shards_) shardOwners_.clear();
-  shards_ = static_cast<std::uint32_t>(shards);
-  shardOwners_[shard] = owner;
-  return owner;
-}
-
-void GatewayLink::forget(const std::string& account) {
-  std::lock_guard lock(routesMu_);
-  if (shards_ != 0) shardOwners_.erase(naming::shardId(naming::shardOf(account, shards_)));
+  const auto owner = routes_->ownerOf(account);
+  return owner ? peer(*owner) : operations_;
 }
 
 http::Client& GatewayLink::peer(const std::string& url) {
+  std::lock_guard lock(peersMu_);
   auto& client = peers_[url];
   if (!client) {
-    naming::HostPort address;
-    bool https = false;
-    naming::httpUrlError(url, address, https);  // checked by learnOwner
     auto options = clientOptions(io_, config_, config_.requestTimeout, 64);
-    options.host = address.host;
-    options.port = address.port;
+    aimAt(options, url);
     client = std::make_unique<http::Client>(std::move(options));
   }
   return *client;

@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 
+#include "shard_routes.hpp"
 #include "zkagent/agent/config.hpp"
 #include "zkagent/http.hpp"
 #include "zkagent/metrics.hpp"
@@ -34,7 +35,7 @@ class GatewayLink : public std::enable_shared_from_this<GatewayLink> {
 
   // `failures` counts every failed or timed-out heartbeat, where it happens (the agent's metric).
   GatewayLink(boost::asio::io_context& io, const Config::Gateway& config, std::string instanceId,
-              metrics::Counter& failures);
+              metrics::Counter& failures, std::shared_ptr<ShardRoutes> routes);
 
   void start(ChangeHandler onChange);  // onChange runs on the io_context
   void stop();
@@ -47,20 +48,15 @@ class GatewayLink : public std::enable_shared_from_this<GatewayLink> {
 
   // POST /v1/ops on the io_context; `done` runs there (at most connect + 2 x request timeout
   // later). With a cluster of gateways (docs/gateway-cluster.md) the operation goes to the owner
-  // of the account's shard when a 421 has named it, else to the configured gateway, and one 421
-  // is followed to the owner it names.
+  // of the account's shard (ShardRoutes), else to the configured gateway, and one 421 is followed
+  // to the owner it names.
   void forward(const std::string& account, std::string body,
                std::function<void(http::ClientResponse)> done);
 
  private:
   // The client for `account`'s shard owner when one is known, else the configured gateway's.
   http::Client& route(const std::string& account);
-  // A 421's owner: remembered for its shard; nullopt when the answer names none we may dial
-  // (another scheme than the configured gateway's, a malformed body).
-  std::optional<std::string> learnOwner(const http::ClientResponse& misdirected);
-  http::Client& peer(const std::string& url);  // under routesMu_
-  // The owner of `account`'s shard did not answer: its requests go to the configured gateway again.
-  void forget(const std::string& account);
+  http::Client& peer(const std::string& url);
   void tick();
   void answered(bool ok);
   void setUp(bool up);
@@ -71,11 +67,8 @@ class GatewayLink : public std::enable_shared_from_this<GatewayLink> {
   http::Client heartbeats_;  // its own connection: a beat never queues behind operations
   http::Client operations_;
   boost::asio::io_context& io_;
-  // A gateway cluster's shard owners as 421 answers named them: the shard count, each shard's
-  // owner URL, one client per owner.
-  std::mutex routesMu_;
-  std::uint32_t shards_ = 0;
-  std::map<std::string, std::string, std::less<>> shardOwners_;
+  const std::shared_ptr<ShardRoutes> routes_;
+  std::mutex peersMu_;  // one client per shard owner, made on first use
   std::map<std::string, std::unique_ptr<http::Client>, std::less<>> peers_;
   std::atomic<bool> up_{false};
   std::atomic<bool> stopped_{false};

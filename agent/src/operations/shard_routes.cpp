@@ -1,0 +1,94 @@
+#include "shard_routes.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <nlohmann/json.hpp>
+
+#include "zkagent/naming.hpp"
+
+namespace zkagent::agent::detail {
+
+void aimAt(http::ClientOptions& options, const std::string& ownerUrl) {
+  naming::HostPort address;
+  bool https = false;
+  naming::httpUrlError(ownerUrl, address, https);  // checked by ShardRoutes
+  options.host = address.host;
+  options.port = address.port;
+}
+
+ShardRoutes::ShardRoutes(const Config::Gateway& gateway) : tls_(gateway.tls.has_value()) {}
+
+void ShardRoutes::watch(boost::asio::io_context& io, election::SessionOptions session,
+                        const std::string& shardsRoot, std::uint32_t shards) {
+  std::lock_guard lock(mu_);
+  if (observer_ || shards == 0) return;
+  if (shards != shards_) learned_.clear();
+  shards_ = shards;
+  observer_ = std::make_unique<election::LeaderObserver>(io, std::move(session), shardsRoot);
+  observer_->start();
+  for (std::uint32_t shard = 0; shard < shards; ++shard) {
+    observer_->lookup(naming::shardId(shard), [](const election::LeaderObserver::View&) {});
+  }
+  spdlog::info("gateway cluster: {} shards, watching their owners under {}", shards, shardsRoot);
+}
+
+void ShardRoutes::stop() {
+  std::lock_guard lock(mu_);
+  if (observer_) observer_->stop();
+}
+
+bool ShardRoutes::dialable(const std::string& url) const {
+  naming::HostPort address;
+  bool https = false;
+  return !naming::httpUrlError(url, address, https) && https == tls_;
+}
+
+std::optional<std::string> ShardRoutes::ownerOf(std::string_view account) const {
+  std::lock_guard lock(mu_);
+  if (shards_ == 0) return std::nullopt;
+  const auto shard = naming::shardId(naming::shardOf(account, shards_));
+  // The watched node first: it follows every move within a round trip, where a 421's owner is
+  // only replaced by the next 421.
+  if (observer_) {
+    const auto view = observer_->current(shard);
+    if (view.state == election::LeaderObserver::View::State::Leader &&
+        dialable(view.active.endpoint)) {
+      return view.active.endpoint;
+    }
+  }
+  const auto owner = learned_.find(shard);
+  if (owner == learned_.end()) return std::nullopt;
+  return owner->second;
+}
+
+std::optional<std::string> ShardRoutes::learn(const http::ClientResponse& misdirected) {
+  const auto body = nlohmann::json::parse(misdirected.body, nullptr, false);
+  // Checked field by field: json::value() throws on a field of another type, and this runs in a
+  // completion handler on whatever any gateway (or anything at its address) answered.
+  const auto text = [&body](const char* key) {
+    const auto field = body.is_object() ? body.find(key) : body.end();
+    return field != body.end() && field->is_string() ? field->get<std::string>() : std::string();
+  };
+  const auto count = body.is_object() ? body.find("shards") : body.end();
+  const auto shards = count != body.end() && count->is_number_unsigned()
+                          ? count->get<std::uint64_t>()
+                          : std::uint64_t{0};
+  const auto shard = text("shard");
+  const auto owner = text("owner");
+  if (shards == 0 || shards > naming::kMaxShards || naming::accountIdError(shard) ||
+      !dialable(owner)) {
+    return std::nullopt;
+  }
+  std::lock_guard lock(mu_);
+  if (shards != shards_) learned_.clear();
+  shards_ = static_cast<std::uint32_t>(shards);
+  learned_[shard] = owner;
+  return owner;
+}
+
+void ShardRoutes::forget(std::string_view account) {
+  std::lock_guard lock(mu_);
+  if (shards_ != 0) learned_.erase(naming::shardId(naming::shardOf(account, shards_)));
+}
+
+}  // namespace zkagent::agent::detail
