@@ -98,14 +98,16 @@ void ShardBalancer::leave(std::function<void()> done) {
   const auto jumped = [this, pending = std::make_shared<std::size_t>(handovers.size())] {
     if (--*pending == 0) left();
   };
-  for (const auto& [shard, to] : handovers) {
-    group_.members(shard, [this, shard, to, jumped](election::ZkError err,
-                                                    std::vector<election::MemberInfo> queue) {
-      const auto jump = err == election::ZkError::Ok ? receiverNext(queue, to) : std::nullopt;
-      if (!jump || jump->ahead.empty()) return jumped();
-      group_.jumpQueue(shard, jump->receiverSeq, jump->ahead,
-                       [jumped](election::ZkError) { jumped(); });
-    });
+  for (const auto& [handedShard, receiver] : handovers) {
+    // Named copies: clang 14, which builds the sanitizer runs, captures no structured binding.
+    group_.members(
+        handedShard, [this, shard = handedShard, to = receiver, jumped](
+                         election::ZkError err, std::vector<election::MemberInfo> queue) {
+          const auto jump = err == election::ZkError::Ok ? receiverNext(queue, to) : std::nullopt;
+          if (!jump || jump->ahead.empty()) return jumped();
+          group_.jumpQueue(shard, jump->receiverSeq, jump->ahead,
+                           [jumped](election::ZkError) { jumped(); });
+        });
   }
 }
 
