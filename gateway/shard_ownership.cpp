@@ -8,12 +8,12 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <future>
-#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <thread>
 
 #include "gateway.hpp"
 #include "shard_balance.hpp"
+#include "zkagent/cluster_node.hpp"
 #include "zkagent/election.hpp"
 #include "zkagent/naming.hpp"
 
@@ -98,7 +98,7 @@ class ZooKeeperShardOwnership final : public ShardOwnership {
   void verifyCluster() {
     auto& session = group_.session();
     const auto path = naming::gatewayClusterPath(config_.zkRoot);
-    const std::string data = nlohmann::json{{"shards", config_.clusterShards}}.dump();
+    const std::string data = naming::clusterNodeData(config_.clusterShards);
     session.ensurePath(config_.zkRoot, [this, &session, path, data](election::ZkError ensured) {
       if (ensured != election::ZkError::Ok) return;
       session.create(path, data, election::NodeKind::Persistent,
@@ -115,16 +115,14 @@ class ZooKeeperShardOwnership final : public ShardOwnership {
   }
 
   void compare(const std::string& path, const std::string& stored) {
-    const auto node = nlohmann::json::parse(stored, nullptr, false);
-    const auto shards = node.is_object() ? node.find("shards") : node.end();
-    if (shards == node.end() || !shards->is_number_unsigned()) {
-      return fail(path + " holds '" + stored +
-                  "', not {\"shards\": N}: not a gateway cluster node");
+    const auto shards = naming::parseClusterNode(stored);
+    if (!shards) {
+      return fail(path + " holds '" + stored + "', not {\"shards\": N} with N from 1 to " +
+                  std::to_string(naming::kMaxShards) + ": not a gateway cluster node");
     }
-    if (shards->get<std::uint64_t>() != config_.clusterShards) {
+    if (*shards != config_.clusterShards) {
       return fail("cluster.shards (--cluster-shards) is " + std::to_string(config_.clusterShards) +
-                  " but the cluster at " + path + " has " +
-                  std::to_string(shards->get<std::uint64_t>()) +
+                  " but the cluster at " + path + " has " + std::to_string(*shards) +
                   " shards: the count is fixed when the cluster is created");
     }
     standForShards();

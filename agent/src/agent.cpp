@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "agent_impl.hpp"
+#include "zkagent/cluster_node.hpp"
 
 namespace zkagent::agent {
 using detail::AccountState;
@@ -547,18 +548,15 @@ void Agent::Impl::readGatewayCluster() {
           return;
         }
         if (err != election::ZkError::Ok) return;  // the next Connected reads it again
-        const auto cluster = nlohmann::json::parse(data, nullptr, false);
-        const auto shards = cluster.is_object() ? cluster.find("shards") : cluster.end();
-        if (shards == cluster.end() || !shards->is_number_unsigned() ||
-            shards->get<std::uint64_t>() > naming::kMaxShards) {
+        const auto shards = naming::parseClusterNode(data);
+        if (!shards) {
           spdlog::warn("{} holds '{}', not {{\"shards\": N}}: routing to the configured gateway",
                        path, data);
           return;
         }
         const auto& zk = self->config.zookeeper;
         self->routes->watch(self->io, {zk.hosts, zk.sessionTimeout, zk.digest},
-                            naming::gatewayShardsRoot(zk.root),
-                            static_cast<std::uint32_t>(shards->get<std::uint64_t>()));
+                            naming::gatewayShardsRoot(zk.root), *shards);
       });
 }
 

@@ -386,6 +386,21 @@ TEST(GatewayClusterStart, AGatewayWithAnotherShardCountFailsToStartNamingBoth) {
   EXPECT_NE(err.find("has 8 shards"), std::string::npos) << err;
 }
 
+// A cluster node that names no shard count (here a string where the number goes) is not taken for
+// a cluster of any size: the gateway fails at start naming the node and what it holds.
+TEST(GatewayClusterStart, AClusterNodeWithoutACountFailsTheStartNamingItsData) {
+  auto& zookeeper = zktest::sharedZooKeeper();
+  const auto root = zktest::uniqueTestRoot();
+  ASSERT_TRUE(zktest::writeZNode(zookeeper.connectString(), naming::gatewayClusterPath(root),
+                                 R"({"shards":"8"})"));
+  fencing::testing::TempDir dir;
+  ClusterGateway gateway(dir.path() / "a", zookeeper.connectString(), root, "gw-a", 8);
+  const auto status = gateway.process().wait(30s);
+  EXPECT_FALSE(status.exitedWith(0)) << status.describe();
+  const auto err = gateway.process().stderrText();
+  EXPECT_NE(err.find(R"(holds '{"shards":"8"}', not {"shards": N})"), std::string::npos) << err;
+}
+
 // ---- Presence: an agent sends each lease to the owner of its account's shard.
 
 // The first acc-N of each shard: accounts spread over every shard, so over every gateway.

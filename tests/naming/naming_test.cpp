@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "zkagent/cluster_node.hpp"
+
 namespace zkagent::naming {
 namespace {
 
@@ -143,6 +145,22 @@ TEST(Shards, ShardIdsArePaddedToFourDigitsAndAreAccountIds) {
   EXPECT_EQ(gatewayClusterPath("/wx-accounts"), "/wx-accounts/@gateway-cluster");
   // '@' keeps them apart from accounts: nothing under the root mistakes them for one.
   EXPECT_NE(accountIdError("@gateway-shards"), std::nullopt);
+}
+
+// The cluster node's data and a 421's `shards` field: what the first gateway writes is what every
+// reader gets back; anything else (another type, 0, above the limit, not JSON) names no count.
+TEST(Shards, TheClusterNodeCarriesACountFromOneToTheLimitAndNothingElse) {
+  EXPECT_EQ(clusterNodeData(64), R"({"shards":64})");
+  for (const std::uint32_t count : {1u, 64u, kMaxShards}) {
+    EXPECT_EQ(parseClusterNode(clusterNodeData(count)), count);
+  }
+  for (const char* bad : {"", "not json", "[]", "{}", R"({"shards":0})", R"({"shards":-3})",
+                          R"({"shards":"8"})", R"({"shards":8.5})", R"({"shards":4097})",
+                          R"({"shards":18446744073709551615})", R"({"count":8})"}) {
+    EXPECT_EQ(parseClusterNode(bad), std::nullopt) << bad;
+  }
+  EXPECT_EQ(shardCountIn(nlohmann::json{{"error", "x"}, {"shards", 16}, {"owner", "u"}}), 16u);
+  EXPECT_EQ(shardCountIn(nlohmann::json{{"shards", -16}}), std::nullopt);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "zkagent/cluster_node.hpp"
 #include "zkagent/naming.hpp"
 
 namespace zkagent::agent::detail {
@@ -69,19 +70,13 @@ std::optional<std::string> ShardRoutes::learn(const http::ClientResponse& misdir
     const auto field = body.is_object() ? body.find(key) : body.end();
     return field != body.end() && field->is_string() ? field->get<std::string>() : std::string();
   };
-  const auto count = body.is_object() ? body.find("shards") : body.end();
-  const auto shards = count != body.end() && count->is_number_unsigned()
-                          ? count->get<std::uint64_t>()
-                          : std::uint64_t{0};
+  const auto shards = naming::shardCountIn(body);
   const auto shard = text("shard");
   const auto owner = text("owner");
-  if (shards == 0 || shards > naming::kMaxShards || naming::accountIdError(shard) ||
-      !dialable(owner)) {
-    return std::nullopt;
-  }
+  if (!shards || naming::accountIdError(shard) || !dialable(owner)) return std::nullopt;
   std::lock_guard lock(mu_);
-  if (shards != shards_) learned_.clear();
-  shards_ = static_cast<std::uint32_t>(shards);
+  if (*shards != shards_) learned_.clear();
+  shards_ = *shards;
   learned_[shard] = owner;
   return owner;
 }
