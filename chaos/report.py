@@ -28,9 +28,11 @@ def write_report(out_dir, history, violations, figures):
                             figures["events"], len(meta["accounts"]), len(meta["agents"]),
                             meta["session_timeout_ms"], meta["gateway_mode"],
                             ", FENCING BROKEN (negative control)" if meta["break_fencing"] else ""))
-    lines += ["", "Replay: `scripts/chaos --events %d --seed %d --accounts %d --agents %d%s "
+    lines += ["", "Replay: `scripts/chaos --events %d --seed %d --accounts %d --agents %d%s%s "
               "--out DIR`" % (meta["events"], meta["seed"], len(meta["accounts"]),
                               len(meta["agents"]), " --break-fencing" if meta["break_fencing"]
+                              else "",
+                              " --duration-s %d" % meta["duration_s"] if meta.get("duration_s")
                               else ""), ""]
     lines += ["## Checks", "", "| # | property | violations |", "| --- | --- | ---: |"]
     for k, title in CHECK_TITLES.items():
@@ -74,7 +76,7 @@ def write_report(out_dir, history, violations, figures):
                 lines += ["| during | invoked | acknowledged | refused | indeterminate | "
                           "refused by reason |", "| --- | ---: | ---: | ---: | ---: | --- |"]
             continue
-        v = per_kind[k]
+        v = per_kind.get(k, {})  # a run that failed before its first event has no operations
         reasons = ", ".join("%s %d" % r for r in sorted(figures["refused_reasons"].get(k, {})
                                                          .items()))
         lines.append("| %s | %d | %d | %d | %d | %s |" % (

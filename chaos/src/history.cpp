@@ -28,6 +28,7 @@ void Run::writeHistory() {
   const auto t0Steady = std::chrono::duration_cast<milliseconds>(t0_.time_since_epoch()).count();
   json meta{{"seed", o_.seed},
             {"events", o_.events},
+            {"duration_s", o_.durationS},
             {"accounts", accounts_},
             {"agents", agentIds_},
             {"session_timeout_ms", o_.sessionTimeoutMs},
@@ -43,11 +44,11 @@ void Run::writeHistory() {
             {"devices",
              {{"count", o_.devicesPerAccount * o_.accounts},
               {"per_account", o_.devicesPerAccount},
-              {"heartbeat_ms", DeviceTimings::heartbeatMs},
-              {"timeout_ms", DeviceTimings::timeoutMs},
-              {"renew_interval_ms", DeviceTimings::renewIntervalMs},
-              {"lease_ttl_ms", DeviceTimings::leaseTtlMs},
-              {"backoff_max_ms", DeviceTimings::backoffMaxMs}}},
+              {"heartbeat_ms", timings_.heartbeatMs},
+              {"timeout_ms", timings_.timeoutMs},
+              {"renew_interval_ms", timings_.renewIntervalMs},
+              {"lease_ttl_ms", timings_.leaseTtlMs},
+              {"backoff_max_ms", timings_.backoffMaxMs}}},
             {"ended_ms", now()}};
   json badAnswers;
   {

@@ -15,7 +15,8 @@ namespace {
          "                    [--session-timeout-ms MS] [--workers-per-agent W]\n"
          "                    [--think-ms MS] [--devices-per-account D] [--bin-dir DIR]\n"
          "                    [--break-fencing] [--gateway-partitions] [--clock-steps]\n"
-         "                    [--disk-faults] [--device-storms]\n"
+         "                    [--disk-faults] [--device-storms] [--duration-s S]\n"
+         "                    [--device-timing-scale K] [--calm-ms MS]\n"
          "       chaos-runner --print-schedule --events N --seed S [--agents M]\n";
   std::exit(exitCode);
 }
@@ -71,6 +72,8 @@ Options parseOptions(int argc, char** argv) {
     const std::string value = argv[++i];
     if (flag == "--events") {
       o.events = static_cast<int>(parseNumber(flag, value, 1, 100000));
+    } else if (flag == "--duration-s") {
+      o.durationS = static_cast<int>(parseNumber(flag, value, 1, 7 * 24 * 3600));
     } else if (flag == "--seed") {
       o.seed = static_cast<std::uint64_t>(parseNumber(flag, value, 0, 1LL << 62));
     } else if (flag == "--out") {
@@ -85,6 +88,10 @@ Options parseOptions(int argc, char** argv) {
       o.workersPerAgent = static_cast<int>(parseNumber(flag, value, 1, 64));
     } else if (flag == "--devices-per-account") {
       o.devicesPerAccount = static_cast<int>(parseNumber(flag, value, 0, 100));
+    } else if (flag == "--device-timing-scale") {
+      o.deviceTimingScale = static_cast<int>(parseNumber(flag, value, 1, 100));
+    } else if (flag == "--calm-ms") {
+      o.extraCalmMs = static_cast<int>(parseNumber(flag, value, 0, 3600 * 1000));
     } else if (flag == "--think-ms") {
       o.thinkMs = static_cast<int>(parseNumber(flag, value, 0, 10000));
     } else if (flag == "--bin-dir") {

@@ -10,6 +10,9 @@ namespace zkagent::chaos {
 
 struct Options {
   int events = 40;
+  // When > 0, the run ends with the first event that heals this long after the load started
+  // (a soak: scripts/soak), or with the schedule's last event, whichever comes first.
+  int durationS = 0;
   std::uint64_t seed = 1;
   std::filesystem::path out;
   int accounts = 50;
@@ -23,7 +26,9 @@ struct Options {
   bool printSchedule = false;  // print the schedule as JSON and exit: nothing is started
   int sessionTimeoutMs = 1500;
   int workersPerAgent = 2;
-  int devicesPerAccount = 2;  // simulated devices (one zk-device process); 0: none
+  int devicesPerAccount = 2;
+  int deviceTimingScale = 1;
+  int extraCalmMs = 0;  // quiet time added after every event (a soak's faults are periodic)  // every presence timing this many times longer (run.hpp)  // simulated devices (one zk-device process); 0: none
   int thinkMs = 20;
   std::filesystem::path binDir;
 };

@@ -111,6 +111,8 @@ int Run::runSchedule() {
 
   auto& events = events_;
   std::int64_t lastHeal = now();
+  const std::int64_t loadStarted = lastHeal;
+  std::size_t ran = 0;
   for (const auto& event : schedule) {
     if (interrupted) {
       note("interrupted: the schedule ends early");
@@ -129,12 +131,14 @@ int Run::runSchedule() {
       heal = std::max(heal, faults.back()["heal_ms"].get<std::int64_t>());
     }
     lastHeal = heal;
+    ++ran;
+    const bool timeUp = o_.durationS > 0 && heal - loadStarted >= o_.durationS * 1000LL;
     std::string kinds;
     for (const auto& f : faults) {
       if (!kinds.empty()) kinds += '+';
       kinds += f["kind"].get<std::string>();
     }
-    if (event.index == schedule.back().index) {
+    if (event.index == schedule.back().index || timeUp) {
       // The last heal: probeAfterLastHeal measures from it, at once (check 5).
       events.push_back({{"index", event.index},
                         {"kinds", kinds},
@@ -172,9 +176,11 @@ int Run::runSchedule() {
          std::to_string(heal - started) + " ms, " +
          (settledAt ? "led again " + std::to_string(*settledAt - heal) + " ms after the heal"
                     : std::string("NOT led again")));
-    std::this_thread::sleep_for(milliseconds(event.calmAfterMs));
+    std::this_thread::sleep_for(milliseconds(event.calmAfterMs + o_.extraCalmMs));
   }
 
+  // A timed run (--duration-s) keeps in its history only the events it ran.
+  schedule_.resize(ran);
   probeAfterLastHeal(lastHeal);
   awaitDevicesLeased(lastHeal);
 

@@ -49,14 +49,25 @@ constexpr int kSettleMarginMs = 5000;
 
 // Presence timings of the run's devices, agents and gateway: short, so that a device follows
 // its account's leader within a fault's length. Timeout > 2 x heartbeat, TTL > 2 x renewal.
+// A soak scales them all (--device-timing-scale): 10 000 devices at these rates would take more
+// CPU than a 2-core machine has, and the soak measures growth, not follow speed.
 struct DeviceTimings {
-  static constexpr int heartbeatMs = 300;
-  static constexpr int timeoutMs = 900;  // the agent's ping timeout and the device's own
-  static constexpr int checkIntervalMs = 100;
-  static constexpr int renewIntervalMs = 400;
-  static constexpr int leaseTtlMs = 1000;
-  static constexpr int leaseSweepMs = 100;
-  static constexpr int backoffMaxMs = 1000;
+  int heartbeatMs = 300;
+  int timeoutMs = 900;  // the agent's ping timeout and the device's own
+  int checkIntervalMs = 100;
+  int renewIntervalMs = 400;
+  int leaseTtlMs = 1000;
+  int leaseSweepMs = 100;
+  int backoffMaxMs = 1000;
+
+  static DeviceTimings scaled(int scale) {
+    DeviceTimings t;
+    for (int* ms : {&t.heartbeatMs, &t.timeoutMs, &t.checkIntervalMs, &t.renewIntervalMs,
+                    &t.leaseTtlMs, &t.leaseSweepMs, &t.backoffMaxMs}) {
+      *ms *= scale;
+    }
+    return t;
+  }
 };
 
 // One device lease as the gateway showed it; the gateway renewed it age_ms before it answered.
@@ -182,6 +193,7 @@ class Run {
   void writeHistory();
 
   Options o_;
+  const DeviceTimings timings_ = DeviceTimings::scaled(o_.deviceTimingScale);
   SteadyClock::time_point t0_;
   std::vector<std::string> accounts_;
   std::vector<std::string> agentIds_;
