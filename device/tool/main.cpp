@@ -20,6 +20,7 @@
 
 #include "zkagent/auth.hpp"
 #include "zkagent/device.hpp"
+#include "zkagent/event_lines.hpp"
 
 namespace {
 
@@ -300,18 +301,8 @@ std::string flagOf(const std::string& problem) {
   return problem;
 }
 
-std::int64_t unixNanos() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-// One line, written and flushed at once, so a reader sees each event as it happens.
-void emit(const std::string& line) {
-  std::fwrite(line.data(), 1, line.size(), stdout);
-  std::fputc('\n', stdout);
-  std::fflush(stdout);
-}
+using zkagent::logging::unixNanos;
+void emit(const std::string& line) { zkagent::logging::emitEventLine(line); }
 
 // A reason as one word: "connect_failed: Connection refused" ->
 // "connect_failed:Connection_refused".

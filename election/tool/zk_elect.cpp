@@ -23,6 +23,7 @@
 #include <set>
 
 #include "zkagent/election.hpp"
+#include "zkagent/event_lines.hpp"
 #include "zkagent/naming.hpp"
 
 namespace asio = boost::asio;
@@ -46,17 +47,8 @@ constexpr const char* kUsage =
   std::exit(2);
 }
 
-int64_t unixNanos() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-void emit(const std::string& line) {
-  std::fwrite(line.data(), 1, line.size(), stdout);
-  std::fputc('\n', stdout);
-  std::fflush(stdout);
-}
+using zkagent::logging::unixNanos;
+void emit(const std::string& line) { zkagent::logging::emitEventLine(line); }
 
 void printGate(const std::string& account, const GateDecision& d) {
   emit("GATE " + account +
