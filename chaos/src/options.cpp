@@ -16,7 +16,7 @@ namespace {
          "                    [--think-ms MS] [--devices-per-account D] [--bin-dir DIR]\n"
          "                    [--break-fencing] [--gateway-partitions] [--clock-steps]\n"
          "                    [--disk-faults] [--device-storms] [--duration-s S]\n"
-         "                    [--device-timing-scale K] [--calm-ms MS]\n"
+         "                    [--device-timing-scale K] [--calm-ms MS] [--no-process-kills]\n"
          "       chaos-runner --print-schedule --events N --seed S [--agents M]\n";
   std::exit(exitCode);
 }
@@ -57,6 +57,10 @@ Options parseOptions(int argc, char** argv) {
     }
     if (flag == "--device-storms") {
       o.deviceStorms = true;
+      continue;
+    }
+    if (flag == "--no-process-kills") {
+      o.noProcessKills = true;
       continue;
     }
     if (flag == "--help") {
@@ -115,6 +119,7 @@ ScheduleOptions scheduleOptions(const Options& options) {
   schedule.clockSteps = options.clockSteps;
   schedule.diskFaults = options.diskFaults;
   schedule.deviceStorms = options.deviceStorms;
+  schedule.noProcessKills = options.noProcessKills;
   return schedule;
 }
 

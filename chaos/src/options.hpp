@@ -22,6 +22,7 @@ struct Options {
   // The gateway's data dir on a tmpfs the nemesis fills (zktest/small_filesystem.hpp).
   bool diskFaults = false;
   bool deviceStorms = false;  // also draw device_storm: every device reconnects at once
+  bool noProcessKills = false;  // no fault kills an agent, the gateway or the devices (a soak)
   bool clockSteps = false;    // also draw wall-clock steps (libfaketime under every agent, gateway)
   bool printSchedule = false;  // print the schedule as JSON and exit: nothing is started
   int sessionTimeoutMs = 1500;

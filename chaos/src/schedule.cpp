@@ -83,9 +83,11 @@ std::vector<Event> makeSchedule(const ScheduleOptions& options) {
   const int partitionWeight = options.gatewayPartitions ? 3 : 0;
   const int clockWeight = options.clockSteps ? 3 : 0;
   const int diskWeight = options.diskFaults ? 3 : 0;
-  const int stormWeight = options.deviceStorms ? 3 : 0;
+  const int stormWeight = options.deviceStorms && !options.noProcessKills ? 3 : 0;
+  const int killWeight = options.noProcessKills ? 0 : 4;
+  const int gatewayKillWeight = options.noProcessKills ? 0 : 3;
   // clang-format off
-  const int weights[] = {4, 4, 4, 2, 2, 3, 2, 2,
+  const int weights[] = {killWeight, 4, 4, 2, 2, gatewayKillWeight, 2, 2,
                          partitionWeight, partitionWeight,
                          clockWeight, clockWeight,
                          diskWeight,

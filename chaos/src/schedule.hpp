@@ -76,6 +76,9 @@ struct ScheduleOptions {
   bool diskFaults = false;
   // Also draw device_storm; off, a seed's schedule is unchanged.
   bool deviceStorms = false;
+  // Never draw a fault that kills a zkagent process (agent_kill, gateway_kill, device_storm), so
+  // that a soak follows each process for the whole run; off, a seed's schedule is unchanged.
+  bool noProcessKills = false;
 };
 
 std::vector<Event> makeSchedule(const ScheduleOptions& options);

@@ -21,6 +21,7 @@
 #include "zkagent/agent.hpp"
 #include "zkagent/http.hpp"
 #include "zkagent/metrics.hpp"
+#include "zkagent/naming.hpp"
 #include "zktest/agent_process.hpp"
 #include "zktest/tcp_proxy.hpp"
 #include "zktest/zookeeper_server.hpp"
@@ -224,6 +225,88 @@ TEST(AgentGatewayLinkTest, ALinkWithAHeartbeatInFlightGoesWithItsIoContext) {
   }
   EXPECT_TRUE(weak.expired()) << "the link outlived its io_context (held by a pending heartbeat)";
   EXPECT_EQ(failures.value(), 0) << "no heartbeat can have timed out";
+}
+
+// A gateway of a cluster that the agent sends an operation to and that does not own the account's
+// shard answers 421 naming the owner: the link sends the operation once more, to that owner, and
+// the caller gets the owner's answer. A second 421 (the map is moving) goes back to the caller
+// as it is: one follow per request, never a loop. (Process tests route by the watched shard map,
+// before any 421; this is the fallback when the map is not known yet.)
+TEST(AgentGatewayLinkTest, A421IsFollowedOnceToTheOwnerItNames) {
+  namespace http = zkagent::http;
+  IoThreads servers;
+  std::atomic<int> atOwner{0}, atOther{0};
+  std::atomic<bool> ownerMoved{false};
+  std::string ownerBody, otherUrl;
+  // The configured gateway names the owner; once the shard "moves", the owner names the
+  // configured one.
+  const auto answer = [](int status, std::string body) {
+    http::Response response;
+    response.status = status;
+    response.body = std::move(body);
+    return response;
+  };
+  const auto misdirect = [&answer](const std::string& to) {
+    return answer(
+        421,
+        nlohmann::json{{"error", "elsewhere"},
+                       {"shard", zkagent::naming::shardId(zkagent::naming::shardOf("acc-1", 8))},
+                       {"shards", 8},
+                       {"owner", to}}
+            .dump());
+  };
+  http::Router ownerRoutes;
+  ownerRoutes.add(http::Method::Post, "/v1/ops", [&](const http::Request& request) {
+    ++atOwner;
+    if (ownerMoved) return misdirect(otherUrl);
+    ownerBody = request.body;
+    return answer(200, R"({"accepted":true})");
+  });
+  http::Server owner(servers.io, {}, std::move(ownerRoutes));
+  const std::string ownerUrl = "http://127.0.0.1:" + std::to_string(owner.port());
+  http::Router otherRoutes;
+  otherRoutes.add(http::Method::Post, "/v1/ops", [&](const http::Request&) {
+    ++atOther;
+    return misdirect(ownerUrl);
+  });
+  http::Server other(servers.io, {}, std::move(otherRoutes));
+  otherUrl = "http://127.0.0.1:" + std::to_string(other.port());
+  owner.start();
+  other.start();
+  servers.run();
+
+  metrics::Registry registry;
+  auto& failures = registry.counter("failures_total", "test").with({});
+  zkagent::agent::Config::Gateway gateway;
+  gateway.address = {"127.0.0.1", other.port()};
+  gateway.heartbeatInterval = 0ms;  // no heartbeats: only the operations reach the servers
+  IoThreads runner;
+  auto link = std::make_shared<zkagent::agent::detail::GatewayLink>(
+      runner.io, gateway, "host-a", failures,
+      std::make_shared<zkagent::agent::detail::ShardRoutes>(gateway));
+  runner.run();
+  const auto forward = [&](const std::string& body) {
+    std::promise<http::ClientResponse> answered;
+    link->forward("acc-1", body, [&](http::ClientResponse r) { answered.set_value(std::move(r)); });
+    return answered.get_future().get();
+  };
+  const auto first = forward(R"({"opId":"op-1"})");
+  EXPECT_EQ(first.status, 200) << first.body;
+  EXPECT_EQ(atOther.load(), 1);
+  EXPECT_EQ(atOwner.load(), 1);
+  EXPECT_EQ(ownerBody, R"({"opId":"op-1"})") << "the owner gets the operation as it was sent";
+  // Learned: the next operation for the shard goes to the owner straight away.
+  EXPECT_EQ(forward(R"({"opId":"op-2"})").status, 200);
+  EXPECT_EQ(atOther.load(), 1);
+  EXPECT_EQ(atOwner.load(), 2);
+  // Each names the other: the learned owner's 421 is followed once, and the second 421 is the
+  // caller's answer.
+  ownerMoved = true;
+  const auto moving = forward(R"({"opId":"op-3"})");
+  EXPECT_EQ(moving.status, 421) << moving.body;
+  EXPECT_EQ(atOwner.load(), 3);
+  EXPECT_EQ(atOther.load(), 2);
+  link->stop();
 }
 
 TEST(AgentMetricsTest, MetricsAndStatusAgreeOnGatewayHeartbeatFailuresUnderConcurrentScrapes) {
