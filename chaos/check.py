@@ -124,39 +124,37 @@ def read_gateway_log(data_dir):
     return ops, others, notes
 
 
-def read_lease_journal(out_dir, meta):
+def read_lease_journal(out_dir, meta, notes):
     """The gateway's lease journal (gateway --lease-journal): each lease entry's fencing
-    decision, its from_ms..to_ms carried into the run's milliseconds. A last line without its
-    newline is a write cut short by a kill -9 (noted); any other bad line is bad input."""
+    decision, its from_ms..to_ms carried into the run's milliseconds, one at a time (a soak's
+    journal holds millions of lines). A last line without its newline is a write cut short by a
+    kill -9 (noted in `notes`); any other bad line is bad input."""
     for key in ("lease_journal", "t0_steady_ms"):
         if key not in meta:
             raise SystemExit("check: history.json has no meta.%s; was it written by an older "
                              "chaos-runner?" % key)
     path = os.path.join(out_dir, meta["lease_journal"])
     try:
-        with open(path) as f:
-            text = f.read()
+        journal = open(path)
     except OSError as e:
         raise SystemExit("check: cannot read the gateway's lease journal: %s" % e)
-    lines = text.split("\n")
-    notes = []
-    if lines[-1]:
-        notes.append("%s: the last line is cut short (%d bytes), not checked" %
-                     (meta["lease_journal"], len(lines[-1])))
-    entries = []
-    for number, line in enumerate(lines[:-1], 1):
-        try:
-            e = json.loads(line)
-        except ValueError as error:
-            raise SystemExit("check: %s line %d: not JSON: %s" % (path, number, error))
-        for field, kind in LEASE_JOURNAL_FIELDS.items():
-            if not isinstance(e, dict) or not isinstance(e.get(field), kind):
-                raise SystemExit("check: %s line %d: %s missing or not %s" %
-                                 (path, number, field, kind.__name__))
-        e["from_ms"] -= meta["t0_steady_ms"]
-        e["to_ms"] -= meta["t0_steady_ms"]
-        entries.append(e)
-    return entries, notes
+    with journal:
+        for number, line in enumerate(journal, 1):
+            if not line.endswith("\n"):
+                notes.append("%s: the last line is cut short (%d bytes), not checked" %
+                             (meta["lease_journal"], len(line)))
+                break
+            try:
+                e = json.loads(line)
+            except ValueError as error:
+                raise SystemExit("check: %s line %d: not JSON: %s" % (path, number, error))
+            for field, kind in LEASE_JOURNAL_FIELDS.items():
+                if not isinstance(e, dict) or not isinstance(e.get(field), kind):
+                    raise SystemExit("check: %s line %d: %s missing or not %s" %
+                                     (path, number, field, kind.__name__))
+            e["from_ms"] -= meta["t0_steady_ms"]
+            e["to_ms"] -= meta["t0_steady_ms"]
+            yield e
 
 
 # ---------------------------------------------------------------------------------------------
@@ -412,9 +410,9 @@ def check_leases(out_dir, history, timeline, ops_bound, violations, notes):
     devices = history["meta"].get("devices")
     if not isinstance(devices, dict) or not devices.get("count"):
         return {}
-    entries, journal_notes = read_lease_journal(out_dir, history["meta"])
-    notes += journal_notes
-    for e in entries:
+    counts = Counter()
+    for e in read_lease_journal(out_dir, history["meta"], notes):
+        counts["%s %s" % (e["list"], e["result"])] += 1
         if e["result"] != "accepted":
             continue
         nodes = timeline.with_seq(e["account"], e["token"])
@@ -436,7 +434,7 @@ def check_leases(out_dir, history, timeline, ops_bound, violations, notes):
         if d["leased_ms"] > bound:
             violations["7"].append("%s: leased under its leader %d ms after the last heal (bound "
                                    "%d ms)" % (key, d["leased_ms"], bound))
-    return dict(sorted(Counter("%s %s" % (e["list"], e["result"]) for e in entries).items()))
+    return dict(sorted(counts.items()))
 
 
 def _ms(x):
