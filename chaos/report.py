@@ -97,7 +97,7 @@ def write_report(out_dir, history, violations, figures):
                   "was leased under its leader after %s ms. Lease writes in the gateway's "
                   "journal (check 6 judges the accepted ones): %s." %
                   (devices["count"], devices["per_account"], devices["heartbeat_ms"],
-                   devices["timeout_ms"], devices["lease_ttl_ms"], len(history.get("leases", [])),
+                   devices["timeout_ms"], devices["lease_ttl_ms"], devices.get("lease_samples", 0),
                    max(leased) if leased else "-",
                    ", ".join("%s %d" % w for w in figures["lease_writes"].items()) or "none"),
                   ""]

@@ -23,6 +23,10 @@ json scheduleJson(const std::vector<Event>& schedule) {
 
 void Run::writeHistory() {
   const json planned = scheduleJson(schedule_);
+  const auto leaseSamples = [this] {
+    std::lock_guard lock(leasesMu_);
+    return leaseSamples_;
+  }();
   // The steady clock is the system's monotonic one, which the gateway's lease journal stamps
   // too: its times less this are the run's.
   const auto t0Steady = std::chrono::duration_cast<milliseconds>(t0_.time_since_epoch()).count();
@@ -48,7 +52,8 @@ void Run::writeHistory() {
               {"timeout_ms", timings_.timeoutMs},
               {"renew_interval_ms", timings_.renewIntervalMs},
               {"lease_ttl_ms", timings_.leaseTtlMs},
-              {"backoff_max_ms", timings_.backoffMaxMs}}},
+              {"backoff_max_ms", timings_.backoffMaxMs},
+              {"lease_samples", leaseSamples}}},
             {"ended_ms", now()}};
   json badAnswers;
   {
@@ -79,17 +84,6 @@ void Run::writeHistory() {
     out << (first ? "\n" : ",\n")
         << json::array({r.invoked, r.completed, r.agent, r.account, r.opId, r.status, r.outcome,
                         r.token, r.probe})
-               .dump();
-    first = false;
-  }
-  out << "],\n\"lease_fields\":[\"asked_ms\",\"answered_ms\",\"account\",\"device\",\"agent\","
-         "\"token\",\"counter\",\"age_ms\"],\n\"leases\":[";
-  first = true;
-  std::lock_guard leasesLock(leasesMu_);
-  for (const auto& s : leases_) {
-    out << (first ? "\n" : ",\n")
-        << json::array(
-               {s.askedMs, s.answeredMs, s.account, s.device, s.agent, s.token, s.counter, s.ageMs})
                .dump();
     first = false;
   }

@@ -212,9 +212,7 @@ void Run::pollLeases() {
     zkagent::http::Client client(options);
     for (const auto& account : accounts_) {
       if (stopPolling_) return;
-      const auto asked = now();
       const auto answer = client.get("/v1/presence/" + account);
-      const auto answered = now();
       if (!answer.delivered() || answer.status != 200) continue;
       const auto body = json::parse(answer.body, nullptr, false);
       const json devices = fieldOr(body, "devices", json());
@@ -232,20 +230,16 @@ void Run::pollLeases() {
       std::map<std::string, std::int64_t> held;
       for (const auto& d : devices) {
         const json epoch = fieldOr(d, "epoch", json());
-        LeaseSample s{asked,
-                      answered,
-                      account,
-                      fieldOr(d, "device", std::string()),
-                      fieldOr(d, "agent", std::string()),
-                      fieldOr(epoch, "token", std::int64_t{-1}),
-                      fieldOr(epoch, "counter", std::int64_t{-1}),
-                      fieldOr(d, "age_ms", std::int64_t{-1})};
-        if (s.device.empty() || s.agent.empty() || s.token < 0 || s.counter < 0 || s.ageMs < 0) {
+        const auto device = fieldOr(d, "device", std::string());
+        const auto token = fieldOr(epoch, "token", std::int64_t{-1});
+        if (device.empty() || fieldOr(d, "agent", std::string()).empty() || token < 0 ||
+            fieldOr(epoch, "counter", std::int64_t{-1}) < 0 ||
+            fieldOr(d, "age_ms", std::int64_t{-1}) < 0) {
           bad("entry " + d.dump() + " lacks device, agent, epoch.token, epoch.counter or age_ms");
           continue;
         }
-        held[s.device] = s.token;
-        leases_.push_back(std::move(s));
+        held[device] = token;
+        ++leaseSamples_;
       }
       latestLeases_[account] = std::move(held);
     }
