@@ -278,7 +278,7 @@ TEST_F(GatewayCluster, OnlyTheShardsOwnerDecidesAndTheOthersAnswer421NamingIt) {
     const auto body = json::parse(answer.body);
     EXPECT_EQ(body["shard"], shard);
     EXPECT_EQ(body["owner"], owner);
-    EXPECT_EQ(gateway->client().get("/v1/accounts/acc-1").status, 404)
+    EXPECT_EQ(gateway->operatorClient().get("/v1/accounts/acc-1").status, 404)
         << gateway->id() << " kept state for a request it did not own";
     EXPECT_EQ(misdirectedOps(*gateway), misdirected + 1);
   }
@@ -390,7 +390,7 @@ TEST_F(GatewayCluster, AnOwnerPausedPastItsSessionRefusesWhatWaitedWhenItResumes
   const auto late = waiting.get();
   ASSERT_TRUE(late.delivered()) << late.transportError;
   EXPECT_NE(late.status, 200) << "a paused owner accepted after losing its shard: " << late.body;
-  EXPECT_EQ(owner.client().get("/v1/accounts/acc-1").status, 404);
+  EXPECT_EQ(owner.operatorClient().get("/v1/accounts/acc-1").status, 404);
 }
 
 // The shard count is fixed when the cluster is created: a gateway started with another fails at
@@ -425,7 +425,7 @@ std::vector<std::string> oneAccountPerShard() {
 
 bool holdsLease(const ClusterGateway& gateway, const std::string& account,
                 const std::string& device) {
-  const auto answer = gateway.client(1s).get("/v1/presence/" + account);
+  const auto answer = gateway.operatorClient(1s).get("/v1/presence/" + account);
   if (!answer.delivered() || answer.status != 200) return false;
   const auto table = json::parse(answer.body, nullptr, false);
   if (!table.is_object()) return false;
