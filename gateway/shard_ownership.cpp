@@ -215,7 +215,7 @@ class ZooKeeperShardOwnership final : public ShardOwnership {
   // On the io thread: a take (token >= 0) or a loss of `shard` ("shard-0007").
   void onTakeOrLoss(const std::string& shard, int64_t token) {
     const auto index = shardIndex(shard);
-    if (!index) return;
+    if (!index || *index >= takes_.size()) return;
     {
       std::lock_guard lock(takesMutex_);
       takes_[*index].token = token;

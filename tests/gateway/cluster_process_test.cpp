@@ -596,7 +596,7 @@ TEST_F(GatewayCluster, APrivacyRuleSetAtOneGatewayIsAppliedByTheOwnerAndSurvives
   }
   auto& writer = *others[0];
   const auto holder = elect(target, "agent-a");
-  const json both{{"granularity", "exact"}, {"contacts", {"bob", "carol"}}};
+  const json both{{"granularity", "exact"}, {"contacts", json::array({"bob", "carol"})}};
   auto put = putPrivacy(writer, target, both);
   ASSERT_EQ(put.status, 200) << put.body << put.transportError;
   http::ClientResponse renewed;
@@ -608,8 +608,9 @@ TEST_F(GatewayCluster, APrivacyRuleSetAtOneGatewayIsAppliedByTheOwnerAndSurvives
   waitForStatus(*bob, target, "online");
   waitForStatus(*carol, target, "online");
 
-  const json blockCarol{
-      {"granularity", "exact"}, {"contacts", {"bob", "carol"}}, {"blocked", {"carol"}}};
+  const json blockCarol{{"granularity", "exact"},
+                        {"contacts", json::array({"bob", "carol"})},
+                        {"blocked", json::array({"carol"})}};
   const auto putAt = Clock::now();
   put = putPrivacy(writer, target, blockCarol);
   ASSERT_EQ(put.status, 200) << put.body;
@@ -645,7 +646,7 @@ TEST_F(GatewayCluster, ARuleNodeThatDoesNotParseHidesTheAccountEverywhereAndIsCo
   const std::string target = "acc-1";
   auto& owner = byUrl(shardOwners(zkHosts_, root_).at(shardOf(target)));
   const auto holder = elect(target, "agent-a");
-  const json bobOnly{{"granularity", "exact"}, {"contacts", {"bob"}}};
+  const json bobOnly{{"granularity", "exact"}, {"contacts", json::array({"bob"})}};
   ASSERT_EQ(putPrivacy(owner, target, bobOnly).status, 200);
   http::ClientResponse renewed;
   ASSERT_TRUE(zktest::eventually(
@@ -688,7 +689,7 @@ TEST_F(GatewayCluster, ARuleNodeThatDoesNotParseHidesTheAccountEverywhereAndIsCo
 TEST_F(GatewayCluster, APrivacyPutWhileZooKeeperIsUnreachableIs503AndChangesNothing) {
   const std::string target = "acc-1";
   auto& cutOff = *gateways_[2];  // gw-3, behind the proxy
-  const json bobOnly{{"granularity", "exact"}, {"contacts", {"bob"}}};
+  const json bobOnly{{"granularity", "exact"}, {"contacts", json::array({"bob"})}};
   ASSERT_EQ(putPrivacy(cutOff, target, bobOnly).status, 200);
   ASSERT_TRUE(zktest::eventually(
       [&] {
@@ -704,7 +705,7 @@ TEST_F(GatewayCluster, APrivacyPutWhileZooKeeperIsUnreachableIs503AndChangesNoth
   const auto stored = zktest::readZNode(zkHosts_, naming::gatewayPrivacyPath(root_, target));
 
   gw3Proxy_->setMode(zktest::TcpProxy::Mode::close);
-  const json blockBob{{"granularity", "hidden"}, {"blocked", {"bob"}}};
+  const json blockBob{{"granularity", "hidden"}, {"blocked", json::array({"bob"})}};
   const auto refused = putPrivacy(cutOff, target, blockBob);
   EXPECT_EQ(refused.status, 503) << refused.body;
   EXPECT_EQ(privacyAt(cutOff, target).value("contacts", json::array()), json::array({"bob"}));
@@ -732,8 +733,10 @@ TEST_F(GatewayCluster, ATargetsVersionsAfterItsShardMovesAreAboveEveryVersionBef
   const std::string target = "acc-1";
   auto& owner = byUrl(shardOwners(zkHosts_, root_).at(shardOf(target)));
   const auto holder = elect(target, "agent-a");
-  ASSERT_EQ(putPrivacy(owner, target, json{{"granularity", "exact"}, {"contacts", {"bob"}}}).status,
-            200);
+  ASSERT_EQ(
+      putPrivacy(owner, target, json{{"granularity", "exact"}, {"contacts", json::array({"bob"})}})
+          .status,
+      200);
   auto bob = watchAt(owner, "bob", target);
   bob->waitForLine("SNAPSHOT-END", 10s);
   std::uint64_t before = 0;
