@@ -167,7 +167,7 @@ class GatewayCluster : public ::testing::Test {
     // A gateway's view of a shard that has just moved is refreshed about 100 ms later: until every
     // non-owner's 421 names acc-1's owner (the account the tests here use), the map is moving.
     ASSERT_TRUE(zktest::eventually([&] { return allNameTheOwnerOf("acc-1"); }, 10s, 20ms))
-        << "the gateways do not agree on acc-1's owner";
+        << "the gateways do not agree on acc-1's owner: " << disagreement_;
   }
 
   bool allNameTheOwnerOf(const std::string& account) const {
@@ -179,6 +179,8 @@ class GatewayCluster : public ::testing::Test {
       if (gateway->url() == owner) continue;
       const auto answer = gateway->client().post("/v1/ops", op(account, 0, "probe", "probe", 0));
       if (answer.status != 421 || json::parse(answer.body).value("owner", "") != owner) {
+        disagreement_ = gateway->id() + " answered " + std::to_string(answer.status) + " " +
+                        answer.body + " (owner " + owner + ")";
         return false;
       }
     }
@@ -220,6 +222,7 @@ class GatewayCluster : public ::testing::Test {
   std::string siteRoot_;
   std::string root_;                            // the accounts' election root
   std::unique_ptr<zktest::TcpProxy> gw3Proxy_;  // gw-3's way to ZooKeeper
+  mutable std::string disagreement_;            // allNameTheOwnerOf's last mismatch
   std::vector<std::unique_ptr<ClusterGateway>> gateways_;
   std::vector<std::unique_ptr<zktest::ChildProcess>> electors_;
 };
