@@ -434,6 +434,7 @@ Gateway::ShardCheck Gateway::checkShard(const std::string& account, std::string_
   using Kind = ShardOwnership::Answer::Kind;
   if (answer.kind == Kind::Owned) {
     check.take = answer.take;
+    check.epoch = answer.epoch;
     std::lock_guard lock(confirmedTakesMutex_);
     auto confirmed = confirmedTakes_.find(account);
     if (confirmed == confirmedTakes_.end() || confirmed->second != answer.take) {
@@ -511,6 +512,13 @@ http::Response Gateway::presenceLeases(const http::Request& request) {
             // (an agent sends each shard's leases to its owner).
             auto shard = checkShard(token.account, "leases");
             if (shard.refusal) return shard.why + "; nothing applied";
+            // Versions for the shard's targets start above every earlier owner's only once this
+            // take's epoch is known (a few ms after the take).
+            if (shard.take >= 0 && shard.epoch == 0) {
+              return "account " + token.account +
+                     "'s shard was taken a moment ago and its presence epoch is being read from "
+                     "ZooKeeper; nothing applied";
+            }
             CheckMode accountMode = mode;
             auto active = activeView(token.account, accountMode, shard.read);
             if (!active) {

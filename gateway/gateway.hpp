@@ -145,6 +145,9 @@ class ShardOwnership {
     enum class Kind { Owned, Elsewhere, Nobody } kind = Kind::Nobody;
     std::string shard;  // "shard-0007"
     int64_t take = -1;  // Owned: this take's token (each take of the shard has a new one)
+    // Owned: the cluster epoch this take got (the high part of the shard's presence versions); 0
+    // while it is still being bumped in ZooKeeper (no presence write is taken until it is known).
+    std::uint64_t epoch = 0;
     std::string owner;  // Elsewhere: the owner's advertised URL
   };
   virtual ~ShardOwnership() = default;
@@ -155,6 +158,23 @@ class ShardOwnership {
   // Hands every owned shard to the next gateway and stops standing; `handedOver` runs (on
   // another thread) once they are handed over.
   virtual void stop(std::function<void()> handedOver) = 0;
+
+  // Presence in cluster mode (docs/gateway-cluster.md "Presence").
+  // The epoch of this gateway's latest take of `account`'s shard, kept after the shard is lost (0:
+  // never taken by this process). Thread-safe, no I/O.
+  virtual std::uint64_t epochOf(std::string_view account) const = 0;
+  // Creates or sets {root}/@gateway-cluster/privacy/{account} to `rules` (privacyJson). Blocks up
+  // to `timeout`: nullopt once ZooKeeper acknowledged the write; else why not (not connected:
+  // nothing written; the link lost or no answer in time: the write may or may not be applied).
+  virtual std::optional<std::string> writePrivacy(const std::string& account,
+                                                  const std::string& rules,
+                                                  std::chrono::milliseconds timeout) = 0;
+  // `apply(account, data)` for every rule node: all of them on every (re)connect, then each one
+  // created or changed (data nullopt: the node is gone), on the elections' thread. An empty
+  // function stops the calls (returns once none is running).
+  using PrivacyHandler =
+      std::function<void(const std::string& account, const std::optional<std::string>& data)>;
+  virtual void watchPrivacy(PrivacyHandler apply) = 0;
 };
 
 // Starts standing for the cluster's shards. Blocks until the cluster's shard count is read from
@@ -217,6 +237,7 @@ class Gateway {
     std::string why;  // the refusal's detail
     ViewRead read = ViewRead::cached;
     int64_t take = -1;
+    std::uint64_t epoch = 0;  // the take's presence epoch; 0 while still being read
   };
   ShardCheck checkShard(const std::string& account, std::string_view route);
   // A decision on a confirmed view was taken for `account` during shard take `take`.

@@ -62,7 +62,7 @@ int run(const gateway::Config& config) {
   if (config.clusterShards != 0) shards = gateway::makeZooKeeperShardOwnership(config);
   metrics::Registry registry;
   boost::asio::io_context io;
-  gateway::PresenceStore presence(io, config, registry);
+  gateway::PresenceStore presence(io, config, registry, shards.get());
   gateway::Gateway gateway(config, validator, leaders.get(), registry, &presence, shards.get());
 
   auto& rateLimited = registry
@@ -112,10 +112,11 @@ int run(const gateway::Config& config) {
                config.leaseTtlMs, config.leaseSweepMs);
   spdlog::info(
       "presence subscribers on {}://{}:{}/v1/presence/subscribe: debounce {} ms, "
-      "coalesce {} ms, queue {} messages, at most {} subscribers, versions from restart {}",
+      "coalesce {} ms, queue {} messages, at most {} subscribers, versions from {}",
       subscribers.secure() ? "wss" : "ws", bracketed(subscribers.address()), subscribers.port(),
       config.debounceMs, config.coalesceMs, config.subscriberQueue, config.maxSubscribers,
-      presence.versionBase() >> 32);
+      shards ? std::string("each shard's cluster epoch")
+             : "restart " + std::to_string(presence.generation()));
 
   boost::asio::steady_timer refresh(io);
   refreshPeriodically(refresh, gateway);

@@ -7,6 +7,10 @@
 // A version sent to subscribers is generation << 32 | the view's in-memory version: the view
 // restarts at 0 with every process, the generation only grows, so versions never go backwards
 // across a restart and cost one small fsync'ed write per start (not per change).
+//
+// Single mode only: in cluster mode the rules live in ZooKeeper and the versions' high part is
+// the cluster epoch of the target shard's take (docs/gateway-cluster.md "Presence"); the
+// generation is still counted there, unused.
 #pragma once
 
 #include <cstdint>

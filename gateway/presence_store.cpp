@@ -101,8 +101,10 @@ class LeaseJournal {
 using lease_journal::LeaseJournal;
 
 struct PresenceStore::Impl {
-  Impl(boost::asio::io_context& io, const Config& config, metrics::Registry& registry)
+  Impl(boost::asio::io_context& io, const Config& config, metrics::Registry& registry,
+       ShardOwnership* clusterOwnership)
       : strand(boost::asio::make_strand(io)),
+        cluster(clusterOwnership),
         gatewayConfig(config),
         params(paramsFrom(config)),
         clock(strand),
@@ -140,10 +142,18 @@ struct PresenceStore::Impl {
                       .counter("zkagent_gateway_presence_published_changes_total",
                                "User-level changes the view published to subscribers (online at "
                                "once, offline after the debounce), against the device flaps.")
-                      .with({})) {
-    // Before the strand runs: nothing else touches the model yet.
-    for (const auto& [account, rules] : disk.loadPrivacy()) {
-      service->privacy().replace(account, rules);
+                      .with({})),
+        privacyInvalid(registry
+                           .counter("zkagent_gateway_presence_privacy_invalid_total",
+                                    "Cluster mode: privacy rule nodes read from ZooKeeper that do "
+                                    "not parse; each hides its account until it is fixed.")
+                           .with({})) {
+    // Before the strand runs: nothing else touches the model yet. Cluster mode: the rules come
+    // from ZooKeeper (watchCluster), never from this gateway's disk.
+    if (cluster == nullptr) {
+      for (const auto& [account, rules] : disk.loadPrivacy()) {
+        service->privacy().replace(account, rules);
+      }
     }
     for (const char* result : {"ok", "bad_request", "refused"}) requests.with({result});
     for (const char* op : {"renew", "remove"}) {
@@ -200,8 +210,41 @@ struct PresenceStore::Impl {
     seenPublished = publishedNow;
   }
 
+  // Cluster mode, on the elections' thread: an account's rule node as read (nullopt: deleted),
+  // applied on the strand as a PUT applies its rules. A node that does not parse hides the
+  // account (fail closed) until it is fixed.
+  void onClusterPrivacy(const std::string& account, const std::optional<std::string>& data) {
+    presence::TargetPrivacy rules;  // deleted: as if never set (nobody may see the account)
+    std::optional<std::string> invalid;
+    if (data) {
+      try {
+        rules = parsePrivacyBody(*data);
+      } catch (const BadRequest& error) {
+        invalid = error.what();
+        rules = presence::TargetPrivacy{};
+        rules.level = presence::PrivacyLevel::Hidden;
+        privacyInvalid.inc();
+        spdlog::error(
+            "presence privacy of {} in ZooKeeper does not parse ({}): the account is hidden from "
+            "every viewer until its rules are set again",
+            account, *invalid);
+      }
+    }
+    boost::asio::post(strand, [this, account, rules, invalid] {
+      if (stopped) return;
+      if (invalid) {
+        invalidPrivacy[account] = *invalid;
+      } else {
+        invalidPrivacy.erase(account);
+      }
+      service->privacy().replace(account, rules);
+      service->subscriptions().onPrivacyChange(account);
+    });
+  }
+
   boost::asio::strand<boost::asio::io_context::executor_type> strand;
-  const Config gatewayConfig;  // a copy, for which accounts it serves (Config::serves)
+  ShardOwnership* const cluster;  // null in single mode
+  const Config gatewayConfig;     // a copy, for which accounts it serves (Config::serves)
   presence::Params params;
   presence::AsioClock clock;
   // Everything below up to the metrics is touched only on the strand.
@@ -211,6 +254,8 @@ struct PresenceStore::Impl {
   const std::uint64_t generation;
   const std::unique_ptr<LeaseJournal> journal;  // null: none configured
   std::mutex privacyWrites;  // one PUT at a time: the file and the model follow the same order
+  // Cluster mode: accounts whose rule node does not parse, and why (strand only).
+  std::map<std::string, std::string, std::less<>> invalidPrivacy;
   bool stopped = false;
   std::uint64_t seenPublished = 0;
   std::uint64_t seenExpirations = 0;
@@ -222,13 +267,23 @@ struct PresenceStore::Impl {
   metrics::Counter& expirations;
   metrics::Counter& flaps;
   metrics::Counter& published;
+  metrics::Counter& privacyInvalid;
 };
 
 PresenceStore::PresenceStore(boost::asio::io_context& io, const Config& config,
-                             metrics::Registry& registry)
-    : impl_(std::make_unique<Impl>(io, config, registry)) {}
+                             metrics::Registry& registry, ShardOwnership* cluster)
+    : impl_(std::make_unique<Impl>(io, config, registry, cluster)) {
+  if (cluster != nullptr) {
+    cluster->watchPrivacy(
+        [impl = impl_.get()](const std::string& account, const std::optional<std::string>& data) {
+          impl->onClusterPrivacy(account, data);
+        });
+  }
+}
 
-PresenceStore::~PresenceStore() = default;
+PresenceStore::~PresenceStore() {
+  if (impl_->cluster != nullptr) impl_->cluster->watchPrivacy({});
+}
 
 void PresenceStore::post(std::function<void(presence::PresenceService& service)> work) {
   boost::asio::post(impl_->strand, [impl = impl_.get(), work = std::move(work)] {
@@ -426,7 +481,12 @@ http::Response PresenceStore::accountPresence(const std::string& account) {
   return http::Response::json(200, std::move(*answer));
 }
 
-std::uint64_t PresenceStore::versionBase() const { return impl_->generation << 32; }
+std::uint64_t PresenceStore::versionBase(std::string_view target) const {
+  if (impl_->cluster != nullptr) return impl_->cluster->epochOf(target) << 32;
+  return impl_->generation << 32;
+}
+
+std::uint64_t PresenceStore::generation() const { return impl_->generation; }
 
 boost::asio::any_io_executor PresenceStore::executor() const { return impl_->strand; }
 
@@ -443,13 +503,22 @@ http::Response PresenceStore::putPrivacy(const std::string& account, std::string
     return http::Response::error(400, error.what());
   }
   std::lock_guard lock(impl.privacyWrites);
-  try {
-    impl.disk.savePrivacy(account, rules);
-  } catch (const std::exception& error) {
-    spdlog::error("presence privacy of {} not saved: {}", account, error.what());
-    return http::Response::error(500, "privacy rules not saved; the previous rules still apply");
+  if (impl.cluster != nullptr) {
+    // The cluster's copy is the only one: every gateway applies it from its watch.
+    if (auto failed = impl.cluster->writePrivacy(account, privacyJson(rules), kStrandTimeout)) {
+      spdlog::warn("presence privacy of {} not written to ZooKeeper: {}", account, *failed);
+      return unavailable("privacy rules not written: " + *failed);
+    }
+  } else {
+    try {
+      impl.disk.savePrivacy(account, rules);
+    } catch (const std::exception& error) {
+      spdlog::error("presence privacy of {} not saved: {}", account, error.what());
+      return http::Response::error(500, "privacy rules not saved; the previous rules still apply");
+    }
   }
   auto applied = impl.onStrand([&impl, account, rules] {
+    impl.invalidPrivacy.erase(account);
     impl.service->privacy().replace(account, rules);
     impl.service->subscriptions().onPrivacyChange(account);
     return true;
@@ -462,11 +531,20 @@ http::Response PresenceStore::putPrivacy(const std::string& account, std::string
 
 http::Response PresenceStore::getPrivacy(const std::string& account) {
   Impl& impl = *impl_;
-  auto rules = impl.onStrand([&impl, account] {
+  using Rules = std::variant<presence::TargetPrivacy, std::string>;  // or why they are unreadable
+  auto rules = impl.onStrand([&impl, account]() -> Rules {
+    if (auto invalid = impl.invalidPrivacy.find(account); invalid != impl.invalidPrivacy.end()) {
+      return invalid->second;
+    }
     return impl.service->privacy().rulesOf(account).value_or(presence::TargetPrivacy{});
   });
   if (!rules) return unavailable("presence store stopped or did not answer in time");
-  return http::Response::json(200, privacyJson(*rules, account));
+  if (const auto* invalid = std::get_if<std::string>(&*rules)) {
+    return http::Response::error(500, "privacy rules of " + account +
+                                          " in ZooKeeper do not parse (" + *invalid +
+                                          "): the account is hidden until they are set again");
+  }
+  return http::Response::json(200, privacyJson(std::get<presence::TargetPrivacy>(*rules), account));
 }
 
 void PresenceStore::refreshMetrics() {

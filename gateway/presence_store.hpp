@@ -33,6 +33,7 @@ class io_context;
 namespace zkagent::gateway {
 
 struct Config;
+class ShardOwnership;
 
 // The largest lease batch body (the agent splits its batches at 2000 entries, well below this).
 inline constexpr std::size_t kMaxLeaseBatchBytes = 1024 * 1024;
@@ -65,8 +66,10 @@ class PresenceStore {
 
   // Builds the model and starts its sweep on a new strand of `io`: construct it before `io` runs,
   // and destroy it after stop() once `io` no longer runs. Throws std::invalid_argument for bad
-  // presence parameters in `config`.
-  PresenceStore(boost::asio::io_context& io, const Config& config, metrics::Registry& registry);
+  // presence parameters in `config`. With `cluster` (cluster mode, outliving the store) the
+  // privacy rules and the versions' high part come from ZooKeeper (docs/gateway-cluster.md).
+  PresenceStore(boost::asio::io_context& io, const Config& config, metrics::Registry& registry,
+                ShardOwnership* cluster = nullptr);
   ~PresenceStore();
   PresenceStore(const PresenceStore&) = delete;
   PresenceStore& operator=(const PresenceStore&) = delete;
@@ -80,13 +83,18 @@ class PresenceStore {
   // GET /v1/presence/{account}, account already checked.
   http::Response accountPresence(const std::string& account);
   // PUT /v1/presence/privacy/{account}, account already checked: 400 naming the field (nothing
-  // changed), else durable first (atomic replace in the data dir), then applied to the live
-  // subscriptions before the 200. GET the same path: the rules, the defaults when none were set.
+  // changed), else durable first (single mode: atomic replace in the data dir; cluster mode: the
+  // account's node in ZooKeeper, 503 without its acknowledgement), then applied to the live
+  // subscriptions before the 200. GET the same path: the rules, the defaults when none were set
+  // (cluster mode: 500 while the account's node does not parse; the account is hidden then).
   http::Response putPrivacy(const std::string& account, std::string_view body);
   http::Response getPrivacy(const std::string& account);
-  // Added to every version sent to subscribers: the durable restart counter << 32 (see
-  // presence_disk.hpp), so versions grow across restarts.
-  std::uint64_t versionBase() const;
+  // Added to every version of `target` sent to subscribers: single mode, the durable restart
+  // counter << 32 (see presence_disk.hpp), so versions grow across restarts; cluster mode, the
+  // epoch of this gateway's latest take of the target's shard << 32, so they grow across moves.
+  std::uint64_t versionBase(std::string_view target) const;
+  // Single mode: the restart counter (logged at start).
+  std::uint64_t generation() const;
   // The strand the model runs on, for the I/O objects of what plugs in (their handlers then run
   // where the model does, and may touch it directly).
   boost::asio::any_io_executor executor() const;

@@ -390,9 +390,9 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
 
   ordered snapshotJson(const std::vector<presence::SnapshotEntry>& snapshot) const {
     auto entries = ordered::array();
-    const std::uint64_t base = core_->store.versionBase();
     for (const auto& entry : snapshot) {
-      entries.push_back(statusJson(entry.target, entry.status, base + entry.version));
+      entries.push_back(statusJson(entry.target, entry.status,
+                                   core_->store.versionBase(entry.target) + entry.version));
     }
     return entries;
   }
@@ -465,14 +465,13 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
   void flush() {
     flushArmed_ = false;
     if (pending_.empty() || closing_ || done_) return;
-    const std::uint64_t base = core_->store.versionBase();
     auto events = ordered::array();
     for (const auto& [target, event] : pending_) {
       if (event.removed) {
         events.push_back(ordered{{"target", target}, {"removed", true}});
         continue;
       }
-      auto out = statusJson(target, event.status, base + event.version);
+      auto out = statusJson(target, event.status, core_->store.versionBase(target) + event.version);
       out["observed_at_minute"] = event.observedAtMinute;
       events.push_back(std::move(out));
     }

@@ -207,11 +207,11 @@ TEST(PresenceVersions, TheRestartCounterGrowsWithEveryStartSoVersionsNeverGoBack
   std::uint64_t first = 0;
   {
     GatewayInstance gw(dir.path());
-    first = gw.presence().versionBase();
+    first = gw.presence().versionBase("acc-1");
     EXPECT_EQ(first, std::uint64_t{1} << 32);
   }
   GatewayInstance restarted(dir.path());
-  EXPECT_EQ(restarted.presence().versionBase(), std::uint64_t{2} << 32);
+  EXPECT_EQ(restarted.presence().versionBase("acc-1"), std::uint64_t{2} << 32);
 }
 
 TEST(PresenceVersions, AnUnreadableRestartCounterStopsTheStartInsteadOfResettingVersions) {

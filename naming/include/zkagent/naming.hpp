@@ -10,6 +10,8 @@
 //   {root}/{account}/handover               a hand-over in progress
 //   {root}/@sessions/{session, 16 hex}      session marks ('@' is never in an account id)
 //   {root}/@gateway-cluster                 a gateway cluster's shard count
+//   {root}/@gateway-cluster/epoch           the cluster's version epoch (decimal), one per take
+//   {root}/@gateway-cluster/privacy/{id}    an account's presence privacy rules (cluster mode)
 //   {root}/@gateway-shards/shard-0000/...   the shards' elections (members, active: the owner)
 #pragma once
 
@@ -109,6 +111,17 @@ inline std::string sessionMarksPath(std::string_view root) {
 // per shard under its own root, whose `active` node names the shard's owner.
 inline std::string gatewayClusterPath(std::string_view root) {
   return std::string(root) + "/@gateway-cluster";
+}
+// The presence version epoch: bumped by compare-and-set at every take of a shard.
+inline std::string gatewayEpochPath(std::string_view root) {
+  return gatewayClusterPath(root) + "/epoch";
+}
+// The presence privacy rules of the cluster's accounts, one node per account.
+inline std::string gatewayPrivacyRoot(std::string_view root) {
+  return gatewayClusterPath(root) + "/privacy";
+}
+inline std::string gatewayPrivacyPath(std::string_view root, std::string_view account) {
+  return gatewayPrivacyRoot(root) + "/" + std::string(account);
 }
 inline std::string gatewayShardsRoot(std::string_view root) {
   return std::string(root) + "/@gateway-shards";
