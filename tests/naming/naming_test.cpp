@@ -143,6 +143,13 @@ TEST(Shards, ShardIdsArePaddedToFourDigitsAndAreAccountIds) {
   EXPECT_EQ(accountIdError(shardId(kMaxShards - 1)), std::nullopt);
   EXPECT_EQ(gatewayShardsRoot("/wx-accounts"), "/wx-accounts/@gateway-shards");
   EXPECT_EQ(gatewayClusterPath("/wx-accounts"), "/wx-accounts/@gateway-cluster");
+  for (const std::uint32_t index : {0u, 7u, 1234u, kMaxShards - 1}) {
+    EXPECT_EQ(shardIndex(shardId(index)), index);
+  }
+  for (const char* other : {"", "shard-", "shard-7", "shard-00007", "shard-4096", "shard-12a4",
+                            "shard--001", "Shard-0007", "acc-0007", "shard-99999999999"}) {
+    EXPECT_EQ(shardIndex(other), std::nullopt) << other;
+  }
   // '@' keeps them apart from accounts: nothing under the root mistakes them for one.
   EXPECT_NE(accountIdError("@gateway-shards"), std::nullopt);
 }

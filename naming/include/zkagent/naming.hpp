@@ -132,6 +132,18 @@ inline std::string shardId(std::uint32_t index) {
   std::string digits = std::to_string(index);
   return "shard-" + std::string(digits.size() < 4 ? 4 - digits.size() : 0, '0') + digits;
 }
+// The index shardId(index) names: "shard-0007" -> 7; nullopt for any other text.
+inline std::optional<std::uint32_t> shardIndex(std::string_view id) {
+  constexpr std::string_view kPrefix = "shard-";
+  if (!id.starts_with(kPrefix) || id.size() < kPrefix.size() + 4) return std::nullopt;
+  std::uint32_t index = 0;
+  for (const char c : id.substr(kPrefix.size())) {
+    if (c < '0' || c > '9' || index > kMaxShards) return std::nullopt;
+    index = index * 10 + static_cast<std::uint32_t>(c - '0');
+  }
+  if (index >= kMaxShards || shardId(index) != id) return std::nullopt;
+  return index;
+}
 // An account's shard: FNV-1a 64 of the id's bytes modulo the shard count (> 0). Stable across
 // releases and languages: a client anywhere computes the same map.
 constexpr std::uint32_t shardOf(std::string_view account, std::uint32_t shards) {
