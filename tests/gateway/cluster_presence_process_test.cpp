@@ -1,0 +1,380 @@
+// Presence in a cluster of real fencing-gateway processes (docs/gateway-cluster.md "Presence"):
+// each lease at its shard's owner, privacy rules set at any gateway applied by all (kept in
+// ZooKeeper), and a target's versions that grow across a shard's move.
+#include "cluster_fixture.hpp"
+
+namespace gateway_cluster_test {
+
+// ---- Presence: an agent sends each lease to the owner of its account's shard.
+
+// The first acc-N of each shard: accounts spread over every shard, so over every gateway.
+std::vector<std::string> oneAccountPerShard() {
+  std::map<std::uint32_t, std::string> byShard;
+  for (int n = 0; byShard.size() < kShards; ++n) {
+    const auto account = "acc-" + std::to_string(n);
+    byShard.try_emplace(naming::shardOf(account, kShards), account);
+  }
+  std::vector<std::string> accounts;
+  for (const auto& [shard, account] : byShard) accounts.push_back(account);
+  return accounts;
+}
+
+bool holdsLease(const ClusterGateway& gateway, const std::string& account,
+                const std::string& device) {
+  const auto answer = gateway.operatorClient(1s).get("/v1/presence/" + account);
+  if (!answer.delivered() || answer.status != 200) return false;
+  const auto table = json::parse(answer.body, nullptr, false);
+  if (!table.is_object()) return false;
+  for (const auto& entry : table.value("devices", json::array())) {
+    if (entry.value("device", "") == device) return true;
+  }
+  return false;
+}
+
+double refusedLeaseBatches(const std::vector<std::unique_ptr<ClusterGateway>>& gateways) {
+  double refused = 0;
+  for (const auto& gateway : gateways) {
+    refused += zktest::metricSample(gateway->client(1s).get("/metrics").body,
+                                    R"(zkagent_gateway_misdirected_total{route="leases"})")
+                   .value_or(0);
+  }
+  return refused;
+}
+
+// Two agents lead one account per shard, each with a device connected, both configured with gw-1:
+// every lease is at the gateway owning its account's shard (the agents watch the shard map and
+// split each lease batch by owner), and no gateway refused a batch. After a SIGTERM of another
+// gateway its shards move and the next renewals put the leases at the new owners.
+TEST_F(GatewayCluster, EveryLeaseIsAtItsShardsOwnerAndFollowsTheShardWhenAGatewayStops) {
+  const auto accounts = oneAccountPerShard();
+  const zktest::AgentSite site{zkHosts_, siteRoot_, gateways_.front()->url()};
+  const json presence{{"zookeeper", {{"session_timeout_ms", kSessionTimeout.count()}}},
+                      {"presence",
+                       {{"heartbeat_ms", 200},
+                        {"ping_timeout_ms", 600},
+                        {"check_interval_ms", 100},
+                        {"renew_interval_ms", 400},
+                        {"lease_ttl_ms", 1200}}}};
+  const auto half = accounts.begin() + static_cast<std::ptrdiff_t>(accounts.size() / 2);
+  std::vector<std::unique_ptr<zktest::AgentProcess>> agents;
+  agents.push_back(zktest::AgentProcess::start(
+      dir_.path(), zktest::agentConfig(site, "agent-a", {accounts.begin(), half}, presence)));
+  agents.push_back(zktest::AgentProcess::start(
+      dir_.path(), zktest::agentConfig(site, "agent-b", {half, accounts.end()}, presence)));
+  std::map<std::string, zktest::AgentProcess*> leader;
+  for (std::size_t i = 0; i < accounts.size(); ++i) {
+    leader[accounts[i]] = agents[i < accounts.size() / 2 ? 0 : 1].get();
+  }
+  for (const auto& account : accounts) {
+    ASSERT_TRUE(zktest::eventually([&] { return leader[account]->leads(account); }, 20s))
+        << account;
+  }
+  const auto refusedBefore = refusedLeaseBatches(gateways_);
+  std::vector<std::unique_ptr<zktest::ChildProcess>> devices;
+  const auto connectedAt = std::chrono::steady_clock::now();
+  for (const auto& account : accounts) {
+    devices.push_back(std::make_unique<zktest::ChildProcess>(
+        zktest::binaryPath("zk-device").string(),
+        std::vector<std::string>{"--connect", leader[account]->deviceUrl, "--account", account,
+                                 "--device", "dev-" + account, "--heartbeat-ms", "200",
+                                 "--timeout-ms", "600"}));
+  }
+  for (auto& device : devices) device->waitForLine("CONNECTED ", 10s);
+
+  // Every lease at its account's owner: by the shard map in ZooKeeper now.
+  const auto allAtTheirOwners = [&](const std::string& gone) {
+    const auto owners = shardOwners(zkHosts_, root_);
+    for (const auto& account : accounts) {
+      const auto& owner = owners.at(shardOf(account));
+      if (owner.empty() || owner == gone) return false;
+      if (!holdsLease(byUrl(owner), account, "dev-" + account)) return false;
+    }
+    return true;
+  };
+  ASSERT_TRUE(zktest::eventually([&] { return allAtTheirOwners(""); }, 5s, 20ms))
+      << "some lease is not at its shard's owner";
+  const auto placedMs = millisSince(connectedAt);
+  std::set<std::string> owning;
+  for (const auto& [shard, owner] : shardOwners(zkHosts_, root_)) owning.insert(owner);
+  EXPECT_EQ(owning.size(), gateways_.size()) << "the accounts do not span every gateway";
+  EXPECT_EQ(refusedLeaseBatches(gateways_), refusedBefore) << "a gateway refused a lease batch";
+  for (const auto& agent : agents) {
+    EXPECT_EQ(zktest::metricSample(agent->metrics(),
+                                   R"(zkagent_presence_lease_batches_total{result="failed"})")
+                  .value_or(0),
+              0)
+        << agent->id;
+  }
+
+  // SIGTERM of the gateway (not the configured one) owning the most of these shards.
+  std::map<std::string, int> owned;
+  for (const auto& [shard, owner] : shardOwners(zkHosts_, root_)) ++owned[owner];
+  ClusterGateway* leaving = gateways_[1].get();
+  if (owned[gateways_[2]->url()] > owned[leaving->url()]) leaving = gateways_[2].get();
+  const auto signalled = std::chrono::steady_clock::now();
+  leaving->process().signal(SIGTERM);
+  ASSERT_TRUE(zktest::eventually([&] { return allAtTheirOwners(leaving->url()); }, 10s, 20ms))
+      << "the leases of " << leaving->id() << "'s shards never reached their new owners";
+  const auto movedMs = millisSince(signalled);
+  EXPECT_TRUE(leaving->process().wait(20s).exitedWith(0)) << leaving->process().stderrText();
+  std::cout << "leases at their owners " << placedMs << " ms after the devices started; after "
+            << leaving->id() << "'s SIGTERM (" << owned[leaving->url()]
+            << " shards) at their new owners after " << movedMs << " ms (renewals every 400 ms)\n";
+}
+
+// ---- Presence: privacy rules in ZooKeeper, versions that grow across a shard's move.
+
+http::ClientResponse putPrivacy(const ClusterGateway& gateway, const std::string& account,
+                                const json& rules) {
+  return gateway.operatorClient().request(http::Method::Put, "/v1/presence/privacy/" + account,
+                                          rules.dump());
+}
+
+json privacyAt(const ClusterGateway& gateway, const std::string& account) {
+  const auto answer = gateway.client().get("/v1/presence/privacy/" + account);
+  if (answer.status != 200) return json{{"status", answer.status}, {"body", answer.body}};
+  return json::parse(answer.body, nullptr, false);
+}
+
+// One lease of `account`'s device "phone" from the zk-elect leader `holder`: renewed, or removed.
+http::ClientResponse lease(const ClusterGateway& gateway, const std::string& account,
+                           const Holder& holder, int counter, bool remove = false) {
+  json entry{
+      {"account", account}, {"device", "phone"}, {"token", holder.token}, {"counter", counter}};
+  if (remove) entry["reason"] = "close";
+  json batch{{"instanceId", holder.instance}, {"sessionId", holder.session}};
+  batch[remove ? "remove" : "renew"] = json::array({entry});
+  return gateway.client().post("/v1/presence/leases", batch.dump());
+}
+
+// zk-presence-watch as `viewer` at `gateway`'s subscriber listener (a claimed viewer on loopback).
+std::unique_ptr<zktest::ChildProcess> watchAt(const ClusterGateway& gateway,
+                                              const std::string& viewer,
+                                              const std::string& target) {
+  return std::make_unique<zktest::ChildProcess>(
+      zktest::binaryPath("zk-presence-watch").string(),
+      std::vector<std::string>{"--gateway",
+                               "ws://127.0.0.1:" + std::to_string(gateway.subscribePort()),
+                               "--viewer", viewer, "--targets", target});
+}
+
+// The next line of `watch` that shows `target` with `status` (snapshot or change); its version.
+std::uint64_t waitForStatus(zktest::ChildProcess& watch, const std::string& target,
+                            const std::string& status, std::chrono::milliseconds timeout = 10s) {
+  const auto line = watch.waitForLine(
+      [&](std::string_view text) {
+        return text.starts_with("SNAPSHOT " + target + " " + status + " ") ||
+               text.starts_with("CHANGE " + target + " " + status + " ");
+      },
+      timeout, target + " " + status);
+  std::istringstream fields(line);
+  std::string kind, name, shown;
+  std::uint64_t version = 0;
+  fields >> kind >> name >> shown >> version;
+  return version;
+}
+
+double invalidPrivacyNodes(const ClusterGateway& gateway) {
+  return zktest::metricSample(gateway.client(1s).get("/metrics").body,
+                              "zkagent_gateway_presence_privacy_invalid_total")
+      .value_or(-1);
+}
+
+// A rule set through one gateway is applied by the owner of the account's shard, another gateway,
+// to its live subscribers (carol, blocked, stops seeing the account; bob still sees it), and it
+// survives the kill -9 of the gateway it was set through: it is in ZooKeeper, not on that disk.
+TEST_F(GatewayCluster, APrivacyRuleSetAtOneGatewayIsAppliedByTheOwnerAndSurvivesItsKill) {
+  const std::string target = "acc-1";
+  auto& owner = byUrl(shardOwners(zkHosts_, root_).at(shardOf(target)));
+  std::vector<ClusterGateway*> others;
+  for (auto& gateway : gateways_) {
+    if (gateway.get() != &owner) others.push_back(gateway.get());
+  }
+  auto& writer = *others[0];
+  const auto holder = elect(target, "agent-a");
+  const json both{{"granularity", "exact"}, {"contacts", json::array({"bob", "carol"})}};
+  auto put = putPrivacy(writer, target, both);
+  ASSERT_EQ(put.status, 200) << put.body << put.transportError;
+  http::ClientResponse renewed;
+  ASSERT_TRUE(zktest::eventually(
+      [&] { return (renewed = lease(owner, target, holder, 1)).status == 200; }, 5s))
+      << renewed.status << " " << renewed.body;
+  auto bob = watchAt(owner, "bob", target);
+  auto carol = watchAt(owner, "carol", target);
+  waitForStatus(*bob, target, "online");
+  waitForStatus(*carol, target, "online");
+
+  const json blockCarol{{"granularity", "exact"},
+                        {"contacts", json::array({"bob", "carol"})},
+                        {"blocked", json::array({"carol"})}};
+  const auto putAt = Clock::now();
+  put = putPrivacy(writer, target, blockCarol);
+  ASSERT_EQ(put.status, 200) << put.body;
+  carol->waitForLine("REMOVED " + target + " ", 5s);
+  const auto appliedMs = millisSince(putAt);
+  EXPECT_EQ(privacyAt(owner, target).value("blocked", json::array()), json::array({"carol"}));
+  const auto node = zktest::readZNode(zkHosts_, naming::gatewayPrivacyPath(root_, target));
+  ASSERT_EQ(node.state, zktest::ZNode::State::found);
+  EXPECT_EQ(json::parse(node.data).value("blocked", json::array()), json::array({"carol"}));
+
+  writer.process().kill();
+  writer.process().wait(10s);
+  // Still applied at the owner for new subscribers, and read by the third gateway.
+  auto carolAgain = watchAt(owner, "carol", target);
+  carolAgain->waitForLine("SNAPSHOT-END", 10s);
+  auto bobAgain = watchAt(owner, "bob", target);
+  waitForStatus(*bobAgain, target, "online");
+  for (const auto& line : carolAgain->stdoutLines()) {
+    EXPECT_FALSE(line.starts_with("SNAPSHOT " + target + " ")) << "carol sees " << line;
+  }
+  for (const auto& line : bob->stdoutLines()) {
+    EXPECT_FALSE(line.starts_with("REMOVED ")) << "bob lost " << line;
+  }
+  EXPECT_EQ(privacyAt(*others[1], target).value("blocked", json::array()), json::array({"carol"}));
+  std::cout << "rule PUT at " << writer.id() << " applied to a subscriber at " << owner.id()
+            << " after " << appliedMs << " ms\n";
+}
+
+// A rule node that does not parse (written straight into ZooKeeper) hides its account from every
+// viewer at every gateway (fail closed), is counted and logged naming the account, and GET says
+// so; a PUT repairs it.
+TEST_F(GatewayCluster, ARuleNodeThatDoesNotParseHidesTheAccountEverywhereAndIsCounted) {
+  const std::string target = "acc-1";
+  auto& owner = byUrl(shardOwners(zkHosts_, root_).at(shardOf(target)));
+  const auto holder = elect(target, "agent-a");
+  const json bobOnly{{"granularity", "exact"}, {"contacts", json::array({"bob"})}};
+  ASSERT_EQ(putPrivacy(owner, target, bobOnly).status, 200);
+  http::ClientResponse renewed;
+  ASSERT_TRUE(zktest::eventually(
+      [&] { return (renewed = lease(owner, target, holder, 1)).status == 200; }, 5s))
+      << renewed.status << " " << renewed.body;
+  auto bob = watchAt(owner, "bob", target);
+  waitForStatus(*bob, target, "online");
+  std::vector<double> before;
+  for (const auto& gateway : gateways_) before.push_back(invalidPrivacyNodes(*gateway));
+
+  ASSERT_TRUE(zktest::writeZNode(zkHosts_, naming::gatewayPrivacyPath(root_, target),
+                                 R"({"granularity": "exact", "contacts": "bob"})"));
+  bob->waitForLine("REMOVED " + target + " ", 5s);
+  for (std::size_t i = 0; i < gateways_.size(); ++i) {
+    auto& gateway = *gateways_[i];
+    EXPECT_TRUE(
+        zktest::eventually([&] { return invalidPrivacyNodes(gateway) == before[i] + 1; }, 5s))
+        << gateway.id() << " counted " << invalidPrivacyNodes(gateway);
+    const auto answer = gateway.client().get("/v1/presence/privacy/" + target);
+    EXPECT_EQ(answer.status, 500) << gateway.id() << ": " << answer.body;
+    EXPECT_NE(gateway.process().stderrText().find("presence privacy of " + target +
+                                                  " in ZooKeeper does not parse"),
+              std::string::npos)
+        << gateway.id();
+  }
+  auto late = watchAt(owner, "bob", target);
+  late->waitForLine("SNAPSHOT-END", 10s);
+  for (const auto& line : late->stdoutLines()) {
+    EXPECT_FALSE(line.starts_with("SNAPSHOT " + target + " "))
+        << "a hidden account shown: " << line;
+  }
+
+  ASSERT_EQ(putPrivacy(*gateways_.front(), target, bobOnly).status, 200);
+  waitForStatus(*bob, target, "online", 5s);
+  EXPECT_EQ(privacyAt(owner, target).value("contacts", json::array()), json::array({"bob"}));
+}
+
+// A gateway cut off from ZooKeeper answers a PUT with 503 and changes nothing, neither in
+// ZooKeeper nor at any gateway (itself included); once back it reads the rules set meanwhile
+// through another gateway.
+TEST_F(GatewayCluster, APrivacyPutWhileZooKeeperIsUnreachableIs503AndChangesNothing) {
+  const std::string target = "acc-1";
+  auto& cutOff = *gateways_[2];  // gw-3, behind the proxy
+  const json bobOnly{{"granularity", "exact"}, {"contacts", json::array({"bob"})}};
+  ASSERT_EQ(putPrivacy(cutOff, target, bobOnly).status, 200);
+  ASSERT_TRUE(zktest::eventually(
+      [&] {
+        for (const auto& gateway : gateways_) {
+          if (privacyAt(*gateway, target).value("contacts", json::array()) !=
+              json::array({"bob"})) {
+            return false;
+          }
+        }
+        return true;
+      },
+      5s));
+  const auto stored = zktest::readZNode(zkHosts_, naming::gatewayPrivacyPath(root_, target));
+
+  gw3Proxy_->setMode(zktest::TcpProxy::Mode::close);
+  const json blockBob{{"granularity", "hidden"}, {"blocked", json::array({"bob"})}};
+  const auto refused = putPrivacy(cutOff, target, blockBob);
+  EXPECT_EQ(refused.status, 503) << refused.body;
+  EXPECT_EQ(privacyAt(cutOff, target).value("contacts", json::array()), json::array({"bob"}));
+  const auto after = zktest::readZNode(zkHosts_, naming::gatewayPrivacyPath(root_, target));
+  EXPECT_EQ(after.data, stored.data);
+  for (const auto& gateway : gateways_) {
+    EXPECT_EQ(privacyAt(*gateway, target).value("blocked", json::array()), json::array())
+        << gateway->id();
+  }
+
+  // Set meanwhile through another gateway: gw-3 learns it once back (its watches went with the
+  // link; it reads every rule again on its new connection).
+  const json bobAndCarol{{"granularity", "exact"}, {"contacts", json::array({"bob", "carol"})}};
+  ASSERT_EQ(putPrivacy(*gateways_[0], target, bobAndCarol).status, 200);
+  gw3Proxy_->setMode(zktest::TcpProxy::Mode::pass);
+  EXPECT_TRUE(zktest::eventually(
+      [&] {
+        return privacyAt(cutOff, target).value("contacts", json::array()) ==
+               json::array({"bob", "carol"});
+      },
+      kSessionTimeout + 15s, 100ms))
+      << privacyAt(cutOff, target);
+}
+
+// A subscriber of a target at its shard's owner sees its versions; after the owner's SIGTERM the
+// shard's next owner sends versions above every one seen before (its take bumped the cluster's
+// epoch, the versions' high part), although its own view of the target starts again at 1.
+TEST_F(GatewayCluster, ATargetsVersionsAfterItsShardMovesAreAboveEveryVersionBefore) {
+  const std::string target = "acc-1";
+  auto& owner = byUrl(shardOwners(zkHosts_, root_).at(shardOf(target)));
+  const auto holder = elect(target, "agent-a");
+  ASSERT_EQ(
+      putPrivacy(owner, target, json{{"granularity", "exact"}, {"contacts", json::array({"bob"})}})
+          .status,
+      200);
+  auto bob = watchAt(owner, "bob", target);
+  bob->waitForLine("SNAPSHOT-END", 10s);
+  std::uint64_t before = 0;
+  // online, offline, online: three versions of the target at the first owner.
+  for (int step = 0; step < 3; ++step) {
+    const bool remove = step == 1;
+    http::ClientResponse answer;
+    ASSERT_TRUE(zktest::eventually(
+        [&] { return (answer = lease(owner, target, holder, 1 + step / 2, remove)).status == 200; },
+        5s))
+        << answer.status << " " << answer.body;
+    before = std::max(before, waitForStatus(*bob, target, remove ? "offline" : "online"));
+  }
+
+  owner.process().signal(SIGTERM);
+  std::string next;
+  ASSERT_TRUE(zktest::eventually(
+      [&] {
+        next = shardOwners(zkHosts_, root_).at(shardOf(target));
+        return !next.empty() && next != owner.url();
+      },
+      10s));
+  EXPECT_TRUE(owner.process().wait(20s).exitedWith(0)) << owner.process().stderrText();
+  auto& successor = byUrl(next);
+  auto bobAtNext = watchAt(successor, "bob", target);
+  bobAtNext->waitForLine("SNAPSHOT-END", 10s);
+  http::ClientResponse renewed;
+  ASSERT_TRUE(zktest::eventually(
+      [&] { return (renewed = lease(successor, target, holder, 3)).status == 200; }, 5s))
+      << renewed.status << " " << renewed.body;
+  const auto after = waitForStatus(*bobAtNext, target, "online");
+  EXPECT_GT(after, before) << "versions went backwards across the move: " << (before >> 32) << ":"
+                           << (before & 0xffffffffu) << " then " << (after >> 32) << ":"
+                           << (after & 0xffffffffu);
+  std::cout << "version before the move " << (before >> 32) << ":" << (before & 0xffffffffu)
+            << ", after at " << successor.id() << " " << (after >> 32) << ":"
+            << (after & 0xffffffffu) << "\n";
+}
+
+}  // namespace gateway_cluster_test
