@@ -21,15 +21,17 @@ struct Options {
   bool gatewayPartitions = false;  // also draw the partitions around the gateway (schedule.hpp)
   // The gateway's data dir on a tmpfs the nemesis fills (zktest/small_filesystem.hpp).
   bool diskFaults = false;
-  bool deviceStorms = false;  // also draw device_storm: every device reconnects at once
+  bool deviceStorms = false;    // also draw device_storm: every device reconnects at once
   bool noProcessKills = false;  // no fault kills an agent, the gateway or the devices (a soak)
-  bool clockSteps = false;    // also draw wall-clock steps (libfaketime under every agent, gateway)
+  bool clockSteps = false;  // also draw wall-clock steps (libfaketime under every agent, gateway)
   bool printSchedule = false;  // print the schedule as JSON and exit: nothing is started
   int sessionTimeoutMs = 1500;
   int workersPerAgent = 2;
   int devicesPerAccount = 2;
   int deviceTimingScale = 1;
-  int extraCalmMs = 0;  // quiet time added after every event (a soak's faults are periodic)  // every presence timing this many times longer (run.hpp)  // simulated devices (one zk-device process); 0: none
+  int extraCalmMs = 0;  // quiet time added after every event (a soak's faults are periodic)  //
+                        // every presence timing this many times longer (run.hpp)  // simulated
+                        // devices (one zk-device process); 0: none
   int thinkMs = 20;
   std::filesystem::path binDir;
 };
