@@ -231,15 +231,21 @@ struct PresenceStore::Impl {
       }
     }
     boost::asio::post(strand, [this, account, rules, invalid] {
-      if (stopped) return;
-      if (invalid) {
-        invalidPrivacy[account] = *invalid;
-      } else {
-        invalidPrivacy.erase(account);
-      }
-      service->privacy().replace(account, rules);
-      service->subscriptions().onPrivacyChange(account);
+      if (!stopped) applyPrivacy(account, rules, invalid);
     });
+  }
+
+  // On the strand: `rules` now hold for the account's live subscriptions; `invalid` says why the
+  // account's stored rules could not be read (they are then the fail-closed ones).
+  void applyPrivacy(const std::string& account, const presence::TargetPrivacy& rules,
+                    const std::optional<std::string>& invalid = std::nullopt) {
+    if (invalid) {
+      invalidPrivacy[account] = *invalid;
+    } else {
+      invalidPrivacy.erase(account);
+    }
+    service->privacy().replace(account, rules);
+    service->subscriptions().onPrivacyChange(account);
   }
 
   boost::asio::strand<boost::asio::io_context::executor_type> strand;
@@ -518,9 +524,7 @@ http::Response PresenceStore::putPrivacy(const std::string& account, std::string
     }
   }
   auto applied = impl.onStrand([&impl, account, rules] {
-    impl.invalidPrivacy.erase(account);
-    impl.service->privacy().replace(account, rules);
-    impl.service->subscriptions().onPrivacyChange(account);
+    impl.applyPrivacy(account, rules);
     return true;
   });
   // Saved but not applied in time: the strand applies it soon, a restart certainly.

@@ -27,10 +27,8 @@ inline std::optional<std::uint32_t> shardCountIn(const nlohmann::json& body) {
   // A signed integer too: parsed text holds non-negative numbers as unsigned, a json built in
   // code holds an int as signed.
   if (field == body.end() || !field->is_number_integer()) return std::nullopt;
-  const auto count = field->is_number_unsigned() ? field->get<std::uint64_t>()
-                     : field->get<std::int64_t>() > 0
-                         ? static_cast<std::uint64_t>(field->get<std::int64_t>())
-                         : std::uint64_t{0};
+  if (!field->is_number_unsigned() && field->get<std::int64_t>() <= 0) return std::nullopt;
+  const auto count = field->get<std::uint64_t>();
   if (count == 0 || count > kMaxShards) return std::nullopt;
   return static_cast<std::uint32_t>(count);
 }
