@@ -18,6 +18,7 @@ import sys
 import zlib
 from collections import Counter, defaultdict
 
+import zk_txnlog
 from report import write_report, write_svg
 
 OK = "ok"
@@ -31,9 +32,9 @@ INF = float("inf")
 # The check that broken fencing violates (the negative control): tokens accepted outside the
 # interval in which their node was active.
 FENCING_CHECK = "4"
-# Checks 4 and 6 take a node's creation from its ctime (ZooKeeper's wall clock, carried into the
-# run's clock at the observer's answer): three whole-millisecond readings, so it is known to
-# within this much. It is rounding, not slack.
+# Checks 4 and 6 take a node's life from ZooKeeper's transaction times (its leader's wall clock in
+# whole milliseconds, carried into the run's clock by two whole-millisecond readings), so it is
+# known to within this much. It is rounding, not slack.
 CLOCK_ROUNDING_MS = 2
 LEASE_JOURNAL_FIELDS = {"from_ms": int, "to_ms": int, "list": str, "account": str, "device": str,
                         "token": int, "counter": int, "instance": str, "session": int,
@@ -170,62 +171,77 @@ def load_history(out_dir):
     history["ops"] = [dict(zip(fields, row)) for row in history["ops"]]
     ofields = history["observer_fields"]
     history["observer"] = [dict(zip(ofields, row)) for row in history["observer"]]
-    for s in history["observer"]:
-        if s["present"] and not (isinstance(s.get("created_ms"), int) and s["created_ms"] >= 0):
-            raise SystemExit("check: %s: observer sample %s of a present node has no creation "
-                             "time (created_ms); was it written by an older chaos-runner?" %
-                             (path, json.dumps(s)))
     return history
 
 
 class ActiveTimeline:
-    """Per account, each active node the observers saw: seq, instance, when it was created, when
-    it was first seen present and when its absence (or a newer node) was first seen. zxids order
-    what different servers showed: a sample with a larger zxid is a newer state. `lags` are how
-    late the observers first saw each node after its creation, and `slack_ms` the largest of
-    them: the only slack checks 4 and 6 allow past a node's observed end (a watcher of the same
-    ensemble, such as the gateway, may learn of the end that much later)."""
+    """Per account, every active node's life from ZooKeeper's transaction logs (zk_txnlog): seq,
+    instance, session, created and gone (run ms; gone INF while it exists), and when the
+    observers first read it (INF: never; a node can live less than a read's round trip). `lags`
+    are how late the observers first saw each node they saw after its creation, and `slack_ms`
+    the largest of them: the only slack checks 4 and 6 allow past a node's end (a watcher of the
+    same ensemble, such as the gateway, may learn of the end that much later)."""
 
-    def __init__(self, samples):
-        by_account = defaultdict(list)
-        for s in samples:
-            by_account[s["account"]].append(s)
+    def __init__(self, log_nodes, samples, to_run_ms):
         self.nodes = {}
-        for account, ss in by_account.items():
-            nodes = {}
-            for s in ss:
-                if s["present"]:
-                    n = nodes.setdefault(s["zxid"], {"czxid": s["zxid"], "seq": s["seq"],
-                                                     "instance": s["instance"],
-                                                     "session": s["session"],
-                                                     "created": INF, "first": INF,
-                                                     "gone": INF})
-                    n["first"] = min(n["first"], s["t_ms"])
-                    n["created"] = min(n["created"], s["created_ms"])
-            # A sample with zxid z (a present node's czxid, or the pzxid read with an absence)
-            # shows every node created before z as gone.
-            ordered = sorted(ss, key=lambda s: s["zxid"])
-            zs = [s["zxid"] for s in ordered]
-            suffix_min = [INF] * (len(ordered) + 1)
-            for i in range(len(ordered) - 1, -1, -1):
-                suffix_min[i] = min(suffix_min[i + 1], ordered[i]["t_ms"])
-            for n in nodes.values():
-                n["gone"] = suffix_min[bisect.bisect_right(zs, n["czxid"])]
-            self.nodes[account] = sorted(nodes.values(), key=lambda n: n["czxid"])
+        by_czxid = {}
+        for account, ns in log_nodes.items():
+            converted = []
+            for n in ns:
+                c = dict(n, created=to_run_ms(n["created"]), first=INF,
+                         gone=INF if n["gone"] is None else to_run_ms(n["gone"]))
+                converted.append(c)
+                by_czxid[(account, n["czxid"])] = c
+            self.nodes[account] = converted
+        for s in samples:
+            if not s["present"]:
+                continue
+            n = by_czxid.get((s["account"], s["zxid"]))
+            if n is None or n["seq"] != s["seq"]:
+                raise SystemExit("check: the observers read %s's active node seq %d (czxid %#x) "
+                                 "at %d ms, which ZooKeeper's transaction logs %s: the logs are "
+                                 "incomplete or misread, and checks 1, 4 and 6 cannot be trusted" %
+                                 (s["account"], s["seq"], s["zxid"], s["t_ms"],
+                                  "do not hold" if n is None else "give seq %d" % n["seq"]))
+            n["first"] = min(n["first"], s["t_ms"])
         # A sample is stamped when its read was sent, so a node created during the read shows a
         # small negative lag: none.
         self.lags = sorted(max(0, n["first"] - n["created"]) for ns in self.nodes.values()
-                           for n in ns)
+                           for n in ns if n["first"] != INF)
         self.slack_ms = self.lags[-1] if self.lags else 0
+        self.unseen = sum(1 for ns in self.nodes.values() for n in ns if n["first"] == INF)
 
     def outside(self, n, lo, hi):
         """How far [lo, hi] (when a write was decided) lies outside node n's active interval:
-        before its creation, or after the observers saw it gone by more than the slack. 0 when
-        they overlap."""
+        before its creation, or after its end by more than the slack. 0 when they overlap."""
         return max(0, lo - n["gone"] - self.slack_ms, n["created"] - CLOCK_ROUNDING_MS - hi)
 
     def with_seq(self, account, seq):
         return [n for n in self.nodes.get(account, []) if n["seq"] == seq]
+
+
+def read_active_timeline(out_dir, history, notes):
+    """The ActiveTimeline of a run: ZooKeeper's logs as the runner copied them, their times
+    carried into the run's milliseconds by the wall-clock readings the runner took at its start
+    and at its end (interpolated: the two clocks may drift apart over a long run)."""
+    meta = history["meta"]
+    for key in ("zookeeper_logs", "wall_clock", "root"):
+        if key not in meta:
+            raise SystemExit("check: history.json has no meta.%s; was it written by an older "
+                             "chaos-runner?" % key)
+    (run0, wall0), (run1, wall1) = meta["wall_clock"]
+    rate = (run1 - run0) / (wall1 - wall0) if wall1 != wall0 else 1.0
+
+    def to_run_ms(wall):
+        return run0 + round((wall - wall0) * rate)
+
+    try:
+        changes, log_notes = zk_txnlog.read_logs(os.path.join(out_dir, meta["zookeeper_logs"]))
+    except (OSError, ValueError) as e:
+        raise SystemExit("check: ZooKeeper's transaction logs: %s" % e)
+    notes += log_notes
+    return ActiveTimeline(zk_txnlog.active_nodes(changes, meta["root"]), history["observer"],
+                          to_run_ms)
 
 
 def check(out_dir):
@@ -236,11 +252,11 @@ def check(out_dir):
     by_id = {}
     for op in ops:
         by_id[op["op_id"]] = op
-    timeline = ActiveTimeline(history["observer"])
+    timeline = read_active_timeline(out_dir, history, notes)
     violations = defaultdict(list)
 
     # 1. Per account, tokens never decrease in log order; each token belongs to one instance
-    #    (and one session), the one the observer saw holding active with that seq.
+    #    (and one session), the one ZooKeeper's log shows holding active with that seq.
     last_token = {}
     owner = {}
     for pos, r in enumerate(log_ops):
@@ -314,11 +330,11 @@ def check(out_dir):
         if op_id not in by_id:
             violations["3"].append("op %s is in the gateway log but was never sent" % op_id)
 
-    # 4. Every accepted token was the account's active seq at acceptance, per the observer. The
+    # 4. Every accepted token was the account's active seq at acceptance, per ZooKeeper's log. The
     #    acceptance instant lies after the invocation of every operation logged up to it (the log
     #    is in decision order) and before the acknowledgement of every operation logged from it
-    #    on. It must not lie before the node's creation, nor after the observers saw the node
-    #    gone by more than their largest measured lag (ActiveTimeline.outside).
+    #    on. It must not lie before the node's creation, nor after its end by more than the
+    #    observers' largest measured lag (ActiveTimeline.outside).
     #    An operation forwarded while the runner held its agent's gateway link reached the gateway
     #    no earlier than the link's release. Times are whole milliseconds: an operation invoked in
     #    the millisecond the hold was recorded may have gone through just before it, so only one
@@ -390,6 +406,8 @@ def check(out_dir):
     figures["held_accepted_stale"] = held_accepted_stale
     figures["lease_writes"] = leases
     figures["observer_lag_ms"] = _distribution(timeline.lags)
+    figures["active_nodes"] = sum(len(ns) for ns in timeline.nodes.values())
+    figures["active_nodes_unseen"] = timeline.unseen
     figures["not_done"] = [(e["index"], f["kind"], f["not_done"]) for e in history["events"]
                            for f in e["faults"] if "not_done" in f]
     # Presence answers the runner could not read as leases: the run's data is bad (main fails).
@@ -442,9 +460,9 @@ def _ms(x):
 
 
 def _seen(nodes):
-    return ", ".join("%s created %s, seen %s..%s ms" % (n["instance"], _ms(n["created"]),
-                                                        _ms(n["first"]), _ms(n["gone"]))
-                     for n in nodes) or "never seen as active"
+    return ", ".join("%s (session %d) from %s to %s ms" % (n["instance"], n["session"],
+                                                           _ms(n["created"]), _ms(n["gone"]))
+                     for n in nodes) or "never active"
 
 
 def _distribution(values):

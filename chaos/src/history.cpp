@@ -30,31 +30,34 @@ void Run::writeHistory() {
   // The steady clock is the system's monotonic one, which the gateway's lease journal stamps
   // too: its times less this are the run's.
   const auto t0Steady = std::chrono::duration_cast<milliseconds>(t0_.time_since_epoch()).count();
-  json meta{{"seed", o_.seed},
-            {"events", o_.events},
-            {"duration_s", o_.durationS},
-            {"accounts", accounts_},
-            {"agents", agentIds_},
-            {"session_timeout_ms", o_.sessionTimeoutMs},
-            {"break_fencing", o_.breakFencing},
-            {"gateway_partitions", o_.gatewayPartitions},
-            {"clock_steps", o_.clockSteps},
-            {"gateway_mode", o_.breakFencing ? "hwm_only" : "zookeeper (untrusted: refuse)"},
-            {"lock_delay_ms", o_.breakFencing ? kBreakLockDelayMs : 0},
-            {"root", kRoot},
-            {"gateway_data", "gateway-data"},
-            {"lease_journal", kLeaseJournal},
-            {"t0_steady_ms", t0Steady},
-            {"devices",
-             {{"count", o_.devicesPerAccount * o_.accounts},
-              {"per_account", o_.devicesPerAccount},
-              {"heartbeat_ms", timings_.heartbeatMs},
-              {"timeout_ms", timings_.timeoutMs},
-              {"renew_interval_ms", timings_.renewIntervalMs},
-              {"lease_ttl_ms", timings_.leaseTtlMs},
-              {"backoff_max_ms", timings_.backoffMaxMs},
-              {"lease_samples", leaseSamples}}},
-            {"ended_ms", now()}};
+  json meta{
+      {"seed", o_.seed},
+      {"events", o_.events},
+      {"duration_s", o_.durationS},
+      {"accounts", accounts_},
+      {"agents", agentIds_},
+      {"session_timeout_ms", o_.sessionTimeoutMs},
+      {"break_fencing", o_.breakFencing},
+      {"gateway_partitions", o_.gatewayPartitions},
+      {"clock_steps", o_.clockSteps},
+      {"gateway_mode", o_.breakFencing ? "hwm_only" : "zookeeper (untrusted: refuse)"},
+      {"lock_delay_ms", o_.breakFencing ? kBreakLockDelayMs : 0},
+      {"root", kRoot},
+      {"gateway_data", "gateway-data"},
+      {"lease_journal", kLeaseJournal},
+      {"t0_steady_ms", t0Steady},
+      {"zookeeper_logs", kZooKeeperLogs},
+      {"wall_clock", json::array({json::array({0, t0WallMs_}), json::array({now(), wallMs()})})},
+      {"devices",
+       {{"count", o_.devicesPerAccount * o_.accounts},
+        {"per_account", o_.devicesPerAccount},
+        {"heartbeat_ms", timings_.heartbeatMs},
+        {"timeout_ms", timings_.timeoutMs},
+        {"renew_interval_ms", timings_.renewIntervalMs},
+        {"lease_ttl_ms", timings_.leaseTtlMs},
+        {"backoff_max_ms", timings_.backoffMaxMs},
+        {"lease_samples", leaseSamples}}},
+      {"ended_ms", now()}};
   json badAnswers;
   {
     std::lock_guard lock(leasesMu_);
@@ -67,12 +70,12 @@ void Run::writeHistory() {
       << ",\n\"gateway_runs\":" << gatewayRunLog_.dump()
       << ",\n\"bad_gateway_answers\":" << badAnswers.dump()
       << ",\n\"observer_fields\":[\"t_ms\",\"server\",\"account\",\"present\",\"seq\",\"instance\","
-         "\"session\",\"zxid\",\"created_ms\"],\n\"observer\":[";
+         "\"session\",\"zxid\"],\n\"observer\":[";
   bool first = true;
   for (const auto& s : observer_ ? observer_->samples() : std::vector<ActiveSample>{}) {
     out << (first ? "\n" : ",\n")
-        << json::array({s.tMs, s.server, s.account, s.present, s.seq, s.instance, s.sessionId,
-                        s.zxid, s.createdMs})
+        << json::array(
+               {s.tMs, s.server, s.account, s.present, s.seq, s.instance, s.sessionId, s.zxid})
                .dump();
     first = false;
   }
@@ -90,11 +93,30 @@ void Run::writeHistory() {
   out << "]}\n";
   out.close();
   fs::rename(tmp, o_.out / "history.json");
+  copyZooKeeperLogs();
   for (std::size_t s = 0; zk_ && s < zk_->size(); ++s) {
     std::error_code ignored;
     fs::copy_file(zk_->server(s).directory() / "server.log",
                   o_.out / "logs" / ("zk-" + std::to_string(s) + ".log"),
                   fs::copy_options::overwrite_existing, ignored);
+  }
+}
+
+void Run::copyZooKeeperLogs() {
+  for (std::size_t s = 0; zk_ && s < zk_->size(); ++s) {
+    const fs::path from = zk_->server(s).directory() / "data" / "version-2";
+    const fs::path to = o_.out / kZooKeeperLogs / ("server-" + std::to_string(s));
+    fs::remove_all(to);
+    fs::create_directories(to);
+    std::error_code missing;
+    for (const auto& entry : fs::directory_iterator(from, missing)) {
+      const std::string name = entry.path().filename().string();
+      if (!name.starts_with("log.")) continue;
+      std::ifstream in(entry.path(), std::ios::binary);
+      std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      bytes.resize(bytes.find_last_not_of('\0') + 1);  // npos + 1 == 0: all zeros
+      std::ofstream(to / name, std::ios::binary) << bytes;
+    }
   }
 }
 

@@ -101,11 +101,7 @@ struct ActiveObserver::Impl {
       const std::int64_t asked = nowMs();
       int rc = zoo_wget(server.zh, path.c_str(), onWatch, &server, buffer, &size, &stat);
       if (rc == ZOK) {
-        const std::int64_t wall = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                      std::chrono::system_clock::now().time_since_epoch())
-                                      .count();
         ActiveSample s{asked, server.index, account, true, -1, {}, 0, stat.czxid};
-        s.createdMs = nowMs() - (wall - stat.ctime);
         if (auto info = election::parseActive(std::string_view(buffer, size > 0 ? size : 0))) {
           s.seq = info->seq;
           s.instance = info->instanceId;

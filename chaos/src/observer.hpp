@@ -24,11 +24,9 @@ struct ActiveSample {
   std::int64_t seq = -1;
   std::string instance;
   std::int64_t sessionId = 0;
-  std::int64_t zxid = 0;  // czxid of the node when present, pzxid of the account node when absent
-  // When a present node was created, in the run's milliseconds: its ctime (the ZooKeeper
-  // leader's wall clock) less the wall clock at the answer, added to the run's clock then. How
-  // late the observers first saw the node is their lag. -1 when absent.
-  std::int64_t createdMs = -1;
+  // czxid of the node when present (the checker finds the node's life in ZooKeeper's logs by
+  // it), pzxid of the account node when absent
+  std::int64_t zxid = 0;
 };
 
 class ActiveObserver {

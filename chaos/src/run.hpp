@@ -40,6 +40,7 @@ using SteadyClock = std::chrono::steady_clock;
 constexpr const char* kRoot = "/chaos/accounts";
 constexpr const char* kAgentsPath = "/chaos/agents";
 constexpr const char* kLeaseJournal = "lease-journal.jsonl";  // in the output dir
+constexpr const char* kZooKeeperLogs = "zookeeper";           // in the output dir
 constexpr int kBreakLockDelayMs =
     4000;  // the successor's first ops wait; held stale ops land first
 constexpr int kStaleDeliveryDelayMs = 2000;
@@ -96,7 +97,8 @@ struct AgentStatus {
 
 class Run {
  public:
-  explicit Run(Options options) : o_(std::move(options)), t0_(SteadyClock::now()) {
+  explicit Run(Options options)
+      : o_(std::move(options)), t0_(SteadyClock::now()), t0WallMs_(wallMs()) {
     for (int i = 0; i < o_.accounts; ++i) accounts_.push_back("acct-" + std::to_string(i));
     for (int i = 0; i < o_.agents; ++i) agentIds_.push_back("agent-" + std::to_string(i));
   }
@@ -116,6 +118,11 @@ class Run {
  private:
   std::int64_t now() const {
     return std::chrono::duration_cast<milliseconds>(SteadyClock::now() - t0_).count();
+  }
+  static std::int64_t wallMs() {
+    return std::chrono::duration_cast<milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
   }
   fs::path binary(const std::string& name) const {
     return o_.binDir.empty() ? zktest::binaryPath(name) : o_.binDir / name;
@@ -179,10 +186,16 @@ class Run {
   // ---- faults ----
   json runFault(const Fault& fault, int eventIndex);
   void writeHistory();
+  // Each server's transaction logs (what the checker reads every `active` node's life from) into
+  // DIR/zookeeper/server-N/, without the zeros the server preallocates past the last transaction.
+  void copyZooKeeperLogs();
 
   Options o_;
   const DeviceTimings timings_ = DeviceTimings::scaled(o_.deviceTimingScale);
   SteadyClock::time_point t0_;
+  // ZooKeeper stamps its transactions with its wall clock: the checker carries those times into
+  // the run's milliseconds by the wall clock read at t0_ and at the history's writing.
+  std::int64_t t0WallMs_;
   std::vector<std::string> accounts_;
   std::vector<std::string> agentIds_;
   std::mutex mu_;

@@ -3,6 +3,7 @@
 violation is reported by the check that guards it (and only a broken history fails)."""
 import json
 import os
+import shutil
 import struct
 import sys
 import tempfile
@@ -27,17 +28,44 @@ def accepted_record(account, op_id, token, instance, session=7):
     return struct.pack("<II", len(body), zlib.crc32(body) & 0xFFFFFFFF) + body
 
 
+WALL0_MS = 1_700_000_000_000  # the wall clock at the run's start
+ROOT = "/chaos/accounts"
+
+
+def jute_string(b):
+    return struct.pack(">i", len(b)) + b
+
+
+def create_txn(path, data, ephemeral):
+    return (jute_string(path.encode()) + jute_string(data) + struct.pack(">i", 0) +
+            (b"\x01" if ephemeral else b"\x00") + struct.pack(">i", 0))
+
+
+def txn_entry(session, zxid, time, kind, record):
+    """One ZooKeeper transaction log entry (zk_txnlog's docstring has the format)."""
+    body = struct.pack(">qiqqi", session, 0, zxid, time, kind) + record
+    return (struct.pack(">qi", zlib.adler32(body) & 0xFFFFFFFF, len(body)) + body + b"B")
+
+
+def txn_log(entries):
+    # The header, the entries, then the zeros the server preallocates.
+    return struct.pack(">iiq", 0x5A4B4C47, 2, 0) + b"".join(entries) + b"\0" * 64
+
+
 class Run:
-    """acct-0 led by agent-0 (seq 1, created at 5 ms) until 1000 ms, then by agent-1 (seq 2,
-    created at 1005 ms); the observers see each node 5 ms after its creation."""
+    """acct-0 led by agent-0 (seq 1, session 7, created at 5 ms) until 1000 ms, when its session
+    expired, then by agent-1 (seq 2, session 8, created at 1005 ms); the observers read each node
+    5 ms after its creation."""
 
     def __init__(self):
         self.ops = []
         self.log = []
-        self.observer = [
-            [10, 0, "acct-0", True, 1, "agent-0", 7, 100, 5],
-            [1000, 0, "acct-0", False, -1, "", 0, 105, -1],
-            [1010, 0, "acct-0", True, 2, "agent-1", 8, 110, 1005],
+        # Each active node's life as ZooKeeper logs it; `seen`: when the observers first read it.
+        self.nodes = [
+            {"seq": 1, "instance": "agent-0", "session": 7, "created": 5, "gone": 1000,
+             "ended_by": "close", "seen": 10},
+            {"seq": 2, "instance": "agent-1", "session": 8, "created": 1005, "gone": None,
+             "ended_by": None, "seen": 1010},
         ]
         self.final = {"last_heal_ms": 1500, "accounts": {"acct-0": {"led_ms": 50}}}
         self.events = [{"index": 0, "kinds": "agent_kill", "start_ms": 900, "heal_ms": 1100,
@@ -47,6 +75,29 @@ class Run:
         self.devices = {"count": 0}
         self.journal = []
         self.bad_answers = {"count": 0, "first": []}
+
+    def zookeeper_changes(self):
+        """The nodes' creations and ends in time order, each with its zxid: (time, zxid,
+        session, type, record). Servers log a handover as one multi; here every change is its own
+        transaction, ends by `ended_by`: "delete", or "close" (the session's expiry)."""
+        path = ROOT + "/acct-0/active"
+        changes = []
+        for n in self.nodes:
+            data = json.dumps({"seq": n["seq"], "instanceId": n["instance"],
+                               "sessionId": n["session"]}).encode()
+            changes.append((n["created"], n["session"], 1, create_txn(path, data, True)))
+            if n["ended_by"] == "delete":
+                changes.append((n["gone"], n["session"], 2, jute_string(path.encode())))
+            elif n["ended_by"] == "close":
+                changes.append((n["gone"], n["session"], -11, struct.pack(">i", 0)))
+        changes.sort(key=lambda c: c[0])
+        return [(t, 100 + i, session, kind, record)
+                for i, (t, session, kind, record) in enumerate(changes)]
+
+    def observer_samples(self):
+        zxid = {(t, kind): z for t, z, _, kind, _ in self.zookeeper_changes()}
+        return [[n["seen"], 0, "acct-0", True, n["seq"], n["instance"], n["session"],
+                 zxid[(n["created"], 1)]] for n in self.nodes if n["seen"]]
 
     def with_device(self, leased_ms=300):
         """acct-0/dev-0, leased under seq 2 after the last heal."""
@@ -94,19 +145,28 @@ class Run:
         os.makedirs(os.path.join(directory, "gateway-data"))
         with open(os.path.join(directory, "gateway-data", "log.%020d" % 0), "wb") as f:
             f.write(b"".join(self.log))
+        entries = [txn_entry(session, zxid, WALL0_MS + t, kind, record)
+                   for t, zxid, session, kind, record in self.zookeeper_changes()]
+        # Server 1 was down while the second half was committed: the union has every change.
+        for server, logged in (("server-0", entries), ("server-1", entries[:len(entries) // 2])):
+            os.makedirs(os.path.join(directory, "zookeeper", server))
+            with open(os.path.join(directory, "zookeeper", server, "log.1"), "wb") as f:
+                f.write(txn_log(logged))
         history = {
             "meta": {"seed": 1, "events": 1, "accounts": ["acct-0"], "agents": ["agent-0",
                                                                                 "agent-1"],
                      "session_timeout_ms": 1500, "break_fencing": False, "lock_delay_ms": 0,
                      "gateway_mode": "zookeeper", "gateway_data": "gateway-data",
                      "ended_ms": 2000, "devices": self.devices,
-                     "lease_journal": "lease-journal.jsonl", "t0_steady_ms": T0_STEADY_MS},
+                     "lease_journal": "lease-journal.jsonl", "t0_steady_ms": T0_STEADY_MS,
+                     "root": ROOT, "zookeeper_logs": "zookeeper",
+                     "wall_clock": [[0, WALL0_MS], [2000, WALL0_MS + 2000]]},
             "schedule": [], "final": self.final, "gateway_runs": [],
             "bad_gateway_answers": self.bad_answers,
             "events": self.events,
             "observer_fields": ["t_ms", "server", "account", "present", "seq", "instance",
-                                "session", "zxid", "created_ms"],
-            "observer": self.observer,
+                                "session", "zxid"],
+            "observer": self.observer_samples(),
             "ops_fields": ["invoked_ms", "completed_ms", "agent", "account", "op_id", "status",
                            "outcome", "token", "probe"],
             "ops": self.ops,
@@ -241,38 +301,82 @@ class CheckerTest(unittest.TestCase):
 
     def test_a_token_accepted_after_its_node_was_created_but_before_it_was_seen_is_not_stale(self):
         r = clean()
-        r.observer[2][0] = 3000  # the observers reconnected and saw seq 2 only at 3000 ms
+        r.nodes[1]["seen"] = 3000  # the observers reconnected and read seq 2 only at 3000 ms
         self.assertEqual(self.violations(r), {})
+
+    def test_writes_under_a_node_the_observers_never_read_are_judged_by_its_logged_life(self):
+        # Seq 2 handed over at 1200 ms to agent-0's seq 3 (session 9), which lived 195 ms and
+        # was never read by the observers; its lease writes within that life are legitimate.
+        def run(write_at):
+            r = clean()
+            r.nodes[1].update(gone=1200, ended_by="delete")
+            r.nodes.append({"seq": 3, "instance": "agent-0", "session": 9, "created": 1205,
+                            "gone": 1400, "ended_by": "close", "seen": None})
+            r.with_device()
+            r.lease_write(write_at, 3, "agent-0", session=9)
+            return r
+        self.assertEqual(self.violations(run(1300)), {})
+        self.assertEqual(set(self.violations(run(1700))), {"6"})
+        self.assertEqual(self.figures(run(1300))["active_nodes_unseen"], 1)
 
     def test_a_token_accepted_before_its_node_was_created_violates_check_4(self):
         r = clean()
         # Seq 2 created at 1200 ms (seen at 1205): op c was acknowledged at 1110 ms. The early
         # side once had 5 s of extra slack and let this pass.
-        r.observer[2][0], r.observer[2][8] = 1205, 1200
+        r.nodes[1].update(created=1200, seen=1205)
         self.assertEqual(set(self.violations(r)), {"4"})
-        r.observer[2][8] = 1110 + check.CLOCK_ROUNDING_MS  # within the clock's rounding
+        r.nodes[1]["created"] = 1110 + check.CLOCK_ROUNDING_MS  # within the clock's rounding
         self.assertEqual(self.violations(r), {})
 
     def test_past_a_nodes_end_the_observers_largest_lag_is_the_only_slack(self):
         def stale_at(invoked, lag):
             r = clean()
-            r.observer[2][0] = 1005 + lag  # seq 2 seen `lag` ms after its creation
+            r.nodes[1]["seen"] = 1005 + lag  # seq 2 read `lag` ms after its creation
             r.log.insert(2, accepted_record("acct-0", "stale", 1, "agent-0"))
             r.ops.append([invoked, 3000, 0, "acct-0", "stale", 0, "timeout", -1, False])
             return r
-        # seq 1 was seen gone at 1000 ms; op c (logged next) was invoked at 1100 ms.
+        # seq 1 ended at 1000 ms; op c (logged next) was invoked at 1100 ms.
         self.assertEqual(self.violations(stale_at(1090, lag=100)), {})
         self.assertEqual(set(self.violations(stale_at(1090, lag=80))), {"4"})
         figures = self.figures(stale_at(1090, lag=100))
         self.assertEqual(figures["observer_lag_ms"],
                          {"count": 2, "p50": 100, "p99": 100, "max": 100})
 
-    def test_an_observer_sample_without_a_creation_time_is_bad_data(self):
+    def test_a_node_the_observers_read_that_the_zookeeper_logs_lack_is_bad_data(self):
+        with tempfile.TemporaryDirectory() as d:
+            clean().write(d)
+            path = os.path.join(d, "history.json")
+            with open(path) as f:
+                history = json.load(f)
+            history["observer"][1][7] = 999  # a czxid no log holds
+            with open(path, "w") as f:
+                json.dump(history, f)
+            with self.assertRaises(SystemExit) as raised:
+                check.check(d)
+            self.assertIn("transaction logs do not hold", str(raised.exception))
+
+    def test_without_the_zookeeper_logs_the_run_cannot_be_checked(self):
+        with tempfile.TemporaryDirectory() as d:
+            clean().write(d)
+            shutil.rmtree(os.path.join(d, "zookeeper"))
+            with self.assertRaises(SystemExit) as raised:
+                check.check(d)
+            self.assertIn("transaction logs", str(raised.exception))
+
+    def test_a_transaction_log_entry_cut_short_ends_the_file_and_is_noted(self):
         r = clean()
-        del r.observer[0][8]
-        with self.assertRaises(SystemExit) as raised:
-            self.violations(r)
-        self.assertIn("created_ms", str(raised.exception))
+        r.nodes[1]["seen"] = None
+        with tempfile.TemporaryDirectory() as d:
+            r.write(d)
+            path = os.path.join(d, "zookeeper", "server-0", "log.1")
+            with open(path, "rb") as f:
+                data = f.read().rstrip(b"\0")
+            with open(path, "wb") as f:
+                f.write(data[:-5])  # the last change (seq 2's creation) torn
+            _, timeline, _, _, _, figures, _ = check.check(d)
+            self.assertTrue(any("cut short" in n for n in figures["notes"]), figures["notes"])
+            # Server 1's log stops earlier still: seq 2's creation is in neither.
+        self.assertEqual([n["seq"] for n in timeline.nodes["acct-0"]], [1])
 
     def test_a_fault_not_carried_out_is_counted_and_reported(self):
         r = clean()
@@ -308,7 +412,7 @@ class CheckerTest(unittest.TestCase):
         r = Run()
         r.op("a", 100, 110, 0, 1)
         r.with_device()
-        r.observer[2][0], r.observer[2][8] = 1605, 1600
+        r.nodes[1].update(created=1600, seen=1605)
         r.lease_write(1400, 2, "agent-1")  # before seq 2 existed
         self.assertEqual(set(self.violations(r)), {"6"})
 
