@@ -101,17 +101,25 @@ def _records(data):
     return None
 
 
-def read_gateway_log(data_dir):
-    """Accepted operations in log order, the other records, and notes about the files."""
+def read_gateway_log(data_dir, archive_dir=None):
+    """Accepted operations in log order, the other records, and notes about the files. The
+    runner's archive (hard links of every log the gateway wrote) holds the logs a compaction
+    deleted; a generation missing from both is noted as a compaction the log cannot show."""
     notes, ops, others = [], [], []
-    if os.path.exists(os.path.join(data_dir, "snapshot")):
-        notes.append("a compaction happened: operations folded into the snapshot before the "
-                     "current log cannot be checked one by one")
-    logs = sorted(f for f in os.listdir(data_dir) if f.startswith("log."))
-    if not logs:
+    paths = {}
+    for folder in (archive_dir, data_dir):  # the data dir's copy wins: the same file
+        if folder and os.path.isdir(folder):
+            paths.update((f, os.path.join(folder, f)) for f in os.listdir(folder)
+                         if f.startswith("log."))
+    if not paths:
         raise SystemExit("check: no log.* in %s" % data_dir)
-    for name in logs:
-        with open(os.path.join(data_dir, name), "rb") as f:
+    generations = sorted(int(name[len("log."):]) for name in paths)
+    if generations != list(range(generations[0], generations[-1] + 1)) or generations[0] != 0:
+        notes.append("a compaction happened: operations folded into the snapshot from logs "
+                     "neither the data dir nor the archive holds cannot be checked one by one "
+                     "(generations %s)" % generations)
+    for name in sorted(paths):
+        with open(paths[name], "rb") as f:
             data = f.read()
         gen = _records(data)
         while True:
@@ -247,7 +255,12 @@ def read_active_timeline(out_dir, history, notes):
 def check(out_dir):
     history = load_history(out_dir)
     meta = history["meta"]
-    log_ops, log_others, notes = read_gateway_log(os.path.join(out_dir, meta["gateway_data"]))
+    archive = meta.get("gateway_log_archive")
+    log_ops, log_others, notes = read_gateway_log(os.path.join(out_dir, meta["gateway_data"]),
+                                                  archive and os.path.join(out_dir, archive))
+    if meta.get("gateway_log_archive_error"):
+        notes.append("the runner could not archive every gateway log: %s" %
+                     meta["gateway_log_archive_error"])
     ops = history["ops"]
     by_id = {}
     for op in ops:

@@ -27,6 +27,8 @@ Options:
   --zk-session-timeout-ms N ZooKeeper session timeout (default 10000, 400 to 600000); a cut link
                             is noticed after two thirds of it
   --commit-mode MODE        group (default) or per_operation (one fsync per operation)
+  --compact-after-mib N     fold the operation log into a snapshot once it reaches N MiB
+                            (default 64; 0: never)
   --config FILE             JSON config file; flags given on the command line override it
   --lease-ttl-ms N          presence lease lifetime after its last renewal (default 150000)
   --lease-sweep-ms N        how often expired leases are swept (default 5000, at most the TTL)
@@ -85,6 +87,7 @@ constexpr int64_t kMaxCoalesceMs = 60000;
 constexpr int64_t kMaxSubscriberQueue = 65536;
 constexpr int64_t kMaxSubscribers = 1000000;
 constexpr int64_t kMaxRequestsPerSecond = 1000000;
+constexpr int64_t kMaxCompactAfterMib = 1 << 20;  // 1 TiB: beyond it "never" is meant
 
 // A token file holds the token alone; one trailing newline (as editors write it) is not part of it.
 std::string readTokenFile(std::string_view field, const std::string& path) {
@@ -264,6 +267,9 @@ Config parseConfigJson(std::string_view text, Config config, const std::filesyst
   }
   const auto commitKey = key(top, "commit_mode", "commitMode");
   if (auto mode = top.string(commitKey)) setCommitMode(config, commitKey, *mode);
+  if (auto mib = top.integer("compact_after_mib", 0, kMaxCompactAfterMib)) {
+    config.compactAfterMib = static_cast<std::uint64_t>(*mib);
+  }
   if (auto timeout = top.integer(key(top, "agent_timeout_ms", "agentTimeoutMs"), 100, 3600000)) {
     config.agentTimeoutMs = static_cast<int>(*timeout);
   }
@@ -388,6 +394,9 @@ CommandLine parseCommandLine(const std::vector<std::string>& args,
         config.zkSessionTimeoutMs = static_cast<int>(parseInteger(flag, value, 400, 600000));
       } else if (flag == "--commit-mode") {
         setCommitMode(config, flag, value);
+      } else if (flag == "--compact-after-mib") {
+        config.compactAfterMib =
+            static_cast<std::uint64_t>(parseInteger(flag, value, 0, kMaxCompactAfterMib));
       } else if (flag == "--lease-ttl-ms") {
         config.leaseTtlMs =
             static_cast<int>(parseInteger(flag, value, kMinLeaseTtlMs, kMaxLeaseMs));

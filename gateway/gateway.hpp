@@ -59,6 +59,9 @@ struct Config {
   bool insecure = false;
   std::vector<std::string> accounts;  // empty: any valid account id
   fencing::CommitMode commitMode = fencing::CommitMode::group;
+  // The operation log is folded into a snapshot once it reaches this many MiB (docs/fencing.md,
+  // "Compaction"): what bounds the data dir. 0: never.
+  std::uint64_t compactAfterMib = 64;
   size_t handlerThreads = 64;  // concurrent ops waiting on one group commit
   int agentTimeoutMs = 5000;   // an agent silent this long on /healthz counts as gone
   size_t ioThreads = 2;

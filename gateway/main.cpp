@@ -38,7 +38,9 @@ void refreshPeriodically(boost::asio::steady_timer& timer, gateway::Gateway& gat
 }
 
 int run(const gateway::Config& config) {
-  fencing::TokenValidator validator({.dataDir = config.dataDir, .commitMode = config.commitMode});
+  fencing::TokenValidator validator({.dataDir = config.dataDir,
+                                     .commitMode = config.commitMode,
+                                     .compactAfterLogBytes = config.compactAfterMib << 20});
   const auto& recovery = validator.recovery();
   spdlog::info("data dir {}: {} accounts from snapshot, {} log records replayed{}",
                config.dataDir.string(), recovery.snapshotAccounts, recovery.replayedRecords,

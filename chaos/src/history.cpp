@@ -4,6 +4,7 @@
 #include "run.hpp"
 
 namespace zkagent::chaos {
+using namespace std::chrono_literals;
 
 json scheduleJson(const std::vector<Event>& schedule) {
   json planned = json::array();
@@ -47,6 +48,8 @@ void Run::writeHistory() {
       {"lease_journal", kLeaseJournal},
       {"t0_steady_ms", t0Steady},
       {"zookeeper_logs", kZooKeeperLogs},
+      {"gateway_log_archive", kGatewayLogArchive},
+      {"gateway_log_archive_error", archiveError()},
       {"wall_clock", json::array({json::array({0, t0WallMs_}), json::array({now(), wallMs()})})},
       {"devices",
        {{"count", o_.devicesPerAccount * o_.accounts},
@@ -99,6 +102,28 @@ void Run::writeHistory() {
     fs::copy_file(zk_->server(s).directory() / "server.log",
                   o_.out / "logs" / ("zk-" + std::to_string(s) + ".log"),
                   fs::copy_options::overwrite_existing, ignored);
+  }
+}
+
+void Run::archiveGatewayLogs() {
+  const fs::path from = o_.out / "gateway-data";
+  const fs::path to = o_.out / kGatewayLogArchive;
+  while (!stopPolling_) {
+    std::error_code error;
+    for (const auto& entry : fs::directory_iterator(from, error)) {
+      const auto name = entry.path().filename();
+      if (!name.string().starts_with("log.") || fs::exists(to / name)) continue;
+      std::error_code linkError;
+      fs::create_hard_link(entry.path(), to / name, linkError);
+      // A log compacted away between the listing and the link is gone: the runner polls far
+      // more often than the gateway rotates, so that is a log it linked before.
+      if (linkError && linkError != std::errc::no_such_file_or_directory) {
+        std::lock_guard lock(mu_);
+        if (archiveError_.empty())
+          archiveError_ = (to / name).string() + ": " + linkError.message();
+      }
+    }
+    std::this_thread::sleep_for(250ms);
   }
 }
 

@@ -17,6 +17,7 @@ namespace {
          "                    [--break-fencing] [--gateway-partitions] [--clock-steps]\n"
          "                    [--disk-faults] [--device-storms] [--duration-s S]\n"
          "                    [--device-timing-scale K] [--calm-ms MS] [--no-process-kills]\n"
+         "                    [--gateway-compact-after-mib N]\n"
          "       chaos-runner --print-schedule --events N --seed S [--agents M]\n";
   std::exit(exitCode);
 }
@@ -96,6 +97,8 @@ Options parseOptions(int argc, char** argv) {
       o.deviceTimingScale = static_cast<int>(parseNumber(flag, value, 1, 100));
     } else if (flag == "--calm-ms") {
       o.extraCalmMs = static_cast<int>(parseNumber(flag, value, 0, 3600 * 1000));
+    } else if (flag == "--gateway-compact-after-mib") {
+      o.gatewayCompactAfterMib = static_cast<int>(parseNumber(flag, value, 0, 1 << 20));
     } else if (flag == "--think-ms") {
       o.thinkMs = static_cast<int>(parseNumber(flag, value, 0, 10000));
     } else if (flag == "--bin-dir") {

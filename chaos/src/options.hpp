@@ -27,11 +27,10 @@ struct Options {
   bool printSchedule = false;  // print the schedule as JSON and exit: nothing is started
   int sessionTimeoutMs = 1500;
   int workersPerAgent = 2;
-  int devicesPerAccount = 2;
-  int deviceTimingScale = 1;
-  int extraCalmMs = 0;  // quiet time added after every event (a soak's faults are periodic)  //
-                        // every presence timing this many times longer (run.hpp)  // simulated
-                        // devices (one zk-device process); 0: none
+  int devicesPerAccount = 2;  // simulated devices (one zk-device process); 0: none
+  int deviceTimingScale = 1;  // every presence timing this many times longer (run.hpp)
+  int extraCalmMs = 0;        // quiet time added after every event (a soak's faults are periodic)
+  int gatewayCompactAfterMib = -1;  // the gateway's --compact-after-mib; -1: its default
   int thinkMs = 20;
   std::filesystem::path binDir;
 };

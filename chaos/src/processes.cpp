@@ -76,6 +76,9 @@ void Run::startGateway() {
                                 std::to_string(timings_.leaseSweepMs),
                                 // Every lease write's decision, for check 6; restarts append.
                                 "--lease-journal", (o_.out / kLeaseJournal).string()};
+  if (o_.gatewayCompactAfterMib >= 0) {
+    args.insert(args.end(), {"--compact-after-mib", std::to_string(o_.gatewayCompactAfterMib)});
+  }
   if (!o_.breakFencing) {
     // ZooKeeper mode, strict: while its ZooKeeper session is down the gateway refuses (503)
     // rather than falling back to the HWM alone, so every acceptance was checked against active.

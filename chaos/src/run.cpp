@@ -37,6 +37,8 @@ int Run::runSchedule() {
   if (o_.diskFaults)
     gatewayDisk_ = std::make_unique<zktest::SmallFilesystem>(o_.out / "gateway-data", 64 << 20);
   fs::remove(o_.out / kLeaseJournal);  // the gateway appends to it
+  fs::remove_all(o_.out / kGatewayLogArchive);
+  fs::create_directories(o_.out / kGatewayLogArchive);
   spawners_ = std::make_unique<Spawners>(4);
   schedule_ = makeSchedule(scheduleOptions(o_));
   const auto& schedule = schedule_;
@@ -92,6 +94,7 @@ int Run::runSchedule() {
   if (!settled(-1)) throw std::runtime_error("the accounts are not all led 60 s after the start");
   startDevices();
   pollers_.emplace_back([this] { pollLeases(); });
+  pollers_.emplace_back([this] { archiveGatewayLogs(); });
   const auto devicesDeadline = SteadyClock::now() + 30s;
   while (!everyDeviceLeased() && SteadyClock::now() < devicesDeadline)
     std::this_thread::sleep_for(100ms);

@@ -39,8 +39,9 @@ using SteadyClock = std::chrono::steady_clock;
 
 constexpr const char* kRoot = "/chaos/accounts";
 constexpr const char* kAgentsPath = "/chaos/agents";
-constexpr const char* kLeaseJournal = "lease-journal.jsonl";  // in the output dir
-constexpr const char* kZooKeeperLogs = "zookeeper";           // in the output dir
+constexpr const char* kLeaseJournal = "lease-journal.jsonl";       // in the output dir
+constexpr const char* kZooKeeperLogs = "zookeeper";                // in the output dir
+constexpr const char* kGatewayLogArchive = "gateway-log-archive";  // in the output dir
 constexpr int kBreakLockDelayMs =
     4000;  // the successor's first ops wait; held stale ops land first
 constexpr int kStaleDeliveryDelayMs = 2000;
@@ -154,6 +155,13 @@ class Run {
   // (account, device) of every simulated device, as zk-device spreads them.
   std::vector<std::pair<std::string, std::string>> deviceKeys() const;
   void pollLeases();
+  // Hard-links every log file of the gateway into DIR/gateway-log-archive as it appears, so a
+  // compaction's deleting a log loses nothing the checker reads (check 3 over a soak).
+  void archiveGatewayLogs();
+  std::string archiveError() {
+    std::lock_guard lock(mu_);
+    return archiveError_;
+  }
   // The token of the device's lease in the gateway's last answer when it is the account's
   // current active seq.
   std::optional<std::int64_t> leaseUnderLeader(const std::string& account,
@@ -199,6 +207,7 @@ class Run {
   std::vector<std::string> accounts_;
   std::vector<std::string> agentIds_;
   std::mutex mu_;
+  std::string archiveError_;  // the first log the archive could not link (e.g. across mounts)
 
   // Declared first so it is destroyed last: its threads' exit kills the children they started.
   std::unique_ptr<Spawners> spawners_;

@@ -160,6 +160,7 @@ class Run:
                      "ended_ms": 2000, "devices": self.devices,
                      "lease_journal": "lease-journal.jsonl", "t0_steady_ms": T0_STEADY_MS,
                      "root": ROOT, "zookeeper_logs": "zookeeper",
+                     "gateway_log_archive": "gateway-log-archive",
                      "wall_clock": [[0, WALL0_MS], [2000, WALL0_MS + 2000]]},
             "schedule": [], "final": self.final, "gateway_runs": [],
             "bad_gateway_answers": self.bad_answers,
@@ -197,6 +198,10 @@ class CheckerTest(unittest.TestCase):
             _, _, _, _, violations, _, _ = check.check(d)
             return {k: v for k, v in violations.items() if v}
 
+    def violations_in(self, directory):
+        _, _, _, _, violations, _, _ = check.check(directory)
+        return {k: v for k, v in violations.items() if v}
+
     def figures(self, run):
         with tempfile.TemporaryDirectory() as d:
             run.write(d)
@@ -223,13 +228,33 @@ class CheckerTest(unittest.TestCase):
 
     def test_an_acknowledged_operation_missing_after_a_compaction_still_violates_check_3(self):
         r = clean()
-        r.op("lost", 1300, 1310, 1, 2, logged=False)
         with tempfile.TemporaryDirectory() as d:
             r.write(d)
-            open(os.path.join(d, "gateway-data", "snapshot"), "wb").close()
+            # Compacted into generation 1, and generation 0 is in no archive: a, b and c lost.
+            data = os.path.join(d, "gateway-data")
+            os.remove(os.path.join(data, "log.%020d" % 0))
+            open(os.path.join(data, "log.%020d" % 1), "wb").close()
+            open(os.path.join(data, "snapshot"), "wb").close()
             _, _, _, _, violations, _, _ = check.check(d)
         self.assertEqual({k for k, v in violations.items() if v}, {"3"})
         self.assertIn("compacted", violations["3"][0])
+
+    def test_logs_a_compaction_deleted_are_read_from_the_runners_archive(self):
+        r = clean()
+        r.op("d", 1300, 1310, 1, 2, logged=False)
+        with tempfile.TemporaryDirectory() as d:
+            r.write(d)
+            data, archive = os.path.join(d, "gateway-data"), os.path.join(d, "gateway-log-archive")
+            os.makedirs(archive)
+            # a, b and c in generation 0, which only the archive still holds; d in generation 1.
+            os.rename(os.path.join(data, "log.%020d" % 0), os.path.join(archive, "log.%020d" % 0))
+            with open(os.path.join(data, "log.%020d" % 1), "wb") as f:
+                f.write(accepted_record("acct-0", "d", 2, "agent-1", session=8))
+            open(os.path.join(data, "snapshot"), "wb").close()
+            ops, _, notes = check.read_gateway_log(data, archive)
+            self.assertEqual([o["opId"] for o in ops], ["a", "b", "c", "d"])
+            self.assertFalse(any("compaction" in n for n in notes), notes)
+            self.assertEqual(self.violations_in(d), {})
 
     def test_the_negative_control_passes_only_on_held_operations_accepted_stale(self):
         def expect_violations(r):

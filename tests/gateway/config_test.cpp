@@ -34,10 +34,10 @@ std::string error(std::string_view json) {
 }  // namespace
 
 TEST(GatewayConfig, FlagsFillTheConfig) {
-  auto result =
-      parse({"--listen", "0.0.0.0:9000", "--insecure", "--data-dir", "/var/lib/gw", "--zk",
-             "zk1:2181,zk2:2181", "--root", "/accounts", "--zk-untrusted", "refuse",
-             "--commit-mode", "per_operation", "--zk-session-timeout-ms", "1500"});
+  auto result = parse({"--listen", "0.0.0.0:9000", "--insecure", "--data-dir", "/var/lib/gw",
+                       "--zk", "zk1:2181,zk2:2181", "--root", "/accounts", "--zk-untrusted",
+                       "refuse", "--commit-mode", "per_operation", "--zk-session-timeout-ms",
+                       "1500", "--compact-after-mib", "8"});
   ASSERT_TRUE(result.config) << result.message;
   const auto& config = *result.config;
   EXPECT_EQ(config.listenAddress, "0.0.0.0");
@@ -48,6 +48,8 @@ TEST(GatewayConfig, FlagsFillTheConfig) {
   EXPECT_EQ(config.untrusted, UntrustedPolicy::Refuse);
   EXPECT_EQ(config.commitMode, zkagent::fencing::CommitMode::per_operation);
   EXPECT_EQ(config.zkSessionTimeoutMs, 1500);
+  EXPECT_EQ(config.compactAfterMib, 8u);
+  EXPECT_EQ(parse({"--data-dir", "d"}).config->compactAfterMib, 64u);
 }
 
 TEST(GatewayConfig, FileIsReadFirstThenFlagsAndEnvironmentOverrideIt) {
@@ -55,7 +57,8 @@ TEST(GatewayConfig, FileIsReadFirstThenFlagsAndEnvironmentOverrideIt) {
   auto file = dir.path() / "gateway.json";
   std::ofstream(file) << R"({"listen":"127.0.0.1:7000","data_dir":"/from/file","token":"file-token",
     "zookeeper":{"hosts":"zk:2181","session_timeout_ms":4000,"untrusted":"refuse"},
-    "accounts":["a","b"],"handler_threads":8,"log":{"level":"debug","format":"json"}})";
+    "accounts":["a","b"],"handler_threads":8,"compact_after_mib":0,
+    "log":{"level":"debug","format":"json"}})";
   auto result = parse({"--data-dir", "/from/flag", "--config", file.string()}, "env-token");
   ASSERT_TRUE(result.config) << result.message;
   const auto& config = *result.config;
@@ -67,6 +70,7 @@ TEST(GatewayConfig, FileIsReadFirstThenFlagsAndEnvironmentOverrideIt) {
   EXPECT_EQ(config.untrusted, UntrustedPolicy::Refuse);
   EXPECT_EQ(config.accounts, (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(config.handlerThreads, 8u);
+  EXPECT_EQ(config.compactAfterMib, 0u);
   EXPECT_EQ(config.logLevel, "debug");
   EXPECT_TRUE(config.jsonLogs);
   EXPECT_EQ(parse({"--config", file.string()}).config->bearerToken, "file-token");
@@ -88,6 +92,8 @@ TEST(GatewayConfig, ErrorsNameTheFieldAndWhatIsExpected) {
   EXPECT_NE(errorOf({"--data-dir", "d", "--frobnicate", "1"}).find("--frobnicate: unknown option"),
             std::string::npos);
   EXPECT_NE(errorOf({"--data-dir"}).find("--data-dir: needs a value"), std::string::npos);
+  EXPECT_NE(errorOf({"--data-dir", "d", "--compact-after-mib", "-1"}).find("--compact-after-mib"),
+            std::string::npos);
   EXPECT_NE(errorOf({"--config", "/nonexistent/gw.json"}).find("cannot read"), std::string::npos);
 }
 
@@ -98,6 +104,7 @@ TEST(GatewayConfig, FileErrorsNameTheJsonField) {
       std::string::npos);
   EXPECT_NE(error(R"({"accounts":["ok","b/d"]})").find("accounts[1]"), std::string::npos);
   EXPECT_NE(error(R"({"tokn":"x"})").find("tokn: unknown field"), std::string::npos);
+  EXPECT_NE(error(R"({"compact_after_mib":"8"})").find("compact_after_mib"), std::string::npos);
   EXPECT_NE(error(R"({"log":{"level":"loud"}})").find("log.level"), std::string::npos);
   EXPECT_NE(error(R"({"handler_threads":"many"})").find("handler_threads"), std::string::npos);
 }
