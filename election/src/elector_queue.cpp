@@ -169,11 +169,17 @@ void Elector::watchActive(uint64_t epoch) {
                   } else if (err == ZkError::NoNode) {
                     // No leader yet (the head is still creating `active`): watch until it appears,
                     // behind the head too, so every candidate ends up knowing who leads (the
-                    // agent's balance counts leaders from what its candidates saw).
+                    // agent's balance counts leaders from what its candidates saw). Created
+                    // between the read and the watch, the node is read now: its watch would fire
+                    // only when it changes, which a settled leader's node may never do.
                     self->noteLeader(std::nullopt);
-                    self->keeper_.existsOn(self->strand_, self->active_, &self->active_,
-                                           self->activeWatch(),
-                                           [](ZkError, std::optional<NodeStat>) {});
+                    self->keeper_.existsOn(
+                        self->strand_, self->active_, &self->active_, self->activeWatch(),
+                        [self, epoch](ZkError e, std::optional<NodeStat> stat) {
+                          if (e == ZkError::Ok && stat && epoch == self->epoch_) {
+                            self->watchActive(epoch);
+                          }
+                        });
                   }
                 });
 }

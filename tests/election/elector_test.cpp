@@ -45,6 +45,40 @@ TEST_F(ElectorTest, TheNextMemberWaitsBehindItsPredecessorAndSucceedsWhenItsSess
   EXPECT_EQ(active()->instanceId, "b");
 }
 
+TEST_F(ElectorTest, ACandidateThatReadsNoActiveLearnsTheLeaderCreatedBeforeItsWatchWasSet) {
+  // x (no elector here, a node as another process leaves it) heads the queue and has not created
+  // `active` yet when c reads it; x creates it before c's watch for its creation is set. That
+  // watch then waits on a node that may never change again: c must read it, or its refusals (and
+  // a gateway's 421) name no leader for as long as x leads.
+  makeTree();
+  MemberInfo member;
+  member.instanceId = "x";
+  ASSERT_EQ(zk.create(kMembers + "/m-0000000000", toJson(member)), ZkError::Ok);
+  auto c = std::make_unique<Member>(zk, io, "c");
+  c->keeper->hold();
+  c->elector->join();
+  c->keeper->connect();
+  const std::string readOfActive = "reply get " + kActive;
+  for (int step = 0; step < 100; ++step) {
+    drain();
+    const auto held = c->keeper->held();
+    ASSERT_FALSE(held.empty()) << "c never read active";
+    if (held.front() == readOfActive) break;
+    c->keeper->release(0);
+  }
+  ASSERT_EQ(c->keeper->held().front(), readOfActive);
+  ActiveInfo x;
+  x.seq = 0;
+  x.instanceId = "x";
+  x.sessionId = 77;
+  ASSERT_EQ(zk.create(kActive, toJson(x)), ZkError::Ok);  // after c's read, before its watch
+  c->keeper->releaseAll();
+  drain();
+  ASSERT_EQ(c->role(), Role::Waiting);
+  ASSERT_TRUE(c->elector->status().leader) << "c heard of no leader";
+  EXPECT_EQ(c->elector->status().leader->instanceId, "x");
+}
+
 TEST_F(ElectorTest, ACreateWhoseReplyWasLostIsAdoptedByItsOwnerNotMadeTwice) {
   makeTree();
   auto a = std::make_unique<Member>(zk, io, "a");

@@ -181,7 +181,8 @@ class GatewayCluster : public ::testing::Test {
       const auto answer = gateway->client().post("/v1/ops", op(account, 0, "probe", "probe", 0));
       if (answer.status != 421 || json::parse(answer.body).value("owner", "") != owner) {
         disagreement_ = gateway->id() + " answered " + std::to_string(answer.status) + " " +
-                        answer.body + " (owner " + owner + ")";
+                        answer.body + " (owner " + owner + "); its log:\n" +
+                        gateway->process().stderrText();
         return false;
       }
     }
