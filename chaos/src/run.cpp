@@ -95,13 +95,16 @@ int Run::runSchedule() {
   startDevices();
   pollers_.emplace_back([this] { pollLeases(); });
   pollers_.emplace_back([this] { archiveGatewayLogs(); });
-  const auto devicesDeadline = SteadyClock::now() + 30s;
+  // The agents' first balance moves accounts (and their devices) while the devices connect: a
+  // few rounds of reconnect and renewal on top, which --device-timing-scale stretches.
+  const auto devicesWait = 30s + 5 * milliseconds(timings_.renewIntervalMs + timings_.backoffMaxMs);
+  const auto devicesDeadline = SteadyClock::now() + devicesWait;
   while (!everyDeviceLeased() && SteadyClock::now() < devicesDeadline)
     std::this_thread::sleep_for(100ms);
   if (!everyDeviceLeased())
-    throw std::runtime_error(
-        "the devices are not all leased under their leaders 30 s after the "
-        "start; see logs/devices.log");
+    throw std::runtime_error("the devices are not all leased under their leaders " +
+                             std::to_string(devicesWait.count() / 1000) +
+                             " s after the start; see logs/devices.log");
   note("every account led" +
        (o_.devicesPerAccount > 0
             ? ", " + std::to_string(o_.devicesPerAccount * o_.accounts) + " devices leased"
