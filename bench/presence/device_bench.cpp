@@ -9,6 +9,13 @@
 //              the Node.js ws server (bench/peers/ws_presence_peer.js, Debian's node-ws) and
 //              epoll-floor-server, the floor of the loopback stack; the agent's ratios to both;
 //              --load-per-simulator spreads the devices over more simulator processes;
+//              --agents K splits the devices and accounts over K agents (agent i alone serves
+//              every K-th account from the i-th, and gets N/K devices on simulators of its
+//              own), all measured over the same window: the whole system's heartbeats/s and
+//              heartbeats per agent CPU-second (summed over the agents), each agent's row beside
+//              it (RSS per connection, heartbeats per CPU-second); no peers then. One process
+//              may hold 20 000 fds here: 50 000 devices need --agents 3; --ramp-ms R starts
+//              each simulator's devices evenly over R ms instead of all at once;
 //   migration  D devices over A accounts on a leader; SIGTERM it: time from the signal until each
 //              device is connected to the successor (p50/max), from a device's close until its
 //              welcome there, each process's CPU meanwhile, and whether any device's lease was
@@ -32,6 +39,7 @@
 //                     [--connect-devices C] [--skip-load] [--skip-migration] [--skip-connects]
 //                     [--tls] [--migration-per-simulator M] [--events-file F]
 //                     [--heartbeat-ms H] [--skip-peers] [--load-per-simulator L]
+//                     [--agents K] [--ramp-ms R]
 //
 // The harness (processes, ZooKeeper, metrics) is device_bench_harness.cpp, each scenario its own
 // file (load_scenario.cpp, migration_scenario.cpp, connects_scenario.cpp).
@@ -71,6 +79,10 @@ Options parse(int argc, char** argv) {
       o.seconds = static_cast<int>(next());
     } else if (arg == "--heartbeat-ms") {
       o.heartbeatMs = static_cast<int>(std::clamp<size_t>(next(), 50, 60000));
+    } else if (arg == "--agents") {
+      o.agents = std::clamp<size_t>(next(), 1, 64);
+    } else if (arg == "--ramp-ms") {
+      o.rampMs = static_cast<int>(std::min<size_t>(next(), 600000));
     } else if (arg == "--skip-peers") {
       o.peers = false;
     } else if (arg == "--load-per-simulator") {
@@ -109,7 +121,7 @@ int main(int argc, char** argv) {
     device_bench::Bench bench(options);
     if (options.load) {
       std::cerr << "load: " << options.devices << " devices over " << options.accounts
-                << " accounts on one agent\n";
+                << " accounts on " << options.agents << " agent(s)\n";
       report["load"] = device_bench::loadScenario(bench);
       std::cout << "load      " << report["load"].dump() << "\n";
     }

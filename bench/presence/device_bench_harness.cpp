@@ -160,15 +160,18 @@ std::vector<ChildProcess*> Bench::startDevices(const std::vector<std::string>& u
   std::vector<ChildProcess*> started;
   std::string connect;
   for (const auto& url : urls) connect += (connect.empty() ? "" : ",") + url;
-  for (size_t first = 0, index = 0; first < total; first += perSimulator, ++index) {
+  for (size_t first = 0; first < total; first += perSimulator) {
     const size_t count = std::min(perSimulator, total - first);
-    std::vector<std::string> args{"--connect",          connect,
-                                  "--accounts-file",    accountsFile.string(),
-                                  "--device",           "sim" + std::to_string(index),
-                                  "--devices",          std::to_string(count),
-                                  "--heartbeat-ms",     "1000",
-                                  "--timeout-ms",       "5000",
-                                  "--source-addresses", "127.0.1." + std::to_string(index + 1)};
+    // 127.0.1.1 to 127.0.1.254, then round again: a run starts far fewer simulators.
+    const size_t index = simulatorsStarted_++;
+    std::vector<std::string> args{
+        "--connect",          connect,
+        "--accounts-file",    accountsFile.string(),
+        "--device",           "sim" + std::to_string(index),
+        "--devices",          std::to_string(count),
+        "--heartbeat-ms",     "1000",
+        "--timeout-ms",       "5000",
+        "--source-addresses", "127.0.1." + std::to_string(index % 254 + 1)};
     if (events) args.push_back("--events");
     if (options_.tls) {
       args.push_back("--ca");
@@ -207,8 +210,9 @@ std::vector<std::map<std::string, double>> Bench::awaitConnected(
                            " devices connected in time");
 }
 
-std::filesystem::path Bench::writeAccounts(const std::vector<std::string>& accounts) {
-  const auto path = dir_ / "accounts.txt";
+std::filesystem::path Bench::writeAccounts(const std::vector<std::string>& accounts,
+                                           const std::string& name) {
+  const auto path = dir_ / name;
   std::ofstream out(path);
   for (const auto& a : accounts) out << a << "\n";
   return path;

@@ -33,6 +33,8 @@ struct Options {
   size_t connectDevices = 10000;
   int seconds = 10;
   int heartbeatMs = 1000;  // the load's devices ping this often
+  size_t agents = 1;       // the load's devices and accounts split over this many agents
+  int rampMs = 0;          // the load's simulators start their devices evenly over this time
   bool peers = true;       // the load also on the Node.js ws peer and the epoll floor
   size_t loadPerSimulator = kDevicesPerSimulator;
   bool load = true;
@@ -80,7 +82,8 @@ class Bench {
   // `presence` is merged into the agent's presence settings (device tokens).
   AgentProcess& startAgent(const std::string& id, const std::vector<std::string>& accounts,
                            const nlohmann::json& presence = nlohmann::json::object());
-  // Simulators of `total` devices over `accounts`, each bound to its own source address.
+  // Simulators of `total` devices over `accounts`, each bound to its own source address and
+  // named apart from every other simulator of the run (sim0, sim1, ...).
   std::vector<zktest::ChildProcess*> startDevices(const std::vector<std::string>& urls,
                                                   const std::filesystem::path& accountsFile,
                                                   size_t total, bool events,
@@ -90,7 +93,9 @@ class Bench {
   std::vector<std::map<std::string, double>> awaitConnected(
       const std::vector<zktest::ChildProcess*>& sims, size_t total,
       std::chrono::milliseconds timeout);
-  std::filesystem::path writeAccounts(const std::vector<std::string>& accounts);
+  // One account per line, in the bench's directory as `name`.
+  std::filesystem::path writeAccounts(const std::vector<std::string>& accounts,
+                                      const std::string& name = "accounts.txt");
   void waitLeading(AgentProcess& agent, size_t accounts);
   // Ends every simulator and agent of a scenario; ZooKeeper and the gateway stay.
   void stopAgentsAndDevices();
@@ -105,6 +110,7 @@ class Bench {
   uint16_t gatewayPort_ = 0;
   std::vector<std::unique_ptr<AgentProcess>> agents_;
   std::vector<std::unique_ptr<zktest::ChildProcess>> simulators_;
+  size_t simulatorsStarted_ = 0;  // names them and picks their source addresses
 };
 
 nlohmann::json loadScenario(Bench& bench);

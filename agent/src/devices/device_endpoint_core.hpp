@@ -21,6 +21,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
 #include <chrono>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -57,6 +58,20 @@ inline constexpr size_t kMaxConnections = 200000;  // sockets at once; more are 
 inline constexpr size_t kMaxUpgrading = 4096;
 inline constexpr size_t kMaxUpgradingBurst = 16384;
 inline constexpr auto kStaleUpgrade = std::chrono::seconds(1);
+// TLS handshakes (wss://). Each costs a private-key operation, milliseconds on a loaded machine.
+// In a connect storm beyond what the thread can do within the devices' connect timeout, working
+// through them in arrival order only serves connections whose devices have given up: the listen
+// backlog (4096) fills with connections whose device has closed (CLOSE-WAIT), each gets a full
+// server handshake, and live devices wait behind them until they give up too (issue 24: 3000
+// devices on a loaded machine, none connected for minutes). So: a connection whose device has
+// already closed its side gets no TLS work (`tls_gone`); at most kMaxTlsHandshakes run at once,
+// the others wait in line and the newest goes first (it has the most of its timeout left), and
+// one that waited kTlsQueueWait is closed unworked (`tls_busy`). A handshake holds its place at
+// most kTlsSlotHold, so clients that stall mid-handshake cannot block the line.
+inline constexpr size_t kMaxTlsHandshakes = 32;
+inline constexpr auto kTlsSlotHold = std::chrono::milliseconds(1000);
+inline constexpr auto kTlsQueueWait = std::chrono::milliseconds(2500);
+inline constexpr auto kTlsQueueTick = std::chrono::milliseconds(100);  // re-check while waiting
 inline constexpr size_t kHeaderLimit = 8 * 1024;  // upgrade request header bytes
 inline constexpr size_t kMaxFrameBytes = 4096;    // one device frame; over it the stream sends 1009
 inline constexpr size_t kMaxQueuedPongs = 64;     // a device that pings without reading is cut off
@@ -113,6 +128,11 @@ struct DeviceEndpoint::Core : std::enable_shared_from_this<Core> {
   // A session over `socket`: plain, or TLS when presence.tls is set (device_stream.cpp).
   std::shared_ptr<Session> makeSession(tcp::socket socket);
   void reap();
+  // A TLS connection's ClientHello arrived: its handshake starts when a place is free.
+  void queueTlsHandshake(std::shared_ptr<Session> session);
+  void tlsHandshakeDone(uint64_t upgradeId);
+  // Starts waiting handshakes while places are free; sheds those that waited too long.
+  void startTlsHandshakes();
   void expireTokens();  // 4003 for every connection whose token is no longer valid
   void leadershipLost(const std::string& account);
   void closeMoved(std::string account, std::vector<std::weak_ptr<Session>> sessions, int attempt);
@@ -143,7 +163,11 @@ struct DeviceEndpoint::Core : std::enable_shared_from_this<Core> {
   std::function<int64_t()> sessionId;
   std::shared_ptr<GatewayLeaseWriter> writer;
   std::unique_ptr<presence::ConnectionTable> table;
-  asio::steady_timer reaper, stopTimer;
+  asio::steady_timer reaper, stopTimer, tlsTimer;
+  bool tlsTimerArmed = false;
+  // TLS handshakes in progress (upgrade id -> when it began), and those waiting for a place.
+  std::map<uint64_t, SteadyClock::time_point> tlsHandshaking;
+  std::deque<std::pair<SteadyClock::time_point, std::shared_ptr<Session>>> tlsWaiting;
   bool stopping = false;
   bool handedOver = false;  // a stopping agent's accounts are with their successors
   std::function<void()> stopDone;
@@ -196,12 +220,22 @@ class Session : public std::enable_shared_from_this<Session> {
   // device in a reconnect storm.
   bool idle() const { return !requestRead_ && bytesWaiting() == 0; }
   State state() const { return state_; }
+  // Still upgrading and its socket open (not cut off by the reaper or a stop meanwhile).
+  bool upgradePending() const { return state_ == State::Upgrading && socketOpen(); }
+  uint64_t upgradeId() const { return upgradeId_; }
+  // Its place in line came (Core::startTlsHandshakes): the TLS handshake, then the request.
+  void beginTlsHandshake() { tlsHandshake(); }
+  // Waited too long for a place: closed without a handshake.
+  void shed();
   const presence::DeviceKey& key() const { return key_; }
   uint64_t token() const { return epoch_.leaderToken; }
 
  protected:
   // The stream's part. Each completes on the endpoint's thread with the handler named.
-  virtual void readRequest() = 0;   // TLS handshake if any, then the upgrade request: onRequest
+  virtual bool tls() const = 0;
+  virtual void awaitBytes() = 0;    // TLS: until the socket is readable (a ClientHello): onBytes
+  virtual void tlsHandshake() = 0;  // TLS: the server handshake: onTlsHandshake
+  virtual void readRequest() = 0;   // the upgrade request: onRequest
   virtual void writeRefusal() = 0;  // *refusal_, then the socket is closed: onRefusalWritten
   virtual void acceptSocket() = 0;  // the WebSocket handshake for *parser_: onHandshake
   virtual void readFrame() = 0;     // one message into buffer_: onRead (gotText() tells its kind)
@@ -209,10 +243,12 @@ class Session : public std::enable_shared_from_this<Session> {
   virtual void writeClose(const websocket::close_reason& reason) = 0;  // onCloseWritten
   virtual bool socketOpen() const = 0;
   virtual size_t bytesWaiting() const = 0;  // unread bytes in the TCP socket
+  virtual bool peerClosed() = 0;            // the device shut its side (FIN or reset) already
   virtual bool gotText() const = 0;
   virtual void setNoDelay() = 0;
 
-  void onTlsHandshakeFailed();  // nothing is written back: no HTTP without the handshake
+  void onBytes(beast::error_code ec);
+  void onTlsHandshake(beast::error_code ec);  // on failure nothing is written back (no HTTP)
   void onRequest(beast::error_code ec);
   void onRefusalWritten();
   void onHandshake(beast::error_code ec);

@@ -102,6 +102,8 @@ void DeviceEndpoint::Core::stop(std::function<void()> done) {
   }
   all.clear();
   awaitingGate.clear();  // closed above; the gate's answers find nothing
+  tlsWaiting.clear();
+  tlsTimer.cancel();
   if (sessions.empty()) return stopped();
   stopTimer.expires_after(kStopGrace);
   stopTimer.async_wait([self = shared_from_this()](beast::error_code ec) {

@@ -2,6 +2,8 @@
 // OpenSSL (wss://, when presence.tls is set). The only file that instantiates Beast's WebSocket
 // stream: the session's logic (device_upgrade.cpp, device_session.cpp) reaches it through the
 // Session's few I/O calls, so it is written once for both.
+#include <poll.h>
+
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/websocket/ssl.hpp>
 #include <type_traits>
@@ -28,17 +30,25 @@ class SessionOver final : public Session {
   }
 
  protected:
-  void readRequest() override {
+  bool tls() const override { return kTls; }
+
+  void awaitBytes() override {
+    beast::get_lowest_layer(ws_).async_wait(
+        tcp::socket::wait_read, [self = shared()](beast::error_code ec) { self->onBytes(ec); });
+  }
+
+  void tlsHandshake() override {
     if constexpr (kTls) {
       // The reaper bounds the handshake like the rest of the upgrade (kUpgradeTimeout).
-      ws_.next_layer().async_handshake(asio::ssl::stream_base::server,
-                                       [self = shared()](beast::error_code ec) {
-                                         if (ec) return self->onTlsHandshakeFailed();
-                                         self->readHttpRequest();
-                                       });
-    } else {
-      readHttpRequest();
+      ws_.next_layer().async_handshake(
+          asio::ssl::stream_base::server,
+          [self = shared()](beast::error_code ec) { self->onTlsHandshake(ec); });
     }
+  }
+
+  void readRequest() override {
+    bhttp::async_read(ws_.next_layer(), buffer_, *parser_,
+                      [self = shared()](beast::error_code ec, size_t) { self->onRequest(ec); });
   }
 
   void writeRefusal() override {
@@ -75,6 +85,10 @@ class SessionOver final : public Session {
     beast::error_code ignored;
     return beast::get_lowest_layer(ws_).available(ignored);
   }
+  bool peerClosed() override {
+    pollfd events{beast::get_lowest_layer(ws_).native_handle(), POLLIN | POLLRDHUP, 0};
+    return ::poll(&events, 1, 0) == 1 && (events.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+  }
   bool gotText() const override { return ws_.got_text(); }
   void setNoDelay() override {
     beast::error_code ignored;
@@ -84,10 +98,6 @@ class SessionOver final : public Session {
  private:
   std::shared_ptr<SessionOver> shared() {
     return std::static_pointer_cast<SessionOver>(shared_from_this());
-  }
-  void readHttpRequest() {
-    bhttp::async_read(ws_.next_layer(), buffer_, *parser_,
-                      [self = shared()](beast::error_code ec, size_t) { self->onRequest(ec); });
   }
 
   websocket::stream<Socket> ws_;

@@ -77,7 +77,8 @@ DeviceEndpoint::Core::Core(asio::io_context& agentIo, asio::io_context& own, con
       m(counts->m),
       clock(executor),
       reaper(executor),
-      stopTimer(executor) {
+      stopTimer(executor),
+      tlsTimer(executor) {
   if (config.presence.auth) verifier.emplace(*config.presence.auth);
   const auto address = asio::ip::make_address(
       config.presence.listen.host == "localhost" ? "127.0.0.1" : config.presence.listen.host);
@@ -141,6 +142,53 @@ void DeviceEndpoint::Core::reap() {
   });
 }
 
+void DeviceEndpoint::Core::queueTlsHandshake(std::shared_ptr<Session> session) {
+  tlsWaiting.emplace_back(SteadyClock::now(), std::move(session));
+  startTlsHandshakes();
+}
+
+void DeviceEndpoint::Core::tlsHandshakeDone(uint64_t upgradeId) {
+  tlsHandshaking.erase(upgradeId);
+  startTlsHandshakes();
+}
+
+void DeviceEndpoint::Core::startTlsHandshakes() {
+  if (stopping) return;
+  const auto now = SteadyClock::now();
+  // A handshake that has held its place for kTlsSlotHold goes on without it (a stalled client).
+  std::erase_if(tlsHandshaking,
+                [&](const auto& entry) { return entry.second + kTlsSlotHold <= now; });
+  // The oldest in line first leave it: cut off by the reaper meanwhile, or waited too long.
+  while (!tlsWaiting.empty()) {
+    auto& oldest = tlsWaiting.front();
+    if (!oldest.second->upgradePending()) {
+      tlsWaiting.pop_front();
+    } else if (oldest.first + kTlsQueueWait <= now) {
+      oldest.second->shed();
+      tlsWaiting.pop_front();
+    } else {
+      break;
+    }
+  }
+  while (!tlsWaiting.empty() && tlsHandshaking.size() < kMaxTlsHandshakes) {
+    auto session = std::move(tlsWaiting.back().second);  // the newest: most of its timeout left
+    tlsWaiting.pop_back();
+    if (!session->upgradePending()) continue;
+    tlsHandshaking.emplace(session->upgradeId(), now);
+    session->beginTlsHandshake();
+  }
+  if (tlsWaiting.empty() || tlsTimerArmed) return;
+  // Places free up as handshakes finish; this tick covers those that stall, and sheds in time.
+  tlsTimerArmed = true;
+  tlsTimer.expires_after(kTlsQueueTick);
+  tlsTimer.async_wait([weak = weak_from_this()](beast::error_code ec) {
+    auto self = weak.lock();
+    if (!self) return;
+    self->tlsTimerArmed = false;
+    if (!ec) self->startTlsHandshakes();
+  });
+}
+
 void DeviceEndpoint::Core::expireTokens() {
   const int64_t now = auth::unixNow();
   while (!expiries.empty() && expiries.begin()->first <= now) {
@@ -162,7 +210,33 @@ void Session::start(uint64_t upgradeId) {
   parser_.emplace();
   parser_->header_limit(kHeaderLimit);
   parser_->body_limit(0);
+  // TLS: nothing is spent on a connection before its ClientHello is there.
+  if (tls()) return awaitBytes();
   readRequest();
+}
+
+void Session::onBytes(beast::error_code ec) {
+  if (ec || !socketOpen()) return finishUpgrade();
+  if (peerClosed()) {  // its device gave up while it waited in the listen backlog
+    core_->m.refused.with({"tls_gone"}).inc();
+    abort();
+    return finishUpgrade();
+  }
+  core_->queueTlsHandshake(shared_from_this());
+}
+
+void Session::onTlsHandshake(beast::error_code ec) {
+  core_->tlsHandshakeDone(upgradeId_);
+  if (!ec) return readRequest();
+  core_->m.refused.with({"tls_handshake"}).inc();
+  abort();
+  finishUpgrade();
+}
+
+void Session::shed() {
+  core_->m.refused.with({"tls_busy"}).inc();
+  abort();
+  finishUpgrade();
 }
 
 void Session::finishUpgrade() {
@@ -308,12 +382,6 @@ void Session::refuse(Refusal refusal) {
   refusal_->body() = json{{"error", refusal.error}}.dump();
   refusal_->prepare_payload();
   writeRefusal();
-}
-
-void Session::onTlsHandshakeFailed() {
-  core_->m.refused.with({"tls_handshake"}).inc();
-  abort();
-  finishUpgrade();
 }
 
 void Session::onRefusalWritten() {
