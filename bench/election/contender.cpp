@@ -33,6 +33,10 @@ Implementation zkagentImplementation(const std::filesystem::path& zkElect) {
           true};
 }
 
+Implementation floorImplementation() {
+  return {"floor", zktest::binaryPath("election-floor-probe").string(), {}, true};
+}
+
 Implementation kazooImplementation(const std::filesystem::path& peersDir) {
   // The Debian python3-kazoo lives in the system interpreter, not in whatever python3 PATH names.
   return {"kazoo", "/usr/bin/python3", {(peersDir / "kazoo_peer.py").string()}, false};
