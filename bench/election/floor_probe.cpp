@@ -60,6 +60,8 @@ constexpr size_t kMultiBudgetBytes = 0xfffff - 16 * 1024;
 // the session while it works on one, and a 1 MiB multi of ephemeral-sequential creates took longer
 // than the client's 2/3 of a 2 s session timeout without a reply on a loaded 2-core machine.
 constexpr size_t kSetUpMultiBytes = 64 * 1024;
+// Set-up operations in flight at most, for the same reason: the session's pings wait behind them.
+constexpr size_t kSetUpWindowOps = 512;
 constexpr size_t kMultiHeaderBytes = 9;  // type, done, err of each op
 // world:anyone ALL, as one serialized ACL vector: count, perms, scheme "world", id "anyone".
 constexpr size_t kAclBytes = 4 + 4 + (4 + 5) + (4 + 6);
@@ -175,7 +177,10 @@ class Probe {
     registerMembers();
     awaitOutstanding();
     std::unique_lock lock(mu_);
-    for (size_t i = 0; i < accounts_.size(); ++i) list(i);
+    for (size_t i = 0; i < accounts_.size(); ++i) {
+      admit(lock, 1);
+      list(i, true);
+    }
     changed_.wait(lock, [this] { return settled_ == accounts_.size(); });
     std::printf("READY\n");
     std::fflush(stdout);
@@ -216,8 +221,16 @@ class Probe {
     predecessorGone(i);
   }
 
+  // Under mu_: waits until `ops` more set-up operations fit in the window, and counts them.
+  void admit(std::unique_lock<std::mutex>& lock, size_t ops) {
+    changed_.wait(
+        lock, [this, ops] { return outstanding_ == 0 || outstanding_ + ops <= kSetUpWindowOps; });
+    outstanding_ += ops;
+  }
+
   void createLevel(const std::string& path) {
-    ++outstanding_;
+    std::unique_lock lock(mu_);
+    admit(lock, 1);
     const int sent = zoo_acreate(
         zh_, path.c_str(), "", 0, &ZOO_OPEN_ACL_UNSAFE, 0,
         [](int rc, const char*, const void* data) {
@@ -277,8 +290,8 @@ class Probe {
                          ZOO_EPHEMERAL | ZOO_SEQUENCE, m->paths[k].data(),
                          static_cast<int>(m->paths[k].size()));
     }
-    std::lock_guard lock(mu_);
-    ++outstanding_;
+    std::unique_lock lock(mu_);
+    admit(lock, m->ops.size());
     const int sent = zoo_amulti(
         zh_, static_cast<int>(m->ops.size()), m->ops.data(), m->results.data(),
         [](int rc, const void* data) {
@@ -306,33 +319,38 @@ class Probe {
       a.record = record;
       a.state = Account::State::Listing;
     }
-    --outstanding_;
+    outstanding_ -= m.accounts.size();
     changed_.notify_all();
   }
 
   struct ListCall {
     Probe* probe;
     size_t account;
+    bool setUp;  // counted in outstanding_
   };
 
   // Under mu_.
-  void list(size_t i) {
+  void list(size_t i, bool setUp = false) {
     accounts_[i].state = Account::State::Listing;
-    auto* call = new ListCall{this, i};
+    auto* call = new ListCall{this, i, setUp};
     const int sent = zoo_aget_children(
         zh_, accounts_[i].members.c_str(), 0,
         [](int rc, const String_vector* children, const void* data) {
           std::unique_ptr<ListCall> done(static_cast<ListCall*>(const_cast<void*>(data)));
           if (rc != ZOK) fail(std::string("listing: ") + zerror(rc));
           std::vector<std::string> names(children->data, children->data + children->count);
-          done->probe->listed(done->account, std::move(names));
+          done->probe->listed(done->account, std::move(names), done->setUp);
         },
         call);
     if (sent != ZOK) fail(std::string("zoo_aget_children: ") + zerror(sent));
   }
 
-  void listed(size_t i, std::vector<std::string> children) {
+  void listed(size_t i, std::vector<std::string> children, bool setUp) {
     std::lock_guard lock(mu_);
+    if (setUp) {
+      --outstanding_;
+      changed_.notify_all();
+    }
     auto& a = accounts_[i];
     std::sort(children.begin(), children.end(), [](const std::string& l, const std::string& r) {
       return sequenceOf(l) < sequenceOf(r);
