@@ -33,8 +33,10 @@ Implementation zkagentImplementation(const std::filesystem::path& zkElect) {
           true};
 }
 
-Implementation floorImplementation() {
-  return {"floor", zktest::binaryPath("election-floor-probe").string(), {}, true};
+Implementation floorImplementation(size_t multiBytes) {
+  std::vector<std::string> args;
+  if (multiBytes > 0) args = {"--multi-bytes", std::to_string(multiBytes)};
+  return {"floor", zktest::binaryPath("election-floor-probe").string(), std::move(args), true};
 }
 
 Implementation kazooImplementation(const std::filesystem::path& peersDir) {

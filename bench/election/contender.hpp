@@ -34,8 +34,9 @@ struct Implementation {
 // zk-elect: `zkElect`, or this build's when empty.
 Implementation zkagentImplementation(const std::filesystem::path& zkElect);
 // election-floor-probe (floor_probe.cpp), this build's: the layout's unavoidable work on a raw
-// client, the floor the others are measured against.
-Implementation floorImplementation();
+// client, the floor the others are measured against. `multiBytes` > 0: its takeover multis carry
+// at most that many bytes of ops (else the server's limit, jute.maxbuffer).
+Implementation floorImplementation(size_t multiBytes);
 // /usr/bin/python3 bench/peers/kazoo_peer.py.
 Implementation kazooImplementation(const std::filesystem::path& peersDir);
 // Compiles bench/peers/CuratorPeer.java into `classesDir` with javac (throws with javac's output if

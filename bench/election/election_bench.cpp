@@ -14,13 +14,15 @@
 //   election-bench [--out FILE] [--peers kazoo,curator|none] [--scenarios handover,crash,cold,gate]
 //                  [--max-accounts N] [--sizes N,N] [--rounds N] [--quick] [--zk-elect PATH]
 //                  [--zk-settings defaults|fast] [--servers 1|3|5] [--floor on|off]
+//                  [--floor-multi-bytes N]
 // --zk-elect measures another build of zk-elect (a patched copy) against the same peers.
 // --zk-settings: `defaults` (the default) runs ZooKeeper as production does, fsync on every log
 // write and the JVM's default flags; `fast` is the test harness's setting (forceSync off, a
 // C1-only JVM), which hides the disk and the JIT.
 // --servers: ZooKeeper servers per series (1: standalone; 3 or 5: an ensemble on loopback, where
 // every write is a quorum write, as in production). Clients get every server's address.
-// --floor off: no floor probe series.
+// --floor off: no floor probe series. --floor-multi-bytes N: the probe's takeover multis carry at
+// most N bytes of ops (default: the server's limit, jute.maxbuffer less 16 KiB).
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -62,7 +64,8 @@ constexpr const char* kUsage =
     "                      [--scenarios handover,crash,cold,gate] [--max-accounts N] [--sizes N,N] "
     "[--rounds N]\n"
     "                      [--quick] [--zk-elect PATH] [--zk-settings defaults|fast] "
-    "[--servers 1|3|5] [--floor on|off]\n";
+    "[--servers 1|3|5] [--floor on|off]\n"
+    "                      [--floor-multi-bytes N]\n";
 
 struct Settings {
   fs::path out;
@@ -77,6 +80,7 @@ struct Settings {
       true;            // ZooKeeper with fsync on and default JVM flags; false: --zk-settings fast
   size_t servers = 1;  // 1: standalone; an odd number above: an ensemble
   bool floor = true;   // run the floor probe beside zkagent and the peers
+  size_t floorMultiBytes = 0;  // > 0: the probe's takeover multis carry at most this
 };
 
 [[noreturn]] void usageError(const std::string& message) {
@@ -127,6 +131,14 @@ Settings parseArgs(int argc, char** argv) {
       if (value != "on" && value != "off")
         usageError("--floor must be 'on' or 'off', got '" + value + "'");
       s.floor = value == "on";
+    } else if (flag == "--floor-multi-bytes") {
+      try {
+        size_t used = 0;
+        s.floorMultiBytes = std::stoul(value, &used);
+        if (used != value.size() || s.floorMultiBytes == 0) throw std::invalid_argument(value);
+      } catch (const std::exception&) {
+        usageError("--floor-multi-bytes must be a positive integer, got '" + value + "'");
+      }
     } else if (flag == "--peers") {
       s.peers = parseList(value, {"kazoo", "curator"}, flag);
     } else if (flag == "--scenarios") {
@@ -300,7 +312,7 @@ class Bench {
     workDir_ = fs::temp_directory_path() / ("election-bench-" + std::to_string(::getpid()));
     fs::create_directories(workDir_);
     implementations_.push_back(zkagentImplementation(settings_.zkElect));
-    if (settings_.floor) implementations_.push_back(floorImplementation());
+    if (settings_.floor) implementations_.push_back(floorImplementation(settings_.floorMultiBytes));
     if (settings_.peers.contains("kazoo"))
       implementations_.push_back(kazooImplementation(ZKAGENT_BENCH_PEERS_DIR));
     if (settings_.peers.contains("curator")) {
@@ -733,6 +745,7 @@ json Bench::toJson() const {
                 {"cores", std::thread::hardware_concurrency()},
                 {"quick", settings_.quick},
                 {"warm_up_rounds", 1},
+                {"floor_multi_bytes", settings_.floorMultiBytes},
                 {"loadavg_at_start", loadAtStart_},
                 {"loadavg_at_end", loadAverage()}}},
               {"series", series},

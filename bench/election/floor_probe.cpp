@@ -5,7 +5,7 @@
 //   SESSION <unix_ns> <negotiated_timeout_ms> | READY | LEADER <account> <token> <unix_ns>
 //
 //   election-floor-probe --zk HOST:PORT[,...] --root PATH --instance-id ID --accounts-file F
-//                        [--session-timeout-ms N]
+//                        [--session-timeout-ms N] [--multi-bytes N]
 //
 // Set-up (not what the benchmark times): the account's persistent levels, one member node per
 // account (ephemeral-sequential, in multis), one listing per account; the head of a queue takes
@@ -54,8 +54,12 @@
 namespace {
 
 constexpr int kResolveEveryMs = 10000;  // as ZkSession: no getaddrinfo per request
-// jute.maxbuffer's default, less a margin for the request and transaction headers.
-constexpr size_t kMultiBudgetBytes = 0xfffff - 16 * 1024;
+// jute.maxbuffer's default, less a margin for the request and transaction headers: the most a
+// takeover multi may carry (--multi-bytes may ask for less). The server answers nothing else on
+// the session while it works on a multi, pings included, so a multi it needs longer for than 2/3
+// of the session timeout loses the connection: ~4700 guarded creates did at 2 s on a loaded
+// 2-core machine (docs/benchmarks.md).
+constexpr size_t kServerMultiBytes = 0xfffff - 16 * 1024;
 // The set-up's member creates (not timed) go in smaller multis: the server answers nothing else on
 // the session while it works on one, and a 1 MiB multi of ephemeral-sequential creates took longer
 // than the client's 2/3 of a 2 s session timeout without a reply on a loaded 2-core machine.
@@ -82,6 +86,7 @@ int64_t unixNanos() {
 struct Args {
   std::string zk, root, instanceId, accountsFile;
   int sessionTimeoutMs = 10000;
+  size_t multiBytes = kServerMultiBytes;  // ops per takeover multi, serialized
 };
 
 Args parseArgs(int argc, char** argv) {
@@ -98,6 +103,9 @@ Args parseArgs(int argc, char** argv) {
       a.accountsFile = value;
     } else if (flag == "--session-timeout-ms") {
       a.sessionTimeoutMs = std::atoi(value.c_str());
+    } else if (flag == "--multi-bytes") {
+      a.multiBytes = std::min<size_t>(std::strtoul(value.c_str(), nullptr, 10), kServerMultiBytes);
+      if (a.multiBytes == 0) fail("--multi-bytes must be a positive number of bytes");
     } else {
       fail("unknown argument " + flag);
     }
@@ -106,7 +114,7 @@ Args parseArgs(int argc, char** argv) {
       a.accountsFile.empty() || a.sessionTimeoutMs <= 0) {
     fail(
         "usage: --zk HOST:PORT --root PATH --instance-id ID --accounts-file F "
-        "[--session-timeout-ms N]");
+        "[--session-timeout-ms N] [--multi-bytes N]");
   }
   return a;
 }
@@ -427,7 +435,7 @@ class Probe {
     a.state = Account::State::Pending;
     const size_t cost = 2 * kMultiHeaderBytes + (4 + a.member.size() + 4) +
                         (4 + a.active.size() + 4 + a.record.size() + kAclBytes + 4);
-    if (!pending_.empty() && pendingBytes_ + cost > kMultiBudgetBytes) sendPending();
+    if (!pending_.empty() && pendingBytes_ + cost > args_.multiBytes) sendPending();
     pending_.push_back(i);
     pendingBytes_ += cost;
     lastPendAt_ = std::chrono::steady_clock::now();
