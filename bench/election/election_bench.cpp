@@ -437,6 +437,10 @@ class Bench {
         const milliseconds sessionTimeout = leader->negotiatedTimeout();
         const int64_t stoppedAt = crash ? leader->crash() : leader->terminate();
         standby->awaitLeadingAll(leadTimeout(accounts) + (crash ? sessionTimeout * 3 : 0ms));
+        // LEADER lines still unread at the check above: on a saturated machine the leader's
+        // session can end before it is stopped (a negative latency was recorded once).
+        if (standby->lastLeaderAtNs() < stoppedAt)
+          throw std::runtime_error("the standby led before the leader was stopped");
         const bool measured = round > 0;
         const double latency = static_cast<double>(standby->lastLeaderAtNs() - stoppedAt) / 1e6;
         if (measured) s.latencyMs.push_back(latency);
