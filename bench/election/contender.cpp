@@ -33,6 +33,12 @@ Implementation zkagentImplementation(const std::filesystem::path& zkElect) {
           true};
 }
 
+Implementation floorImplementation(size_t multiBytes) {
+  std::vector<std::string> args;
+  if (multiBytes > 0) args = {"--multi-bytes", std::to_string(multiBytes)};
+  return {"floor", zktest::binaryPath("election-floor-probe").string(), std::move(args), true};
+}
+
 Implementation kazooImplementation(const std::filesystem::path& peersDir) {
   // The Debian python3-kazoo lives in the system interpreter, not in whatever python3 PATH names.
   return {"kazoo", "/usr/bin/python3", {(peersDir / "kazoo_peer.py").string()}, false};

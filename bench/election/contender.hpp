@@ -20,7 +20,7 @@ using std::chrono::milliseconds;
 
 // How to start one implementation, and where its candidate nodes of an account live.
 struct Implementation {
-  std::string name;  // "zkagent", "kazoo", "curator"
+  std::string name;  // "zkagent", "floor", "kazoo", "curator"
   std::string program;
   std::vector<std::string> leadingArgs;  // before the common --zk ... arguments
   bool queueInMembers;  // the candidates' parent: {root}/{account}/members, else {root}/{account}
@@ -33,6 +33,10 @@ struct Implementation {
 
 // zk-elect: `zkElect`, or this build's when empty.
 Implementation zkagentImplementation(const std::filesystem::path& zkElect);
+// election-floor-probe (floor_probe.cpp), this build's: the layout's unavoidable work on a raw
+// client, the floor the others are measured against. `multiBytes` > 0: its takeover multis carry
+// at most that many bytes of ops (else the server's limit, jute.maxbuffer).
+Implementation floorImplementation(size_t multiBytes);
 // /usr/bin/python3 bench/peers/kazoo_peer.py.
 Implementation kazooImplementation(const std::filesystem::path& peersDir);
 // Compiles bench/peers/CuratorPeer.java into `classesDir` with javac (throws with javac's output if
