@@ -41,10 +41,16 @@ struct SubscribeRequest {
   std::string viewer;  // the `viewer` parameter; empty when not given
   std::vector<std::string> targets;
   std::optional<std::string> token;  // the `token` parameter (browsers), never echoed
+  // The `via` parameter: the gateway that relays this subscription (presence_relay.hpp); this
+  // one then serves the targets it owns and relays nothing. Empty: a subscriber of its own.
+  std::string via;
+  // The token the subscriber proved itself with (header or parameter), set by
+  // SubscriberIdentity: what a relay presents for it at another gateway. Never echoed or logged.
+  std::string credential;
 };
 
-// The query of GET /v1/presence/subscribe: [viewer=V&]targets=a,b,c[&token=T] (targets may be
-// empty, added later). Whether the viewer may be left out is subscriber_identity.hpp's rule.
+// The query of GET /v1/presence/subscribe: [viewer=V&]targets=a,b,c[&token=T][&via=G] (targets
+// may be empty, added later). Whether the viewer may be left out is subscriber_identity.hpp's rule.
 // Throws fencing::BadRequest naming the parameter (`targets: missing`,
 // `targets[2]: must match ...`).
 SubscribeRequest parseSubscribeQuery(std::string_view query);
