@@ -135,8 +135,10 @@ void SubscriberRelay::stop() {
   sink_.reset();
 }
 
+// The elections' gate itself, not the routes of the last pass: the first lease a new owner takes
+// for the target may be published before the next pass (and its change would be lost).
 bool SubscriberRelay::here(const std::string& target) const {
-  return hub_->routeOf(target).where == RelayHub::Route::Where::Here;
+  return hub_->shards_.owner(target).kind == ShardOwnership::Answer::Kind::Owned;
 }
 
 bool SubscriberRelay::admit(const std::string& target, std::uint64_t version) {

@@ -98,7 +98,8 @@ class SubscriberRelay : public std::enable_shared_from_this<SubscriberRelay> {
   void remove(const std::vector<std::string>& targets);
   void stop();  // closes every link; nothing reaches the sink afterwards
 
-  // Whether this gateway owns `target`'s shard now (its own model's entries may go out).
+  // Whether this gateway owns `target`'s shard now (its own model's entries may go out): the
+  // elections' in-memory gate, read at each call.
   bool here(const std::string& target) const;
   // The version rule: true, and remembered, when `version` is at least the highest sent.
   bool admit(const std::string& target, std::uint64_t version);

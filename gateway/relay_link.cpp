@@ -67,8 +67,9 @@ class Link final : public RelayLink, public std::enable_shared_from_this<Link<St
 
   void close() override {
     if (closed_) return;
+    // The handlers stay until the link goes (no handler runs once closed_ is set): close() may be
+    // called from inside one of them.
     closed_ = true;
-    handlers_ = {};
     resolver_.cancel();
     if (!open_ || writing_) return cut();
     beast::get_lowest_layer(ws_).expires_after(kCloseTimeout);
@@ -172,7 +173,6 @@ class Link final : public RelayLink, public std::enable_shared_from_this<Link<St
     if (closed_) return;
     closed_ = true;
     auto ended = std::move(handlers_.ended);
-    handlers_ = {};
     cut();
     if (ended) ended(End{status, std::move(why)});
   }

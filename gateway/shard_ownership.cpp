@@ -165,9 +165,9 @@ class ZooKeeperShardOwnership final : public ShardOwnership {
     }
     balancer_.start();
     privacy_.start();
-    spdlog::info("cluster: {} shards under {}, standing for each as {} ({})", config_.clusterShards,
-                 naming::gatewayShardsRoot(config_.zkRoot), config_.gatewayId,
-                 config_.advertiseUrl);
+    spdlog::info("cluster: {} shards under {}, standing for each as {} ({}, subscribers {})",
+                 config_.clusterShards, naming::gatewayShardsRoot(config_.zkRoot),
+                 config_.gatewayId, config_.advertiseUrl, config_.subscribeUrl);
     clusterVerified_.set_value();
   }
 
