@@ -9,6 +9,9 @@
 // event sink writes into a session directly. Per session, changes are merged by target and sent
 // at most once per coalesce interval; a session with more than subscriberQueue messages not yet
 // written is closed with kResubscribeCode, so a slow reader costs the others nothing.
+//
+// In cluster mode a session shows a target only while this gateway owns its shard; the targets
+// another gateway owns reach it through the session's relay (presence_relay.hpp).
 #pragma once
 
 #include <cstdint>
