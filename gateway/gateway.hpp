@@ -42,7 +42,11 @@ struct Config {
   std::uint32_t clusterShards = 0;
   std::string gatewayId;     // this gateway's instance id in the shards' elections
   std::string advertiseUrl;  // where agents reach this gateway (http[s]://host:port)
-  std::string bearerToken;   // what agents (and subscribers) send; empty: no authentication
+  // Cluster mode: where other gateways reach this one's subscriber listener (ws[s]://host:port,
+  // the advertise URL's host), written into every shard it owns. Not read from the file: set
+  // once the listener is bound (subscribeUrlOf).
+  std::string subscribeUrl;
+  std::string bearerToken;  // what agents (and subscribers) send; empty: no authentication
   // Operator actions (HWM reset, privacy PUT) need this one instead; empty: they are refused.
   // Never equal to bearerToken, so an agent's credentials allow no operator action.
   std::string operatorToken;
@@ -152,11 +156,17 @@ class ShardOwnership {
     // while it is still being bumped in ZooKeeper (no presence write is taken until it is known).
     std::uint64_t epoch = 0;
     std::string owner;  // Elsewhere: the owner's advertised URL
+    // Elsewhere: the owner's subscriber listener (ws[s]://host:port), where a relay subscribes;
+    // empty when its node names none.
+    std::string subscribeUrl;
   };
   virtual ~ShardOwnership() = default;
   // Thread-safe and without I/O: the elections' in-memory gate. Owned only while this gateway
   // leads the shard on a session it has heard from recently.
   virtual Answer owner(std::string_view account) const = 0;
+  // The same for shard `index` (below shardCount()).
+  virtual Answer ownerOfShard(std::uint32_t index) const = 0;
+  virtual std::uint32_t shardCount() const = 0;
   virtual std::size_t owned() const = 0;  // shards owned now
   // Hands every owned shard to the next gateway and stops standing; `handedOver` runs (on
   // another thread) once they are handed over.
@@ -184,6 +194,10 @@ class ShardOwnership {
 // ZooKeeper (creating it on the first start); throws std::runtime_error when it differs from
 // config.clusterShards.
 std::unique_ptr<ShardOwnership> makeZooKeeperShardOwnership(const Config& config);
+
+// Config::subscribeUrl: ws:// (wss:// when `secure`) with the host of config.advertiseUrl and the
+// subscriber listener's bound `port`.
+std::string subscribeUrlOf(const Config& config, bool secure, std::uint16_t port);
 
 // Which checks an operation gets right now (also the `check` label of the ops metric).
 enum class CheckMode { ZooKeeper, HwmOnly, Refusing };

@@ -58,13 +58,21 @@ int run(const gateway::Config& config) {
   } else {
     spdlog::warn("no ZooKeeper configured: operations are checked on the high-water mark only");
   }
-  // Cluster mode: stands for the cluster's shards before serving (a shard count that differs from
-  // the cluster's is a start error).
+  // Declared first: the store and the subscribers use it until they are gone.
   std::unique_ptr<gateway::ShardOwnership> shards;
-  if (config.clusterShards != 0) shards = gateway::makeZooKeeperShardOwnership(config);
   metrics::Registry registry;
   boost::asio::io_context io;
-  gateway::PresenceStore presence(io, config, registry, shards.get());
+  gateway::PresenceStore presence(io, config, registry);
+  gateway::SubscriberEndpoint subscribers(io, config, presence, registry);
+  // Cluster mode: stands for the cluster's shards before serving (a shard count that differs from
+  // the cluster's is a start error), advertising the subscriber listener bound above.
+  if (config.clusterShards != 0) {
+    auto clusterConfig = config;
+    clusterConfig.subscribeUrl =
+        gateway::subscribeUrlOf(config, subscribers.secure(), subscribers.port());
+    shards = gateway::makeZooKeeperShardOwnership(clusterConfig);
+    presence.attachCluster(*shards);
+  }
   gateway::Gateway gateway(config, validator, leaders.get(), registry, &presence, shards.get());
 
   auto& rateLimited = registry
@@ -81,7 +89,6 @@ int run(const gateway::Config& config) {
                        .maxRequestsPerSecond = config.maxRequestsPerSecond,
                        .onRateLimited = [&rateLimited] { rateLimited.inc(); }},
                       gateway.router());
-  gateway::SubscriberEndpoint subscribers(io, config, presence, registry);
   server.start();
   subscribers.start();
   auto bracketed = [](std::string address) {

@@ -150,7 +150,7 @@ struct PresenceStore::Impl {
                            .with({})) {
     // Before the strand runs: nothing else touches the model yet. Cluster mode: the rules come
     // from ZooKeeper (watchCluster), never from this gateway's disk.
-    if (cluster == nullptr) {
+    if (config.clusterShards == 0) {
       for (const auto& [account, rules] : disk.loadPrivacy()) {
         service->privacy().replace(account, rules);
       }
@@ -249,8 +249,8 @@ struct PresenceStore::Impl {
   }
 
   boost::asio::strand<boost::asio::io_context::executor_type> strand;
-  ShardOwnership* const cluster;  // null in single mode
-  const Config gatewayConfig;     // a copy, for which accounts it serves (Config::serves)
+  ShardOwnership* cluster;     // null in single mode; set before the strand runs (attachCluster)
+  const Config gatewayConfig;  // a copy, for which accounts it serves (Config::serves)
   presence::Params params;
   presence::AsioClock clock;
   // Everything below up to the metrics is touched only on the strand.
@@ -278,14 +278,19 @@ struct PresenceStore::Impl {
 
 PresenceStore::PresenceStore(boost::asio::io_context& io, const Config& config,
                              metrics::Registry& registry, ShardOwnership* cluster)
-    : impl_(std::make_unique<Impl>(io, config, registry, cluster)) {
-  if (cluster != nullptr) {
-    cluster->watchPrivacy(
-        [impl = impl_.get()](const std::string& account, const std::optional<std::string>& data) {
-          impl->onClusterPrivacy(account, data);
-        });
-  }
+    : impl_(std::make_unique<Impl>(io, config, registry, nullptr)) {
+  if (cluster != nullptr) attachCluster(*cluster);
 }
+
+void PresenceStore::attachCluster(ShardOwnership& cluster) {
+  impl_->cluster = &cluster;
+  cluster.watchPrivacy(
+      [impl = impl_.get()](const std::string& account, const std::optional<std::string>& data) {
+        impl->onClusterPrivacy(account, data);
+      });
+}
+
+ShardOwnership* PresenceStore::cluster() const { return impl_->cluster; }
 
 PresenceStore::~PresenceStore() {
   if (impl_->cluster != nullptr) impl_->cluster->watchPrivacy({});

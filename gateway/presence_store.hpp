@@ -71,6 +71,10 @@ class PresenceStore {
   PresenceStore(boost::asio::io_context& io, const Config& config, metrics::Registry& registry,
                 ShardOwnership* cluster = nullptr);
   ~PresenceStore();
+  // Cluster mode, when the shards' elections start after the store (they advertise the subscriber
+  // listener, bound after it): what the constructor's `cluster` does, before `io` runs.
+  void attachCluster(ShardOwnership& cluster);
+  ShardOwnership* cluster() const;  // null in single mode
   PresenceStore(const PresenceStore&) = delete;
   PresenceStore& operator=(const PresenceStore&) = delete;
 

@@ -20,6 +20,7 @@
 #include <unordered_set>
 
 #include "gateway.hpp"
+#include "presence_relay.hpp"
 #include "presence_store.hpp"
 #include "subscriber_identity.hpp"
 #include "zkagent/fencing.hpp"
@@ -67,15 +68,16 @@ ordered statusJson(const std::string& target, const presence::VisibleStatus& sta
 }  // namespace
 
 SubscribeRequest parseSubscribeQuery(std::string_view query) {
-  std::optional<std::string> viewer, targets, token;
+  std::optional<std::string> viewer, targets, token, via;
   std::string twice;  // the first parameter given twice
   http::forEachParameter(query, [&](const std::string& key, std::string_view part) {
     std::optional<std::string>* slot = key == "viewer"    ? &viewer
                                        : key == "targets" ? &targets
                                        : key == "token"   ? &token
+                                       : key == "via"     ? &via
                                                           : nullptr;
     if (slot == nullptr)
-      fencing::failField(key.substr(0, 64), "unknown parameter (viewer, targets, token)");
+      fencing::failField(key.substr(0, 64), "unknown parameter (viewer, targets, token, via)");
     if (*slot && twice.empty()) twice = key;
     *slot = http::parameterValue(part);
   });
@@ -85,6 +87,10 @@ SubscribeRequest parseSubscribeQuery(std::string_view query) {
   SubscribeRequest request;
   if (viewer) request.viewer = checkedId("viewer", std::move(*viewer));
   request.token = std::move(token);
+  if (via) {
+    if (auto error = naming::instanceIdError(*via)) fencing::failField("via", *error);
+    request.via = std::move(*via);
+  }
   std::string_view list(*targets);
   for (std::size_t i = 0; !list.empty(); ++i) {
     const auto comma = list.find(',');
@@ -130,8 +136,9 @@ SubscriberCommand parseSubscriberCommand(std::string_view text) {
   return command;
 }
 
-// What the endpoint keeps of a session, plain or TLS (Session<Stream> below).
-class SessionBase {
+// What the endpoint keeps of a session, plain or TLS (Session<Stream> below); in cluster mode it
+// also takes what its relay forwards from the owners of its other targets.
+class SessionBase : public RelaySink {
  public:
   virtual ~SessionBase() = default;
   virtual void start() = 0;
@@ -147,6 +154,7 @@ struct SubscriberEndpoint::Core : std::enable_shared_from_this<Core> {
   Core(asio::io_context& io, const Config& config, PresenceStore& presenceStore,
        metrics::Registry& registry)
       : strand(presenceStore.executor()),
+        gatewayConfig(config),
         store(presenceStore),
         identity(config),
         tls(subscriberTls(config)),
@@ -205,7 +213,9 @@ struct SubscriberEndpoint::Core : std::enable_shared_from_this<Core> {
   void admit(tcp::socket socket);
 
   asio::any_io_executor strand;
+  const Config gatewayConfig;  // a copy: the relays' settings (RelayHub, built at start())
   PresenceStore& store;
+  std::shared_ptr<RelayHub> relays;  // cluster mode, from start(): the shard map, live relays
   SubscriberIdentity identity;
   std::optional<asio::ssl::context> tls;  // set: wss
   http::Router router;
@@ -284,12 +294,35 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
   // The model's sink: merge by target, flush at most once per coalesce interval.
   void onEvent(const presence::ChangeEvent& event) {
     if (closing_ || done_) return;
+    // Cluster mode: only the owner of the target's shard speaks for it, and never backwards.
+    if (relay_ && (!relay_->here(event.target) ||
+                   (!event.removed &&
+                    !relay_->admit(event.target, versionOf(event.target, event.version))))) {
+      return;
+    }
+    relayed_.erase(event.target);
     auto [it, inserted] = pending_.insert_or_assign(event.target, event);
     if (!inserted) core_->coalesced.inc();
     scheduleFlush();
   }
 
+  void relayed(const std::string& target, ordered entry) override {
+    if (closing_ || done_) return;
+    pending_.erase(target);
+    if (!relayed_.insert_or_assign(target, std::move(entry)).second) core_->coalesced.inc();
+    scheduleFlush();
+  }
+
+  void relayRefused(const std::string& why) override {
+    spdlog::info("presence subscriber {} closed: {} (4008)", viewer_, why);
+    closeWith(kResubscribeCode, why);
+  }
+
  private:
+  std::uint64_t versionOf(const std::string& target, std::uint64_t count) const {
+    return core_->store.versionBase(target) + count;
+  }
+
   void readRequest() {
     parser_.emplace();
     parser_->header_limit(kHeaderLimit);
@@ -371,11 +404,18 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     core_->store.post([self = this->shared_from_this()](presence::PresenceService& service) {
       if (self->closing_ || self->done_) return;
       std::weak_ptr<Session> weak = self;
+      if (self->core_->relays) {
+        const auto& request = self->subscribeRequest_;
+        self->relay_ = std::make_shared<SubscriberRelay>(self->core_->relays, weak, request.viewer,
+                                                         request.credential, request.via.empty());
+        self->core_->relays->track(self->relay_);
+      }
       auto subscribed = service.subscriptions().subscribe(
           self->subscribeRequest_.viewer, self->subscribeRequest_.targets,
           [weak](const presence::ChangeEvent& event) {
             if (auto session = weak.lock()) session->onEvent(event);
           });
+      if (self->relay_) self->relay_->add(self->subscribeRequest_.targets);
       self->subscribeRequest_.targets = {};
       self->id_ = subscribed.id;
       self->subscribed_ = true;
@@ -388,11 +428,15 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     read();
   }
 
-  ordered snapshotJson(const std::vector<presence::SnapshotEntry>& snapshot) const {
+  // Cluster mode: only the targets this gateway owns; the others come through the relay.
+  ordered snapshotJson(const std::vector<presence::SnapshotEntry>& snapshot) {
     auto entries = ordered::array();
     for (const auto& entry : snapshot) {
-      entries.push_back(statusJson(entry.target, entry.status,
-                                   core_->store.versionBase(entry.target) + entry.version));
+      const auto version = versionOf(entry.target, entry.version);
+      if (relay_ && (!relay_->here(entry.target) || !relay_->admit(entry.target, version))) {
+        continue;
+      }
+      entries.push_back(statusJson(entry.target, entry.status, version));
     }
     return entries;
   }
@@ -433,6 +477,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
                                    std::to_string(kMaxSubscribeTargets) + " targets");
         }
         const auto snapshot = subscriptions.addTargets(self->id_, command.targets);
+        if (self->relay_) self->relay_->add(command.targets);
         self->enqueue(ordered{{"type", "snapshot"},
                               {"added", command.targets},
                               {"targets", self->snapshotJson(snapshot)}}
@@ -440,7 +485,11 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
                       0);
       } else {
         subscriptions.removeTargets(self->id_, command.targets);
-        for (const auto& target : command.targets) self->pending_.erase(target);
+        if (self->relay_) self->relay_->remove(command.targets);
+        for (const auto& target : command.targets) {
+          self->pending_.erase(target);
+          self->relayed_.erase(target);
+        }
         self->enqueue(ordered{{"type", "unsubscribed"}, {"targets", command.targets}}.dump(), 0);
       }
       self->core_->watched.set(static_cast<double>(subscriptions.targetsWatched()));
@@ -464,19 +513,21 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
 
   void flush() {
     flushArmed_ = false;
-    if (pending_.empty() || closing_ || done_) return;
+    if ((pending_.empty() && relayed_.empty()) || closing_ || done_) return;
     auto events = ordered::array();
     for (const auto& [target, event] : pending_) {
       if (event.removed) {
         events.push_back(ordered{{"target", target}, {"removed", true}});
         continue;
       }
-      auto out = statusJson(target, event.status, core_->store.versionBase(target) + event.version);
+      auto out = statusJson(target, event.status, versionOf(target, event.version));
       out["observed_at_minute"] = event.observedAtMinute;
       events.push_back(std::move(out));
     }
-    const std::size_t count = pending_.size();
+    for (auto& relayed : relayed_) events.push_back(std::move(relayed.second));
+    const std::size_t count = pending_.size() + relayed_.size();
     pending_.clear();
+    relayed_.clear();
     lastFlush_ = SteadyClock::now();
     enqueue(ordered{{"type", "events"}, {"events", std::move(events)}}.dump(), count);
   }
@@ -520,6 +571,10 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
   }
 
   void unsubscribe() {
+    if (relay_) {
+      relay_->stop();
+      relay_.reset();
+    }
     if (!subscribed_) return;
     subscribed_ = false;
     core_->subscribers.dec();
@@ -535,6 +590,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     if (admitted_) --core_->admitted;
     unsubscribe();
     pending_.clear();
+    relayed_.clear();
     queue_.clear();
     timer_.cancel();
     auto self = this->shared_from_this();
@@ -556,6 +612,8 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
   bool writing_ = false, flushArmed_ = false;
   SteadyClock::time_point lastFlush_{};
   std::map<std::string, presence::ChangeEvent> pending_;   // merged by target until the flush
+  std::map<std::string, ordered> relayed_;                 // the same for what the relay forwards
+  std::shared_ptr<SubscriberRelay> relay_;                 // cluster mode
   std::deque<std::pair<std::string, std::size_t>> queue_;  // message, events in it
   websocket::close_reason close_;
 };
@@ -580,6 +638,10 @@ SubscriberEndpoint::SubscriberEndpoint(asio::io_context& io, const Config& confi
 SubscriberEndpoint::~SubscriberEndpoint() = default;
 
 void SubscriberEndpoint::start() {
+  if (auto* shards = core_->store.cluster()) {
+    core_->relays = std::make_shared<RelayHub>(core_->strand, core_->gatewayConfig, *shards);
+    core_->relays->start();
+  }
   core_->listener->start([weak = std::weak_ptr<Core>(core_)](tcp::socket socket) {
     if (auto self = weak.lock()) self->admit(std::move(socket));
   });
@@ -589,6 +651,7 @@ void SubscriberEndpoint::stop() {
   asio::post(core_->strand, [core = core_] {
     core->stopping = true;
     core->listener->stop();
+    if (core->relays) core->relays->stop();
     const auto sessions = core->sessions;
     for (const auto& session : sessions) session->closeWith(kGoingAwayCode, "gateway stopping");
   });

@@ -9,6 +9,9 @@
 // event sink writes into a session directly. Per session, changes are merged by target and sent
 // at most once per coalesce interval; a session with more than subscriberQueue messages not yet
 // written is closed with kResubscribeCode, so a slow reader costs the others nothing.
+//
+// In cluster mode a session shows a target only while this gateway owns its shard; the targets
+// another gateway owns reach it through the session's relay (presence_relay.hpp).
 #pragma once
 
 #include <cstdint>
@@ -41,10 +44,16 @@ struct SubscribeRequest {
   std::string viewer;  // the `viewer` parameter; empty when not given
   std::vector<std::string> targets;
   std::optional<std::string> token;  // the `token` parameter (browsers), never echoed
+  // The `via` parameter: the gateway that relays this subscription (presence_relay.hpp); this
+  // one then serves the targets it owns and relays nothing. Empty: a subscriber of its own.
+  std::string via;
+  // The token the subscriber proved itself with (header or parameter), set by
+  // SubscriberIdentity: what a relay presents for it at another gateway. Never echoed or logged.
+  std::string credential;
 };
 
-// The query of GET /v1/presence/subscribe: [viewer=V&]targets=a,b,c[&token=T] (targets may be
-// empty, added later). Whether the viewer may be left out is subscriber_identity.hpp's rule.
+// The query of GET /v1/presence/subscribe: [viewer=V&]targets=a,b,c[&token=T][&via=G] (targets
+// may be empty, added later). Whether the viewer may be left out is subscriber_identity.hpp's rule.
 // Throws fencing::BadRequest naming the parameter (`targets: missing`,
 // `targets[2]: must match ...`).
 SubscribeRequest parseSubscribeQuery(std::string_view query);

@@ -37,7 +37,8 @@ class ZooKeeperShardOwnership final : public ShardOwnership {
                 .root = naming::gatewayShardsRoot(config.zkRoot),
                 .instanceId = config.gatewayId,
                 .endpoint = config.advertiseUrl,
-                .deviceEndpoint = {}}),
+                // Where relays subscribe (docs/gateway-cluster.md "Relayed subscriptions").
+                .deviceEndpoint = config.subscribeUrl}),
         balancer_(io_, group_, config.gatewayId, naming::gatewayShardsRoot(config.zkRoot)),
         epochs_(io_, group_, config.zkRoot, config.clusterShards),
         privacy_(io_, group_, config.zkRoot) {
@@ -74,22 +75,29 @@ class ZooKeeperShardOwnership final : public ShardOwnership {
   ~ZooKeeperShardOwnership() override { shutDown(); }
 
   Answer owner(std::string_view account) const override {
+    return ownerOfShard(naming::shardOf(account, config_.clusterShards));
+  }
+
+  Answer ownerOfShard(std::uint32_t index) const override {
     Answer answer;
-    answer.shard = naming::shardId(naming::shardOf(account, config_.clusterShards));
+    answer.shard = naming::shardId(index);
     const auto gate = group_.check(answer.shard);
     if (gate.allowed()) {
       answer.kind = Answer::Kind::Owned;
       answer.take = gate.token;
-      answer.epoch = epochs_.epochFor(naming::shardOf(account, config_.clusterShards), gate.token);
+      answer.epoch = epochs_.epochFor(index, gate.token);
     } else if (gate.leader && gate.leader->instanceId != config_.gatewayId &&
                !gate.leader->endpoint.empty() &&
                gate.verdict != election::GateDecision::Verdict::Suspended) {
       // Another gateway's node, seen on a session that is up: where to send the client.
       answer.kind = Answer::Kind::Elsewhere;
       answer.owner = gate.leader->endpoint;
+      answer.subscribeUrl = gate.leader->deviceEndpoint;
     }
     return answer;
   }
+
+  std::uint32_t shardCount() const override { return config_.clusterShards; }
 
   std::size_t owned() const override { return static_cast<std::size_t>(owned_.load()); }
 
@@ -157,9 +165,9 @@ class ZooKeeperShardOwnership final : public ShardOwnership {
     }
     balancer_.start();
     privacy_.start();
-    spdlog::info("cluster: {} shards under {}, standing for each as {} ({})", config_.clusterShards,
-                 naming::gatewayShardsRoot(config_.zkRoot), config_.gatewayId,
-                 config_.advertiseUrl);
+    spdlog::info("cluster: {} shards under {}, standing for each as {} ({}, subscribers {})",
+                 config_.clusterShards, naming::gatewayShardsRoot(config_.zkRoot),
+                 config_.gatewayId, config_.advertiseUrl, config_.subscribeUrl);
     clusterVerified_.set_value();
   }
 
@@ -192,6 +200,14 @@ class ZooKeeperShardOwnership final : public ShardOwnership {
 
 std::unique_ptr<ShardOwnership> makeZooKeeperShardOwnership(const Config& config) {
   return std::make_unique<ZooKeeperShardOwnership>(config);
+}
+
+std::string subscribeUrlOf(const Config& config, bool secure, std::uint16_t port) {
+  naming::HostPort address;
+  bool https = false;
+  naming::httpUrlError(config.advertiseUrl, address, https);  // checked by the config
+  address.port = port;
+  return (secure ? "wss://" : "ws://") + naming::toString(address);
 }
 
 }  // namespace zkagent::gateway

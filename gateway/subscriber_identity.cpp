@@ -45,6 +45,7 @@ std::variant<SubscribeRequest, http::Response> SubscriberIdentity::identify(
     return unauthorized("token: missing (Authorization: Bearer, or the token parameter)");
   }
   subscribe.token.reset();
+  subscribe.credential = token;  // a relay presents it at the target's owner
   // A viewer's token first; a service's keys are tried only when it is not one.
   std::optional<auth::Refused> refused;
   if (viewers_) {

@@ -158,20 +158,53 @@ std::unique_ptr<zktest::ChildProcess> watchAt(const ClusterGateway& gateway,
                                "--viewer", viewer, "--targets", target});
 }
 
-// The next line of `watch` that shows `target` with `status` (snapshot or change); its version.
-std::uint64_t waitForStatus(zktest::ChildProcess& watch, const std::string& target,
-                            const std::string& status, std::chrono::milliseconds timeout = 10s) {
-  const auto line = watch.waitForLine(
+// A SNAPSHOT or CHANGE line of zk-presence-watch: its fields (unixNs only on a CHANGE).
+struct StatusLine {
+  std::string kind, target, status;
+  std::uint64_t version = 0;
+  std::int64_t minute = 0, unixNs = 0;
+};
+
+StatusLine parseStatusLine(const std::string& line) {
+  StatusLine parsed;
+  std::istringstream fields(line);
+  fields >> parsed.kind >> parsed.target >> parsed.status >> parsed.version >> parsed.minute >>
+      parsed.unixNs;
+  return parsed;
+}
+
+// The next line of `watch` that shows `target` with `status` (snapshot or change).
+StatusLine waitForStatusLine(zktest::ChildProcess& watch, const std::string& target,
+                             const std::string& status, std::chrono::milliseconds timeout = 10s) {
+  return parseStatusLine(watch.waitForLine(
       [&](std::string_view text) {
         return text.starts_with("SNAPSHOT " + target + " " + status + " ") ||
                text.starts_with("CHANGE " + target + " " + status + " ");
       },
-      timeout, target + " " + status);
-  std::istringstream fields(line);
-  std::string kind, name, shown;
-  std::uint64_t version = 0;
-  fields >> kind >> name >> shown >> version;
-  return version;
+      timeout, target + " " + status));
+}
+
+// The same, its version.
+std::uint64_t waitForStatus(zktest::ChildProcess& watch, const std::string& target,
+                            const std::string& status, std::chrono::milliseconds timeout = 10s) {
+  return waitForStatusLine(watch, target, status, timeout).version;
+}
+
+// Every version `watch` printed for `target` so far (snapshot and changes), in order.
+std::vector<std::uint64_t> versionsSeen(const zktest::ChildProcess& watch,
+                                        const std::string& target) {
+  std::vector<std::uint64_t> versions;
+  for (const auto& line : watch.stdoutLines()) {
+    if (line.starts_with("SNAPSHOT " + target + " ") ||
+        line.starts_with("CHANGE " + target + " ")) {
+      versions.push_back(parseStatusLine(line).version);
+    }
+  }
+  return versions;
+}
+
+std::string epochAndCount(std::uint64_t version) {
+  return std::to_string(version >> 32) + ":" + std::to_string(version & 0xffffffffu);
 }
 
 double invalidPrivacyNodes(const ClusterGateway& gateway) {
@@ -375,6 +408,124 @@ TEST_F(GatewayCluster, ATargetsVersionsAfterItsShardMovesAreAboveEveryVersionBef
   std::cout << "version before the move " << (before >> 32) << ":" << (before & 0xffffffffu)
             << ", after at " << successor.id() << " " << (after >> 32) << ":"
             << (after & 0xffffffffu) << "\n";
+}
+
+// ---- Presence: a subscriber at any gateway (relayed subscriptions).
+
+// (subscription, target) pairs `gateway` serves: a relayed subscription's count at the owner.
+double watchedAt(const ClusterGateway& gateway) {
+  return zktest::metricSample(gateway.client(1s).get("/metrics").body,
+                              "zkagent_gateway_presence_watched_targets")
+      .value_or(-1);
+}
+
+// A subscriber at a gateway that does not own the target's shard sees the target and its changes
+// (the gateway subscribes at the owner for it), about as soon as a subscriber at the owner does.
+// One subscriber at each of the two other gateways: after the owner's SIGTERM its shard moves to
+// one of them, which then serves the target itself, while the other subscribes at it. Both,
+// still connected, see the next owner's changes, every version at or above the one before.
+TEST_F(GatewayCluster, ASubscriberAtAnyGatewaySeesATargetAndKeepsItWhenTheShardMoves) {
+  const std::string target = "acc-1";
+  auto& owner = byUrl(shardOwners(zkHosts_, root_).at(shardOf(target)));
+  std::vector<ClusterGateway*> edges;
+  for (auto& gateway : gateways_) {
+    if (gateway.get() != &owner) edges.push_back(gateway.get());
+  }
+  const auto holder = elect(target, "agent-a");
+  ASSERT_EQ(
+      putPrivacy(owner, target, json{{"granularity", "exact"}, {"contacts", json::array({"bob"})}})
+          .status,
+      200);
+  http::ClientResponse renewed;
+  ASSERT_TRUE(zktest::eventually(
+      [&] { return (renewed = lease(owner, target, holder, 1)).status == 200; }, 5s))
+      << renewed.status << " " << renewed.body;
+  std::vector<std::unique_ptr<zktest::ChildProcess>> bobs;
+  for (auto* edge : edges) bobs.push_back(watchAt(*edge, "bob", target));
+  auto bobAtOwner = watchAt(owner, "bob", target);
+  std::uint64_t first = 0;
+  for (auto& bob : bobs) first = waitForStatus(*bob, target, "online");
+  waitForStatus(*bobAtOwner, target, "online");
+
+  // A change: at the owner's subscriber, then one hop later at the others'.
+  ASSERT_EQ(lease(owner, target, holder, 1, true).status, 200);
+  const auto atOwner = waitForStatusLine(*bobAtOwner, target, "offline", 5s);
+  std::string hops;
+  for (std::size_t i = 0; i < bobs.size(); ++i) {
+    const auto atEdge = waitForStatusLine(*bobs[i], target, "offline", 5s);
+    EXPECT_EQ(atEdge.version, atOwner.version) << edges[i]->id();
+    EXPECT_GT(atEdge.version, first) << edges[i]->id();
+    hops += " " + edges[i]->id() + " " +
+            std::to_string(static_cast<double>(atEdge.unixNs - atOwner.unixNs) / 1e6) + " ms";
+  }
+
+  owner.process().signal(SIGTERM);
+  std::string next;
+  ASSERT_TRUE(zktest::eventually(
+      [&] {
+        next = shardOwners(zkHosts_, root_).at(shardOf(target));
+        return !next.empty() && next != owner.url();
+      },
+      10s));
+  const auto movedAt = Clock::now();
+  ASSERT_TRUE(zktest::eventually(
+      [&] { return (renewed = lease(byUrl(next), target, holder, 3)).status == 200; }, 5s))
+      << renewed.status << " " << renewed.body;
+  std::string after;
+  for (std::size_t i = 0; i < bobs.size(); ++i) {
+    auto& bob = *bobs[i];
+    const auto online = waitForStatusLine(bob, target, "online", 5s);
+    EXPECT_GT(online.version >> 32, atOwner.version >> 32)
+        << edges[i]->id() << ": the new owner's epoch is not above";
+    const auto versions = versionsSeen(bob, target);
+    EXPECT_TRUE(std::is_sorted(versions.begin(), versions.end()))
+        << "a version went backwards at " << edges[i]->id() << ": " << bob.transcript();
+    for (const auto& line : bob.stdoutLines()) {
+      EXPECT_FALSE(line.starts_with("CLOSED ")) << edges[i]->id() << " closed bob: " << line;
+    }
+    after += " " + edges[i]->id() + (edges[i]->url() == next ? " (the new owner) " : " ") +
+             epochAndCount(online.version) + " after " + std::to_string(millisSince(movedAt)) +
+             " ms";
+  }
+  EXPECT_TRUE(owner.process().wait(20s).exitedWith(0)) << owner.process().stderrText();
+  std::cout << "relayed: a change at " << owner.id() << " (" << epochAndCount(atOwner.version)
+            << ") at the other gateways' subscribers, after the owner's:" << hops
+            << "; after the move, online at" << after << " from the new owner seen\n";
+}
+
+// Privacy stays with the owner, for the real viewer: through a gateway that does not own the
+// target, a contact (bob) sees it and its changes, a viewer the rules do not allow (carol) sees
+// nothing of it, although her subscription is live at the owner through the relay.
+TEST_F(GatewayCluster, ARelayedViewerSeesOnlyWhatTheOwnersRulesLetHerSee) {
+  const std::string target = "acc-1";
+  auto& owner = byUrl(shardOwners(zkHosts_, root_).at(shardOf(target)));
+  ClusterGateway* edge = nullptr;
+  for (auto& gateway : gateways_) {
+    if (gateway.get() != &owner) edge = gateway.get();
+  }
+  const auto holder = elect(target, "agent-a");
+  ASSERT_EQ(
+      putPrivacy(owner, target, json{{"granularity", "exact"}, {"contacts", json::array({"bob"})}})
+          .status,
+      200);
+  const auto watchedBefore = watchedAt(owner);
+  auto carol = watchAt(*edge, "carol", target);
+  auto bob = watchAt(*edge, "bob", target);
+  carol->waitForLine("SNAPSHOT-END", 10s);
+  bob->waitForLine("SNAPSHOT-END", 10s);
+  // Both relayed subscriptions watch the target at the owner before it changes.
+  ASSERT_TRUE(zktest::eventually([&] { return watchedAt(owner) == watchedBefore + 2; }, 5s))
+      << watchedAt(owner);
+  http::ClientResponse renewed;
+  ASSERT_TRUE(zktest::eventually(
+      [&] { return (renewed = lease(owner, target, holder, 1)).status == 200; }, 5s))
+      << renewed.status << " " << renewed.body;
+  waitForStatus(*bob, target, "online");
+  ASSERT_EQ(lease(owner, target, holder, 1, true).status, 200);
+  waitForStatus(*bob, target, "offline");
+  for (const auto& line : carol->stdoutLines()) {
+    EXPECT_EQ(line.find(" " + target + " "), std::string::npos) << "carol sees " << line;
+  }
 }
 
 }  // namespace gateway_cluster_test

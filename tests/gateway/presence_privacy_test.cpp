@@ -69,13 +69,16 @@ TEST(PresenceSubscribeQuery, EachMistakeIsRefusedNamingTheParameter) {
             "targets[1]: must match [A-Za-z0-9_.-]{1,128}, not . or ..");
   EXPECT_EQ(query("viewer=bob&viewer=eve&targets=a"), "viewer: given twice");
   EXPECT_EQ(query("viewer=bob&targets=a&since=3"),
-            "since: unknown parameter (viewer, targets, token)");
+            "since: unknown parameter (viewer, targets, token, via)");
   const auto ok = gateway::parseSubscribeQuery("viewer=bob&targets=alice%2Ccarol");
   EXPECT_EQ(ok.viewer, "bob");
   EXPECT_EQ(ok.targets, (std::vector<std::string>{"alice", "carol"}));
   EXPECT_TRUE(gateway::parseSubscribeQuery("viewer=bob&targets=").targets.empty());
   // The viewer may be left out here; who the subscriber is, SubscriberIdentity decides.
   EXPECT_TRUE(gateway::parseSubscribeQuery("targets=a").viewer.empty());
+  // A relaying gateway names itself (an instance id).
+  EXPECT_EQ(gateway::parseSubscribeQuery("viewer=bob&targets=&via=gw-1").via, "gw-1");
+  EXPECT_EQ(query("viewer=bob&targets=a&via=").rfind("via: ", 0), 0u);
 }
 
 TEST(PresenceSubscriberCommand, EachMistakeIsRefusedNamingTheField) {

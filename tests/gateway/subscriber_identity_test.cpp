@@ -72,6 +72,26 @@ TEST(SubscriberIdentity, AViewerTokenMakesItsSubjectTheViewerInTheHeaderOrTheQue
   EXPECT_EQ(outcome(identity, upgrade("targets=alice&token=" + bob)), "bob");
 }
 
+// What a relaying gateway presents at a target's owner (docs/gateway-cluster.md "Relayed
+// subscriptions"): the very token the subscriber proved itself with, so that the owner decides
+// the viewer itself; nothing when no subscriber tokens are configured.
+TEST(SubscriberIdentity, TheProvedTokenIsKeptForARelayToPresentAtTheOwner) {
+  const auto credential = [](const gateway::SubscriberIdentity& identity,
+                             const http::Request& request) {
+    auto result = identity.identify(request, kNow);
+    const auto* subscribe = std::get_if<gateway::SubscribeRequest>(&result);
+    return subscribe ? subscribe->credential : std::string("refused");
+  };
+  gateway::SubscriberIdentity identity(configWith(true, true));
+  const auto bob = token(viewerKey(), "bob", "viewer");
+  EXPECT_EQ(credential(identity, upgrade("targets=alice", bob)), bob);
+  EXPECT_EQ(credential(identity, upgrade("targets=alice&token=" + bob)), bob);
+  const auto backend = token(serviceKey(), "backend-1", "service");
+  EXPECT_EQ(credential(identity, upgrade("viewer=carol&targets=alice", backend)), backend);
+  gateway::SubscriberIdentity claimed(configWith(false, false));
+  EXPECT_EQ(credential(claimed, upgrade("viewer=carol&targets=alice")), "");
+}
+
 TEST(SubscriberIdentity, ClaimingAnotherViewerIsForbidden) {
   gateway::SubscriberIdentity identity(configWith(true, false));
   const auto bob = token(viewerKey(), "bob", "viewer");
