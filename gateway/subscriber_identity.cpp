@@ -28,7 +28,8 @@ std::variant<SubscribeRequest, http::Response> SubscriberIdentity::identify(
     return http::Response::error(400, error.what());
   }
   if (!tokensRequired()) {
-    if (subscribe.token) return http::Response::error(400, "token: no subscriber tokens configured");
+    if (subscribe.token)
+      return http::Response::error(400, "token: no subscriber tokens configured");
     if (subscribe.viewer.empty()) return http::Response::error(400, "viewer: missing");
     return subscribe;
   }

@@ -37,6 +37,7 @@
 #include <sstream>
 #include <thread>
 
+#include "bench_settings.hpp"
 #include "contender.hpp"
 #include "expiry_observer.hpp"
 #include "gate_bench.hpp"
@@ -56,128 +57,10 @@ namespace {
 using namespace zkbench;
 using namespace std::chrono_literals;
 using nlohmann::json;
+using zkagent::bench::Settings;
 namespace fs = std::filesystem;
 
 constexpr milliseconds kSessionTimeout{2000};
-constexpr const char* kUsage =
-    "usage: election-bench [--out FILE] [--peers kazoo,curator|none]\n"
-    "                      [--scenarios handover,crash,cold,gate] [--max-accounts N] [--sizes N,N] "
-    "[--rounds N]\n"
-    "                      [--quick] [--zk-elect PATH] [--zk-settings defaults|fast] "
-    "[--servers 1|3|5] [--floor on|off]\n"
-    "                      [--floor-multi-bytes N]\n";
-
-struct Settings {
-  fs::path out;
-  std::set<std::string> peers{"kazoo", "curator"};
-  std::set<std::string> scenarios{"handover", "crash", "cold", "gate"};
-  size_t maxAccounts = 10000;
-  std::set<size_t> sizes;  // empty: every planned size (up to maxAccounts)
-  int rounds = 0;          // > 0: this many rounds of every series instead of the plan's
-  bool quick = false;      // fewer rounds and sizes: a smoke run of a minute or two
-  fs::path zkElect;        // empty: this build's zk-elect
-  bool serverDefaults =
-      true;            // ZooKeeper with fsync on and default JVM flags; false: --zk-settings fast
-  size_t servers = 1;  // 1: standalone; an odd number above: an ensemble
-  bool floor = true;   // run the floor probe beside zkagent and the peers
-  size_t floorMultiBytes = 0;  // > 0: the probe's takeover multis carry at most this
-};
-
-[[noreturn]] void usageError(const std::string& message) {
-  std::fprintf(stderr, "election-bench: %s\n%s", message.c_str(), kUsage);
-  std::exit(2);
-}
-
-std::set<std::string> parseList(const std::string& value, const std::set<std::string>& allowed,
-                                const std::string& flag) {
-  std::set<std::string> out;
-  if (value == "none") return out;
-  std::stringstream in(value);
-  for (std::string item; std::getline(in, item, ',');) {
-    if (!allowed.contains(item)) usageError(flag + ": unknown item '" + item + "'");
-    out.insert(item);
-  }
-  return out;
-}
-
-Settings parseArgs(int argc, char** argv) {
-  Settings s;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    if (flag == "--quick") {
-      s.quick = true;
-      continue;
-    }
-    if (i + 1 >= argc) usageError("missing value for " + flag);
-    const std::string value = argv[++i];
-    if (flag == "--out") {
-      s.out = value;
-    } else if (flag == "--zk-elect") {
-      s.zkElect = value;
-      if (!fs::exists(s.zkElect)) usageError("--zk-elect: no such file '" + value + "'");
-    } else if (flag == "--zk-settings") {
-      if (value != "defaults" && value != "fast")
-        usageError("--zk-settings must be 'defaults' or 'fast', got '" + value + "'");
-      s.serverDefaults = value == "defaults";
-    } else if (flag == "--servers") {
-      if (value != "1" && value != "3" && value != "5")
-        usageError("--servers must be 1, 3 or 5, got '" + value + "'");
-      s.servers = std::stoul(value);
-    } else if (flag == "--floor") {
-      if (value != "on" && value != "off")
-        usageError("--floor must be 'on' or 'off', got '" + value + "'");
-      s.floor = value == "on";
-    } else if (flag == "--floor-multi-bytes") {
-      try {
-        size_t used = 0;
-        s.floorMultiBytes = std::stoul(value, &used);
-        if (used != value.size() || s.floorMultiBytes == 0) throw std::invalid_argument(value);
-      } catch (const std::exception&) {
-        usageError("--floor-multi-bytes must be a positive integer, got '" + value + "'");
-      }
-    } else if (flag == "--peers") {
-      s.peers = parseList(value, {"kazoo", "curator"}, flag);
-    } else if (flag == "--scenarios") {
-      s.scenarios = parseList(value, {"handover", "crash", "cold", "gate"}, flag);
-    } else if (flag == "--sizes") {
-      std::stringstream in(value);
-      for (std::string item; std::getline(in, item, ',');) {
-        size_t used = 0, n = 0;
-        try {
-          n = std::stoul(item, &used);
-        } catch (const std::exception&) {
-        }
-        if (used != item.size() || n == 0)
-          usageError("--sizes: '" + item + "' is not a positive integer");
-        s.sizes.insert(n);
-      }
-    } else if (flag == "--rounds") {
-      try {
-        size_t used = 0;
-        s.rounds = std::stoi(value, &used);
-        if (used != value.size() || s.rounds <= 0) throw std::invalid_argument(value);
-      } catch (const std::exception&) {
-        usageError("--rounds must be a positive integer, got '" + value + "'");
-      }
-    } else if (flag == "--max-accounts") {
-      try {
-        size_t used = 0;
-        s.maxAccounts = std::stoul(value, &used);
-        if (used != value.size() || s.maxAccounts == 0) throw std::invalid_argument(value);
-      } catch (const std::exception&) {
-        usageError("--max-accounts must be a positive integer, got '" + value + "'");
-      }
-    } else {
-      usageError("unknown argument '" + flag + "'");
-    }
-  }
-  return s;
-}
-
 // One benchmark configuration of one implementation, and what its rounds measured (ms).
 struct Series {
   std::string scenario;  // handover | crash | cold
@@ -772,7 +655,7 @@ json Bench::toJson() const {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Settings settings = parseArgs(argc, argv);
+  Settings settings = zkagent::bench::parseArgs(argc, argv);
   // The in-process gate bench's ElectionGroup logs a line per account; the table is the output.
   spdlog::set_level(spdlog::level::err);
   try {
