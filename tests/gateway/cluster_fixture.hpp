@@ -76,6 +76,10 @@ class ClusterGateway {
         .port = port_, .requestTimeout = timeout, .bearerToken = kOperatorToken});
   }
   zktest::ChildProcess& process() { return *process_; }
+  // One sample of its /metrics (asked with a 1 s timeout), or `missing`.
+  double metric(const std::string& sample, double missing) const {
+    return zktest::metricSample(client(1s).get("/metrics").body, sample).value_or(missing);
+  }
 
  private:
   std::uint16_t port_;
@@ -207,6 +211,15 @@ class GatewayCluster : public ::testing::Test {
     const auto active = json::parse(node.data);
     return {active.value("seq", int64_t{-1}), active.value("instanceId", std::string()),
             active.value("sessionId", int64_t{0})};
+  }
+
+  // Every gateway but `owner`, in start order.
+  std::vector<ClusterGateway*> othersThan(const ClusterGateway& owner) const {
+    std::vector<ClusterGateway*> others;
+    for (const auto& gateway : gateways_) {
+      if (gateway.get() != &owner) others.push_back(gateway.get());
+    }
+    return others;
   }
 
   std::string shardOf(const std::string& account) const {

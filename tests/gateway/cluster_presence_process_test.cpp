@@ -34,9 +34,7 @@ bool holdsLease(const ClusterGateway& gateway, const std::string& account,
 double refusedLeaseBatches(const std::vector<std::unique_ptr<ClusterGateway>>& gateways) {
   double refused = 0;
   for (const auto& gateway : gateways) {
-    refused += zktest::metricSample(gateway->client(1s).get("/metrics").body,
-                                    R"(zkagent_gateway_misdirected_total{route="leases"})")
-                   .value_or(0);
+    refused += gateway->metric(R"(zkagent_gateway_misdirected_total{route="leases"})", 0);
   }
   return refused;
 }
@@ -208,9 +206,7 @@ std::string epochAndCount(std::uint64_t version) {
 }
 
 double invalidPrivacyNodes(const ClusterGateway& gateway) {
-  return zktest::metricSample(gateway.client(1s).get("/metrics").body,
-                              "zkagent_gateway_presence_privacy_invalid_total")
-      .value_or(-1);
+  return gateway.metric("zkagent_gateway_presence_privacy_invalid_total", -1);
 }
 
 // A rule set through one gateway is applied by the owner of the account's shard, another gateway,
@@ -219,10 +215,7 @@ double invalidPrivacyNodes(const ClusterGateway& gateway) {
 TEST_F(GatewayCluster, APrivacyRuleSetAtOneGatewayIsAppliedByTheOwnerAndSurvivesItsKill) {
   const std::string target = "acc-1";
   auto& owner = byUrl(shardOwners(zkHosts_, root_).at(shardOf(target)));
-  std::vector<ClusterGateway*> others;
-  for (auto& gateway : gateways_) {
-    if (gateway.get() != &owner) others.push_back(gateway.get());
-  }
+  const auto others = othersThan(owner);
   auto& writer = *others[0];
   const auto holder = elect(target, "agent-a");
   const json both{{"granularity", "exact"}, {"contacts", json::array({"bob", "carol"})}};
@@ -414,9 +407,7 @@ TEST_F(GatewayCluster, ATargetsVersionsAfterItsShardMovesAreAboveEveryVersionBef
 
 // (subscription, target) pairs `gateway` serves: a relayed subscription's count at the owner.
 double watchedAt(const ClusterGateway& gateway) {
-  return zktest::metricSample(gateway.client(1s).get("/metrics").body,
-                              "zkagent_gateway_presence_watched_targets")
-      .value_or(-1);
+  return gateway.metric("zkagent_gateway_presence_watched_targets", -1);
 }
 
 // A subscriber at a gateway that does not own the target's shard sees the target and its changes
@@ -427,10 +418,7 @@ double watchedAt(const ClusterGateway& gateway) {
 TEST_F(GatewayCluster, ASubscriberAtAnyGatewaySeesATargetAndKeepsItWhenTheShardMoves) {
   const std::string target = "acc-1";
   auto& owner = byUrl(shardOwners(zkHosts_, root_).at(shardOf(target)));
-  std::vector<ClusterGateway*> edges;
-  for (auto& gateway : gateways_) {
-    if (gateway.get() != &owner) edges.push_back(gateway.get());
-  }
+  const auto edges = othersThan(owner);
   const auto holder = elect(target, "agent-a");
   ASSERT_EQ(
       putPrivacy(owner, target, json{{"granularity", "exact"}, {"contacts", json::array({"bob"})}})
@@ -499,10 +487,7 @@ TEST_F(GatewayCluster, ASubscriberAtAnyGatewaySeesATargetAndKeepsItWhenTheShardM
 TEST_F(GatewayCluster, ARelayedViewerSeesOnlyWhatTheOwnersRulesLetHerSee) {
   const std::string target = "acc-1";
   auto& owner = byUrl(shardOwners(zkHosts_, root_).at(shardOf(target)));
-  ClusterGateway* edge = nullptr;
-  for (auto& gateway : gateways_) {
-    if (gateway.get() != &owner) edge = gateway.get();
-  }
+  ClusterGateway* edge = othersThan(owner).back();
   const auto holder = elect(target, "agent-a");
   ASSERT_EQ(
       putPrivacy(owner, target, json{{"granularity", "exact"}, {"contacts", json::array({"bob"})}})
