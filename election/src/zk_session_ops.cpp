@@ -244,6 +244,18 @@ void ZkSession::multiOn(Executor ex, std::vector<MultiOp> ops, MultiDone done) {
   }
   std::unique_lock lock(mu_);  // held while submitting: a handle is never closed under a call
   const int rc = issueListed(call, [&](zhandle_t* zh) {
+    // libzookeeper_mt (3.8.0 and master as of 2026) frees a stale pointer in zoo_amulti when an
+    // op fails to initialise: after the first op refused for a dead handle (ZINVALIDSTATE), each
+    // later op frees that op's path again — our buffer, freed once per remaining op (glibc's
+    // "double free detected", seen at 10 000 accounts when a session expired under a create
+    // batch). Only a handle in the connected state is given a multi: a dead one gets the refusal
+    // the library would give, one still (re)connecting gets ConnectionLoss, which every caller
+    // already handles as "not known to be applied" and settles after the reconnect. The session
+    // can still die while zoo_amulti runs only if the client completes a whole reconnect in that
+    // time.
+    if (const int state = zoo_state(zh); state != ZOO_CONNECTED_STATE) {
+      return static_cast<int>(state < 0 ? ZINVALIDSTATE : ZCONNECTIONLOSS);
+    }
     return zoo_amulti(
         zh, static_cast<int>(n), call->zops.data(), call->results.data(),
         [](int rc2, const void* p) {

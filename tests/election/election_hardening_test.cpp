@@ -7,7 +7,9 @@
 #include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <cstdio>
 #include <filesystem>
+#include <future>
 #include <random>
 #include <set>
 #include <thread>
@@ -273,6 +275,97 @@ TEST_F(HardeningTest, AStaleHandlesSessionEventLeavesTheCurrentSessionsGateOpen)
   session->closeNow();
   work.reset();
   thread.join();
+}
+
+// libzookeeper_mt's zoo_amulti, given a handle whose session is dead, refuses the first op and
+// then frees that op's path once for every later op: our buffer, freed again and again (glibc's
+// "double free detected", seen at 10 000 accounts when a session expired under a create batch).
+// Here the C client learns the expiry while the session's own thread is held, so the handle stays
+// the current one; every multi given to it must be refused, not passed on, and the session must
+// still recover afterwards.
+TEST_F(HardeningTest, AMultiOnAHandleWhoseSessionDiedIsRefusedNotPassedToTheClient) {
+  TcpProxy proxy(sharedZooKeeper().port());
+  // The session's io_context (held below, so it cannot act on the expiry) and the one where the
+  // multis are answered, each on its own thread; stopped and joined however the test ends.
+  struct Threads {
+    boost::asio::io_context io, answers;
+    std::shared_ptr<el::detail::ZkSession> session;
+    std::promise<void> release;
+    std::thread sessionThread, answersThread;
+    ~Threads() {
+      try {
+        release.set_value();
+      } catch (const std::future_error&) {  // released already
+      }
+      if (session) session->closeNow();
+      io.stop();
+      answers.stop();
+      if (sessionThread.joinable()) sessionThread.join();
+      if (answersThread.joinable()) answersThread.join();
+    }
+  } t;
+  auto work = boost::asio::make_work_guard(t.io);
+  auto answersWork = boost::asio::make_work_guard(t.answers);
+  t.sessionThread = std::thread([&] { t.io.run(); });
+  t.answersThread = std::thread([&] { t.answers.run(); });
+  t.session = std::make_shared<el::detail::ZkSession>(
+      t.io, el::SessionOptions{proxy.connectString(), 2000ms});
+  auto& session = *t.session;
+  session.start([](const el::SessionEvent&) {});
+  ASSERT_TRUE(eventually([&] { return session.usable(); }, 10s));
+  const int64_t firstSession = session.sessionId();
+  char sid[32];
+  std::snprintf(sid, sizeof sid, "sid=0x%llx", static_cast<unsigned long long>(firstSession));
+
+  std::shared_future<void> released = t.release.get_future().share();
+  boost::asio::post(t.io, [released] { released.wait(); });  // no deadline, no event handled
+  proxy.setMode(TcpProxy::Mode::blackhole);
+  ASSERT_TRUE(eventually(
+      [&] { return sharedZooKeeper().fourLetter("cons").find(sid) == std::string::npos; }, 20s))
+      << "the server never expired " << sid;
+  proxy.setMode(TcpProxy::Mode::pass);  // the client reconnects and hears "expired"
+
+  // A node every server has, its path longer than the short-string buffer: the library's bad
+  // free hits heap memory.
+  const std::vector<el::detail::MultiOp> checks(
+      8, {el::detail::MultiOp::Kind::Check, "/zookeeper/config", "", -1});
+  struct Answers {
+    std::atomic<int> expired{0}, other{0};
+  };
+  auto issue = [&](Answers& into) {
+    session.multiOn(t.answers.get_executor(), checks,
+                    [&into](el::ZkError err, const std::vector<el::detail::MultiResult>&) {
+                      (err == el::ZkError::SessionExpired ? into.expired : into.other)++;
+                    });
+  };
+  Answers first;
+  ASSERT_TRUE(eventually(
+      [&] {
+        issue(first);
+        return first.expired.load() > 0;
+      },
+      20s, 5ms))
+      << "the client never heard of the expiry (" << first.other.load() << " other answers)";
+  // The handle is still the session's current one (its thread is held): each of these goes to it.
+  Answers dead;
+  for (int i = 0; i < 50; ++i) issue(dead);
+  EXPECT_TRUE(eventually([&] { return dead.expired.load() + dead.other.load() == 50; }, 10s));
+  EXPECT_EQ(dead.expired.load(), 50) << "multis on a dead handle must be refused as expired";
+
+  t.release.set_value();  // the session notices, opens a new one, and multis go through again
+  ASSERT_TRUE(
+      eventually([&] { return session.usable() && session.sessionId() != firstSession; }, 20s))
+      << "no new session; state " << el::toString(session.state());
+  std::atomic<bool> ok{false};
+  EXPECT_TRUE(eventually(
+      [&] {
+        session.multiOn(t.answers.get_executor(), checks,
+                        [&ok](el::ZkError err, const std::vector<el::detail::MultiResult>&) {
+                          if (err == el::ZkError::Ok) ok = true;
+                        });
+        return ok.load();
+      },
+      10s, 50ms));
 }
 
 // Session marks (our own shortcut, held to the same standard): a successor tells a clean stop
