@@ -401,9 +401,9 @@ def check(out_dir):
 
     # 4. Every accepted token was the account's active seq at acceptance, per ZooKeeper's log. The
     #    acceptance instant lies after the invocation of every operation logged up to it (each
-    #    gateway's log is in its decision order) and before the acknowledgement of every operation logged from it
-    #    on. It must not lie before the node's creation, nor after its end by more than the
-    #    observers' largest measured lag (ActiveTimeline.outside).
+    #    gateway's log is in its decision order) and before the acknowledgement of every
+    #    operation logged from it on. It must not lie before the node's creation, nor after its
+    #    end by more than the observers' largest measured lag (ActiveTimeline.outside).
     #    An operation forwarded while the runner held its agent's gateway link reached the gateway
     #    no earlier than the link's release. Times are whole milliseconds: an operation invoked in
     #    the millisecond the hold was recorded may have gone through just before it, so only one
@@ -637,10 +637,13 @@ def main(argv):
     write_report(args.dir, history, violations, figures)
     write_svg(args.dir, history, timeline, marks)
     total = sum(len(v) for v in violations.values())
-    print("check: %s: %d events, %d operations (%d acknowledged), %d in the gateway log; "
+    by_gateway = figures["logged_ops_by_gateway"]
+    logs = ("the gateway log" if len(by_gateway) == 1 else "the gateways' logs (%s; %d in two)" %
+            (", ".join("%s %d" % kv for kv in by_gateway.items()), figures["ops_in_several_logs"]))
+    print("check: %s: %d events, %d operations (%d acknowledged), %d in %s; "
           "%d violations %s" % (args.dir, figures["events"], len(history["ops"]),
                                 figures["per_kind"].get("all", {}).get("acknowledged", 0),
-                                figures["logged_ops"], total,
+                                figures["logged_ops"], logs, total,
                                 dict((k, len(v)) for k, v in sorted(violations.items()) if v)))
     for k in sorted(violations):
         for v in violations[k][:5]:
