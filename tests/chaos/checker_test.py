@@ -569,6 +569,16 @@ class CheckerTest(unittest.TestCase):
         self.assertEqual(figures["ops_in_several_logs"], 1)
         self.assertEqual(figures["logged_ops_by_gateway"], {"gateway-0": 2, "gateway-1": 2})
 
+    def test_cluster_tokens_grow_in_each_gateways_log_not_across_the_logs(self):
+        r = Run(gateways=2)
+        r.op("a", 100, 110, 0, 1, gateways=(1,))  # the shard at gateway 1 first
+        r.op("c", 1100, 1110, 1, 2)  # then at gateway 0, read first
+        self.assertEqual(self.violations(r), {})
+        r.op("late-old", 1150, 1160, 0, 1)  # after token 2 in gateway 0's log
+        v = self.violations(r)
+        self.assertIn("1", v)
+        self.assertIn("in gateway-0's log", v["1"][0])
+
     def test_cluster_an_operation_twice_in_one_gateways_log_violates_check_3(self):
         r = Run(gateways=2)
         r.op("a", 100, 110, 0, 1)
