@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Checks a chaos run's history against the gateway's durable log; writes report.md and
+"""Checks a chaos run's history against the gateway's durable log (every gateway's, in a
+cluster); writes report.md and
 timeline.svg next to history.json. Python 3 standard library only.
 
     chaos/check.py DIR [--expect-violations]
@@ -133,16 +134,30 @@ def read_gateway_log(data_dir, archive_dir=None):
     return ops, others, notes
 
 
-def read_lease_journal(out_dir, meta, notes):
-    """The gateway's lease journal (gateway --lease-journal): each lease entry's fencing
+def gateway_sources(meta):
+    """Every gateway of the run, each {"id", "data", "log_archive", "lease_journal"} (paths in
+    the run's dir): meta.gateways, or, in a history written before cluster mode, the one gateway
+    under the single mode's keys."""
+    if "gateways" in meta:
+        return meta["gateways"]
+    return [{"id": "gateway", "data": meta["gateway_data"],
+             "log_archive": meta.get("gateway_log_archive"),
+             "lease_journal": meta.get("lease_journal")}]
+
+
+def read_lease_journal(out_dir, meta, gateway, notes):
+    """A gateway's lease journal (gateway --lease-journal): each lease entry's fencing
     decision, its from_ms..to_ms carried into the run's milliseconds, one at a time (a soak's
     journal holds millions of lines). A last line without its newline is a write cut short by a
     kill -9 (noted in `notes`); any other bad line is bad input."""
-    for key in ("lease_journal", "t0_steady_ms"):
-        if key not in meta:
-            raise SystemExit("check: history.json has no meta.%s; was it written by an older "
-                             "chaos-runner?" % key)
-    path = os.path.join(out_dir, meta["lease_journal"])
+    if not gateway.get("lease_journal"):
+        raise SystemExit("check: history.json has no meta.lease_journal; was it written by an "
+                         "older chaos-runner?")
+    if "t0_steady_ms" not in meta:
+        raise SystemExit("check: history.json has no meta.t0_steady_ms; was it written by an "
+                         "older chaos-runner?")
+    name = gateway["lease_journal"]
+    path = os.path.join(out_dir, name)
     try:
         journal = open(path)
     except OSError as e:
@@ -151,7 +166,7 @@ def read_lease_journal(out_dir, meta, notes):
         for number, line in enumerate(journal, 1):
             if not line.endswith("\n"):
                 notes.append("%s: the last line is cut short (%d bytes), not checked" %
-                             (meta["lease_journal"], len(line)))
+                             (name, len(line)))
                 break
             try:
                 e = json.loads(line)
@@ -163,6 +178,7 @@ def read_lease_journal(out_dir, meta, notes):
                                      (path, number, field, kind.__name__))
             e["from_ms"] -= meta["t0_steady_ms"]
             e["to_ms"] -= meta["t0_steady_ms"]
+            e["gateway"] = gateway["id"]
             yield e
 
 
@@ -255,12 +271,22 @@ def read_active_timeline(out_dir, history, notes):
 def check(out_dir):
     history = load_history(out_dir)
     meta = history["meta"]
-    archive = meta.get("gateway_log_archive")
-    log_ops, log_others, notes = read_gateway_log(os.path.join(out_dir, meta["gateway_data"]),
-                                                  archive and os.path.join(out_dir, archive))
-    if meta.get("gateway_log_archive_error"):
-        notes.append("the runner could not archive every gateway log: %s" %
-                     meta["gateway_log_archive_error"])
+    gateways = gateway_sources(meta)
+    cluster = len(gateways) > 1
+    logs, log_others, notes = [], [], []  # logs: (gateway id, its accepted ops in log order)
+    for g in gateways:
+        archive = g.get("log_archive")
+        g_ops, g_others, g_notes = read_gateway_log(os.path.join(out_dir, g["data"]),
+                                                    archive and os.path.join(out_dir, archive))
+        for r in g_ops:
+            r["gateway"] = g["id"]
+        logs.append((g["id"], g_ops))
+        log_others += g_others
+        notes += ["%s: %s" % (g["id"], n) for n in g_notes] if cluster else g_notes
+    log_ops = [r for _, g_ops in logs for r in g_ops]  # the union, gateway by gateway
+
+    def where(r):
+        return " in %s's log" % r["gateway"] if cluster else ""
     ops = history["ops"]
     by_id = {}
     for op in ops:
@@ -268,16 +294,18 @@ def check(out_dir):
     timeline = read_active_timeline(out_dir, history, notes)
     violations = defaultdict(list)
 
-    # 1. Per account, tokens never decrease in log order; each token belongs to one instance
-    #    (and one session), the one ZooKeeper's log shows holding active with that seq.
+    # 1. Per account, tokens never decrease in log order (each gateway's log); each token belongs
+    #    to one instance (and one session), the one ZooKeeper's log shows holding active with
+    #    that seq (over every gateway's log).
     last_token = {}
     owner = {}
-    for pos, r in enumerate(log_ops):
+    for pos, r in ((pos, r) for _, g_ops in logs for pos, r in enumerate(g_ops)):
         a, t = r["account"], r["token"]
-        if t < last_token.get(a, -1):
-            violations["1"].append("%s: log record %d (op %s) has token %d after token %d" %
-                                   (a, pos, r["opId"], t, last_token[a]))
-        last_token[a] = max(t, last_token.get(a, -1))
+        if t < last_token.get((r["gateway"], a), -1):
+            violations["1"].append("%s: log record %d%s (op %s) has token %d after token %d" %
+                                   (a, pos, where(r), r["opId"], t,
+                                    last_token[(r["gateway"], a)]))
+        last_token[(r["gateway"], a)] = max(t, last_token.get((r["gateway"], a), -1))
         who = (r["instance"], r["session"])
         if owner.setdefault((a, t), who) != who:
             violations["1"].append("%s: token %d used by %s and by %s" % (a, t, owner[(a, t)], who))
@@ -314,40 +342,68 @@ def check(out_dir):
                                    (r["account"], r["opId"], r["token"], op["invoked_ms"],
                                     maxes[i - 1]))
 
-    # 3. Every operation acknowledged 200 is in the log exactly once; nothing refused or never
-    #    sent is; the acknowledged token is the logged one.
-    logged = Counter(r["opId"] for r in log_ops)
-    logged_token = {r["opId"]: r["token"] for r in log_ops}
+    # 3. Every operation acknowledged 200 is in a gateway's log, the acknowledged token the
+    #    logged one; nothing refused or never sent is. Within one gateway's log an opId is there
+    #    at most once. In a cluster the same opId may be in two gateways' logs, with the same
+    #    token only: an owner died before its answer reached the agent, which retried at the next
+    #    owner (docs/gateway-cluster.md "An answer lost with its owner"); counted, not a
+    #    violation. The agent's answer does not name the gateway that decided, so an
+    #    acknowledged operation is looked for in every log.
+    logged = Counter(r["opId"] for r in log_ops)  # over every log
+    in_log = Counter((r["gateway"], r["opId"]) for r in log_ops)
+    logged_tokens = defaultdict(set)
+    logged_in = defaultdict(list)
+    for r in log_ops:
+        logged_tokens[r["opId"]].add(r["token"])
+        logged_in[r["opId"]].append(r["gateway"])
     # A compaction folds operations into the snapshot, where they cannot be told apart: a run
     # must not compact (the gateway compacts past 64 MiB of log), and a missing acknowledged
     # operation is a violation whatever the reason.
     compacted = any("compaction" in n for n in notes)
+    the_log = "any gateway's log" if cluster else "the gateway log"
     for op in ops:
         n = logged.get(op["op_id"], 0)
         if op["outcome"] == OK:
             if n == 0:
                 violations["3"].append("op %s (%s via agent %d) acknowledged at %d ms is not "
-                                       "in the gateway log%s" %
+                                       "in %s%s" %
                                        (op["op_id"], op["account"], op["agent"],
-                                        op["completed_ms"],
+                                        op["completed_ms"], the_log,
                                         " (the gateway compacted its log)" if compacted else ""))
-            elif op["token"] >= 0 and logged_token[op["op_id"]] != op["token"]:
-                violations["3"].append("op %s acknowledged with hwm %d but logged with token %d" %
-                                       (op["op_id"], op["token"], logged_token[op["op_id"]]))
+            elif op["token"] >= 0 and op["token"] not in logged_tokens[op["op_id"]]:
+                violations["3"].append("op %s acknowledged with hwm %d but logged with token %s" %
+                                       (op["op_id"], op["token"],
+                                        sorted(logged_tokens[op["op_id"]])))
         elif op["outcome"] in DEFINITE_REFUSALS and n > 0:
-            violations["3"].append("op %s answered %s (%d) is in the gateway log" %
-                                   (op["op_id"], op["outcome"], op["status"]))
-    for op_id, n in logged.items():
+            violations["3"].append("op %s answered %s (%d) is in %s" %
+                                   (op["op_id"], op["outcome"], op["status"],
+                                    ", ".join(sorted(set(logged_in[op["op_id"]])))
+                                    if cluster else "the gateway log"))
+    for (gateway, op_id), n in in_log.items():
         if n > 1:
-            violations["3"].append("op %s is in the gateway log %d times" % (op_id, n))
+            violations["3"].append("op %s is in %s %d times" %
+                                   (op_id, "%s's log" % gateway if cluster else "the gateway log",
+                                    n))
+    in_several_logs = 0
+    for op_id, n in logged.items():
         if op_id not in by_id:
-            violations["3"].append("op %s is in the gateway log but was never sent" % op_id)
+            violations["3"].append("op %s is in %s but was never sent" %
+                                   (op_id, ", ".join(sorted(set(logged_in[op_id])))
+                                    if cluster else "the gateway log"))
+        if len(set(logged_in[op_id])) > 1:
+            if len(logged_tokens[op_id]) > 1:
+                violations["3"].append("op %s is in the logs of %s with tokens %s: a retry "
+                                       "across gateways must carry the same token" %
+                                       (op_id, ", ".join(sorted(set(logged_in[op_id]))),
+                                        sorted(logged_tokens[op_id])))
+            else:
+                in_several_logs += 1
 
     # 4. Every accepted token was the account's active seq at acceptance, per ZooKeeper's log. The
-    #    acceptance instant lies after the invocation of every operation logged up to it (the log
-    #    is in decision order) and before the acknowledgement of every operation logged from it
-    #    on. It must not lie before the node's creation, nor after its end by more than the
-    #    observers' largest measured lag (ActiveTimeline.outside).
+    #    acceptance instant lies after the invocation of every operation logged up to it (each
+    #    gateway's log is in its decision order) and before the acknowledgement of every
+    #    operation logged from it on. It must not lie before the node's creation, nor after its
+    #    end by more than the observers' largest measured lag (ActiveTimeline.outside).
     #    An operation forwarded while the runner held its agent's gateway link reached the gateway
     #    no earlier than the link's release. Times are whole milliseconds: an operation invoked in
     #    the millisecond the hold was recorded may have gone through just before it, so only one
@@ -357,37 +413,38 @@ def check(out_dir):
         for f in e["faults"]:
             if f["kind"] == "stale_delivery" and "held_ms" in f and "delivered_ms" in f:
                 holds[f["agent"]].append((f["held_ms"], f["delivered_ms"]))
-    lo, windows = -INF, []
-    for r in log_ops:
-        op = by_id.get(r["opId"])
-        if op is not None:
-            lo = max(lo, op["invoked_ms"])
-            for held, delivered in holds.get(op["agent"], []):
-                if held < op["invoked_ms"] <= delivered:
-                    lo = max(lo, delivered)
-        windows.append([lo, INF])
-    hi = INF
-    for i in range(len(log_ops) - 1, -1, -1):
-        op = by_id.get(log_ops[i]["opId"])
-        if op is not None and op["outcome"] == OK:
-            hi = min(hi, op["completed_ms"])
-        windows[i][1] = hi
     marks = []  # (account, time) of each check-4 violation, for the timeline
     held_accepted_stale = 0  # check-4 violations by operations sent into a held link
-    for r, (w_lo, w_hi) in zip(log_ops, windows):
-        nodes = timeline.with_seq(r["account"], r["token"])
-        if any(timeline.outside(n, w_lo, w_hi) == 0 for n in nodes):
-            continue
-        op = by_id.get(r["opId"])
-        held = op is not None and any(h < op["invoked_ms"] <= d
-                                      for h, d in holds.get(op["agent"], []))
-        held_accepted_stale += held
-        marks.append((r["account"], w_lo if w_lo != -INF else 0))
-        violations["4"].append("%s: op %s (%s%s) accepted with token %d between %s and %s ms; "
-                               "that seq was active: %s" %
-                               (r["account"], r["opId"], r["instance"],
-                                ", sent into a held link" if held else "", r["token"], _ms(w_lo),
-                                _ms(w_hi), _seen(nodes)))
+    for _, g_ops in logs:  # each gateway's log is in its own decision order
+        lo, windows = -INF, []
+        for r in g_ops:
+            op = by_id.get(r["opId"])
+            if op is not None:
+                lo = max(lo, op["invoked_ms"])
+                for held, delivered in holds.get(op["agent"], []):
+                    if held < op["invoked_ms"] <= delivered:
+                        lo = max(lo, delivered)
+            windows.append([lo, INF])
+        hi = INF
+        for i in range(len(g_ops) - 1, -1, -1):
+            op = by_id.get(g_ops[i]["opId"])
+            if op is not None and op["outcome"] == OK:
+                hi = min(hi, op["completed_ms"])
+            windows[i][1] = hi
+        for r, (w_lo, w_hi) in zip(g_ops, windows):
+            nodes = timeline.with_seq(r["account"], r["token"])
+            if any(timeline.outside(n, w_lo, w_hi) == 0 for n in nodes):
+                continue
+            op = by_id.get(r["opId"])
+            held = op is not None and any(h < op["invoked_ms"] <= d
+                                          for h, d in holds.get(op["agent"], []))
+            held_accepted_stale += held
+            marks.append((r["account"], w_lo if w_lo != -INF else 0))
+            violations["4"].append("%s: op %s (%s%s) accepted%s with token %d between %s and %s "
+                                   "ms; that seq was active: %s" %
+                                   (r["account"], r["opId"], r["instance"],
+                                    ", sent into a held link" if held else "", where(r),
+                                    r["token"], _ms(w_lo), _ms(w_hi), _seen(nodes)))
 
     # 5. After the last heal, every account is led again within the session timeout + 2 s (plus
     #    the lock delay when one is configured) and an operation through its leader succeeds.
@@ -414,6 +471,9 @@ def check(out_dir):
     held_ops = [op for op in ops if op["outcome"] not in DEFINITE_REFUSALS and not op["probe"]
                 and any(h < op["invoked_ms"] <= d for h, d in holds.get(op["agent"], []))]
     figures = compute_figures(history, log_ops, notes, bound)
+    figures["gateways"] = [g["id"] for g in gateways]
+    figures["logged_ops_by_gateway"] = {gid: len(g_ops) for gid, g_ops in logs}
+    figures["ops_in_several_logs"] = in_several_logs
     figures["held_ops"] = len(held_ops)
     figures["held_ops_accepted"] = sum(1 for op in held_ops if logged.get(op["op_id"], 0) > 0)
     figures["held_accepted_stale"] = held_accepted_stale
@@ -431,7 +491,7 @@ def check(out_dir):
 
 
 def check_leases(out_dir, history, timeline, ops_bound, violations, notes):
-    """6. Every lease write the gateway accepted (its journal: renewals and removals alike) was
+    """6. Every lease write a gateway accepted (its journal: renewals and removals alike) was
     decided under its account's active seq, for the instance and session holding it: the
     gateway's from_ms..to_ms must overlap that node's active interval as in check 4. Refused
     writes change nothing and are not judged.
@@ -442,7 +502,9 @@ def check_leases(out_dir, history, timeline, ops_bound, violations, notes):
     if not isinstance(devices, dict) or not devices.get("count"):
         return {}
     counts = Counter()
-    for e in read_lease_journal(out_dir, history["meta"], notes):
+    journals = (e for g in gateway_sources(history["meta"])
+                for e in read_lease_journal(out_dir, history["meta"], g, notes))
+    for e in journals:
         counts["%s %s" % (e["list"], e["result"])] += 1
         if e["result"] != "accepted":
             continue
@@ -452,10 +514,10 @@ def check_leases(out_dir, history, timeline, ops_bound, violations, notes):
                         for n in fits):
             continue
         violations["6"].append("%s/%s: %s under token %d (%s, session %d, connection %d) "
-                               "accepted between %d and %d ms; that seq was active: %s" %
+                               "accepted by %s between %d and %d ms; that seq was active: %s" %
                                (e["account"], e["device"], e["list"], e["token"], e["instance"],
-                                e["session"], e["counter"], e["from_ms"], e["to_ms"],
-                                _seen(nodes)))
+                                e["session"], e["counter"], e["gateway"], e["from_ms"],
+                                e["to_ms"], _seen(nodes)))
     final = history.get("final", {})
     bound = ops_bound + devices["timeout_ms"] + devices["backoff_max_ms"] + 1000
     for key in final.get("devices_not_leased", []):
@@ -575,10 +637,13 @@ def main(argv):
     write_report(args.dir, history, violations, figures)
     write_svg(args.dir, history, timeline, marks)
     total = sum(len(v) for v in violations.values())
-    print("check: %s: %d events, %d operations (%d acknowledged), %d in the gateway log; "
+    by_gateway = figures["logged_ops_by_gateway"]
+    logs = ("the gateway log" if len(by_gateway) == 1 else "the gateways' logs (%s; %d in two)" %
+            (", ".join("%s %d" % kv for kv in by_gateway.items()), figures["ops_in_several_logs"]))
+    print("check: %s: %d events, %d operations (%d acknowledged), %d in %s; "
           "%d violations %s" % (args.dir, figures["events"], len(history["ops"]),
                                 figures["per_kind"].get("all", {}).get("acknowledged", 0),
-                                figures["logged_ops"], total,
+                                figures["logged_ops"], logs, total,
                                 dict((k, len(v)) for k, v in sorted(violations.items()) if v)))
     for k in sorted(violations):
         for v in violations[k][:5]:

@@ -11,7 +11,8 @@ FENCING_REFUSALS = {"stale_token", "not_current_leader", "account_fenced"}
 CHECK_TITLES = {
     "1": "tokens accepted per account never decrease in log order; each token is one instance's",
     "2": "no operation accepted with a token lower than one already acknowledged",
-    "3": "every acknowledged operation is in the gateway log exactly once; nothing refused is",
+    "3": "every acknowledged operation is in a gateway log, at most once per log (in two logs "
+         "only with one token); nothing refused is",
     "4": "every accepted token was the account's active seq at acceptance (ZooKeeper's log)",
     "5": "after the last heal every account is led again in time and answers",
     "6": "every lease write accepted was under its account's active seq, by its holder",
@@ -87,6 +88,12 @@ def write_report(out_dir, history, violations, figures):
     lines += ["", "Indeterminate by cause: " + (", ".join(
         "%s %d" % r for r in sorted(figures["indeterminate_reasons"].items())) or "none") +
         ". Operations in the gateway log: %d." % figures["logged_ops"], ""]
+    if len(figures.get("gateways", [])) > 1:
+        lines += ["Gateways: %s; operations in each log: %s; in two logs with the same token (a "
+                  "retry at the next owner after an owner's death): %d." % (
+                      ", ".join(figures["gateways"]),
+                      ", ".join("%s %d" % kv for kv in figures["logged_ops_by_gateway"].items()),
+                      figures["ops_in_several_logs"]), ""]
     lines += ["Stale deliveries: %d, with %d operations sent into the held link (not refused by "
               "the agent's gate first); %d of them were accepted when delivered late." %
               (figures["stale_deliveries"], figures.get("held_ops", 0),

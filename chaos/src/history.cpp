@@ -31,6 +31,13 @@ void Run::writeHistory() {
   // The steady clock is the system's monotonic one, which the gateway's lease journal stamps
   // too: its times less this are the run's.
   const auto t0Steady = std::chrono::duration_cast<milliseconds>(t0_.time_since_epoch()).count();
+  json gatewayFiles = json::array();
+  for (int g = 0; g < o_.gateways; ++g) {
+    gatewayFiles.push_back({{"id", gatewayName(g)},
+                            {"data", gatewayData(g).filename().string()},
+                            {"log_archive", gatewayArchive(g).filename().string()},
+                            {"lease_journal", gatewayJournal(g).filename().string()}});
+  }
   json meta{
       {"seed", o_.seed},
       {"events", o_.events},
@@ -44,11 +51,15 @@ void Run::writeHistory() {
       {"gateway_mode", o_.breakFencing ? "hwm_only" : "zookeeper (untrusted: refuse)"},
       {"lock_delay_ms", o_.breakFencing ? kBreakLockDelayMs : 0},
       {"root", kRoot},
-      {"gateway_data", "gateway-data"},
-      {"lease_journal", kLeaseJournal},
+      // The first gateway's files under the single mode's keys, for older readers; every
+      // gateway's in "gateways".
+      {"gateway_data", gatewayData(0).filename().string()},
+      {"lease_journal", gatewayJournal(0).filename().string()},
+      {"gateways", gatewayFiles},
+      {"cluster_shards", o_.gateways > 1 ? kClusterShards : 0},
       {"t0_steady_ms", t0Steady},
       {"zookeeper_logs", kZooKeeperLogs},
-      {"gateway_log_archive", kGatewayLogArchive},
+      {"gateway_log_archive", gatewayArchive(0).filename().string()},
       {"gateway_log_archive_error", archiveError()},
       {"wall_clock", json::array({json::array({0, t0WallMs_}), json::array({now(), wallMs()})})},
       {"devices",
@@ -106,21 +117,23 @@ void Run::writeHistory() {
 }
 
 void Run::archiveGatewayLogs() {
-  const fs::path from = o_.out / "gateway-data";
-  const fs::path to = o_.out / kGatewayLogArchive;
   while (!stopPolling_) {
-    std::error_code error;
-    for (const auto& entry : fs::directory_iterator(from, error)) {
-      const auto name = entry.path().filename();
-      if (!name.string().starts_with("log.") || fs::exists(to / name)) continue;
-      std::error_code linkError;
-      fs::create_hard_link(entry.path(), to / name, linkError);
-      // A log compacted away between the listing and the link is gone: the runner polls far
-      // more often than the gateway rotates, so that is a log it linked before.
-      if (linkError && linkError != std::errc::no_such_file_or_directory) {
-        std::lock_guard lock(mu_);
-        if (archiveError_.empty())
-          archiveError_ = (to / name).string() + ": " + linkError.message();
+    for (int g = 0; g < o_.gateways; ++g) {
+      const fs::path from = gatewayData(g);
+      const fs::path to = gatewayArchive(g);
+      std::error_code error;
+      for (const auto& entry : fs::directory_iterator(from, error)) {
+        const auto name = entry.path().filename();
+        if (!name.string().starts_with("log.") || fs::exists(to / name)) continue;
+        std::error_code linkError;
+        fs::create_hard_link(entry.path(), to / name, linkError);
+        // A log compacted away between the listing and the link is gone: the runner polls far
+        // more often than the gateway rotates, so that is a log it linked before.
+        if (linkError && linkError != std::errc::no_such_file_or_directory) {
+          std::lock_guard lock(mu_);
+          if (archiveError_.empty())
+            archiveError_ = (to / name).string() + ": " + linkError.message();
+        }
       }
     }
     std::this_thread::sleep_for(250ms);

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "run.hpp"
+#include "zkagent/naming.hpp"
 
 namespace zkagent::chaos {
 using namespace std::chrono_literals;
@@ -140,7 +141,8 @@ std::map<std::string, std::int64_t> Run::leadingOf(int agent, std::int64_t fresh
 }
 
 // Every account is led by exactly one agent, by that agent's own status read after
-// `freshAfter`, and its token is the seq of the newest active node the observer saw.
+// `freshAfter`, and its token is the seq of the newest active node the observer saw; in a
+// cluster, every shard has an owner.
 bool Run::settled(std::int64_t freshAfter) {
   std::vector<std::map<std::string, std::int64_t>> leading;
   for (int i = 0; i < o_.agents; ++i) {
@@ -161,7 +163,8 @@ bool Run::settled(std::int64_t freshAfter) {
     }
     if (leaders != 1) return false;
   }
-  return true;
+  // In a cluster, every shard owned again too (read last: one ZooKeeper session per call).
+  return everyShardOwned();
 }
 
 // For an event that did not settle: each account not led as settled() wants it, with the active
@@ -202,17 +205,25 @@ std::vector<std::pair<std::string, std::string>> Run::deviceKeys() const {
 }
 
 // Straight to the gateway (not through an agent's held link): what it holds for every account,
-// one account per request, a round every 200 ms.
+// one account per request, a round every 200 ms. In a cluster, to the owner of the account's
+// shard as ZooKeeper names it at the round's start (a gateway answers this from its own store,
+// owner or not); an account whose shard has no owner is skipped that round.
 void Run::pollLeases() {
   zkagent::http::ClientOptions options;
   options.connectTimeout = 300ms;
   options.requestTimeout = 700ms;
   while (!stopPolling_) {
-    options.port = gatewayPort_;  // the same port after every restart
-    zkagent::http::Client client(options);
+    std::vector<std::unique_ptr<zkagent::http::Client>> clients;
+    for (const auto& gateway : gateways_) {
+      options.port = gateway.port;  // the same port after every restart
+      clients.push_back(std::make_unique<zkagent::http::Client>(options));
+    }
+    const auto owners = shardOwners();  // empty: the one gateway
     for (const auto& account : accounts_) {
       if (stopPolling_) return;
-      const auto answer = client.get("/v1/presence/" + account);
+      const int g = owners.empty() ? 0 : owners[zkagent::naming::shardOf(account, kClusterShards)];
+      if (g < 0) continue;
+      const auto answer = clients[static_cast<std::size_t>(g)]->get("/v1/presence/" + account);
       if (!answer.delivered() || answer.status != 200) continue;
       const auto body = json::parse(answer.body, nullptr, false);
       const json devices = fieldOr(body, "devices", json());

@@ -1,6 +1,7 @@
-// chaos-runner: a real 3-server ZooKeeper ensemble, one fencing-gateway with its durable log,
-// several zk-agents standing for the same accounts, clients sending operations through every
-// agent, and a seeded schedule of faults. Writes DIR/history.json for chaos/check.py.
+// chaos-runner: a real 3-server ZooKeeper ensemble, one fencing-gateway with its durable log (or a
+// cluster of 2 or 3, --gateways), several zk-agents standing for the same accounts, clients sending
+// operations through every agent, and a seeded schedule of faults. Writes DIR/history.json for
+// chaos/check.py.
 // Usage: chaos-runner --help and docs/testing.md "Chaos runs".
 #include <signal.h>
 

@@ -1,4 +1,5 @@
-// One fault of the schedule, run to its heal; returns its record for history.json.
+// One fault of the schedule, run to its heal; returns its record for history.json. A gateway fault
+// in a cluster hits the owner of the most shards, named in the record's "gateway".
 #include <signal.h>
 
 #include "run.hpp"
@@ -54,25 +55,30 @@ json Run::runFault(const Fault& fault, int eventIndex) {
       spawners_->run([&] { zk_->restart(*server); });
       break;
     }
-    case FaultKind::gateway_kill:
-      killGateway();
+    case FaultKind::gateway_kill: {
+      const int g = gatewayTarget(record);
+      killGateway(g);
       wait(fault.durationMs);
-      startGateway();
+      startGateway(g);
       break;
+    }
     case FaultKind::agent_gateway_partition:
       gatewayCuts_[fault.agent]->setMode(zktest::TcpProxy::Mode::blackhole);
       wait(fault.durationMs);
       gatewayCuts_[fault.agent]->setMode(zktest::TcpProxy::Mode::pass);
       break;
-    case FaultKind::gateway_zk_partition:
-      for (auto& p : gatewayZkProxies_) p->setMode(zktest::TcpProxy::Mode::blackhole);
+    case FaultKind::gateway_zk_partition: {
+      auto& proxies = gateways_[static_cast<std::size_t>(gatewayTarget(record))].zkProxies;
+      for (auto& p : proxies) p->setMode(zktest::TcpProxy::Mode::blackhole);
       wait(fault.durationMs);
-      for (auto& p : gatewayZkProxies_) p->setMode(zktest::TcpProxy::Mode::pass);
+      for (auto& p : proxies) p->setMode(zktest::TcpProxy::Mode::pass);
       break;
+    }
     case FaultKind::agent_clock_step:
     case FaultKind::gateway_clock_step: {
-      const std::string name =
-          fault.kind == FaultKind::gateway_clock_step ? "gateway" : agentIds_[fault.agent];
+      const std::string name = fault.kind == FaultKind::gateway_clock_step
+                                   ? gatewayName(gatewayTarget(record))
+                                   : agentIds_[fault.agent];
       record["step_s"] = fault.stepSeconds;
       setClockOffset(name, fault.stepSeconds);
       wait(fault.durationMs);
@@ -94,10 +100,12 @@ json Run::runFault(const Fault& fault, int eventIndex) {
       break;
     }
     case FaultKind::gateway_pause: {
+      const int g = gatewayTarget(record);
       std::lock_guard lock(gatewayMu_);
-      gateway_->signal(SIGSTOP);
+      auto& process = gateways_[static_cast<std::size_t>(g)].process;
+      process->signal(SIGSTOP);
       wait(fault.durationMs);
-      gateway_->signal(SIGCONT);
+      process->signal(SIGCONT);
       break;
     }
     case FaultKind::stale_delivery: {

@@ -12,13 +12,14 @@ namespace {
   std::ostream& out = exitCode == 0 ? std::cout : std::cerr;
   if (!error.empty()) out << "chaos-runner: " << error << "\n";
   out << "usage: chaos-runner --events N --seed S --out DIR [--accounts K] [--agents M]\n"
+         "                    [--gateways G]\n"
          "                    [--session-timeout-ms MS] [--workers-per-agent W]\n"
          "                    [--think-ms MS] [--devices-per-account D] [--bin-dir DIR]\n"
          "                    [--break-fencing] [--gateway-partitions] [--clock-steps]\n"
          "                    [--disk-faults] [--device-storms] [--duration-s S]\n"
          "                    [--device-timing-scale K] [--calm-ms MS] [--no-process-kills]\n"
          "                    [--gateway-compact-after-mib N]\n"
-         "       chaos-runner --print-schedule --events N --seed S [--agents M]\n";
+         "       chaos-runner --print-schedule --events N --seed S [--agents M] [--gateways G]\n";
   std::exit(exitCode);
 }
 
@@ -87,6 +88,8 @@ Options parseOptions(int argc, char** argv) {
       o.accounts = static_cast<int>(parseNumber(flag, value, 1, 5000));
     } else if (flag == "--agents") {
       o.agents = static_cast<int>(parseNumber(flag, value, 2, 9));
+    } else if (flag == "--gateways") {
+      o.gateways = static_cast<int>(parseNumber(flag, value, 1, 3));
     } else if (flag == "--session-timeout-ms") {
       o.sessionTimeoutMs = static_cast<int>(parseNumber(flag, value, 600, 60000));
     } else if (flag == "--workers-per-agent") {
@@ -108,6 +111,12 @@ Options parseOptions(int argc, char** argv) {
     }
   }
   if (o.out.empty() && !o.printSchedule) usage("--out: required");
+  // A cluster gateway always fences against ZooKeeper (no hwm_only to break), and the hold proxy
+  // holds an agent's link to one gateway, not to the owners it routes to by itself.
+  if (o.gateways > 1 && o.breakFencing)
+    usage("--break-fencing: not with --gateways > 1 (a cluster gateway has no hwm_only mode)");
+  if (o.gateways > 1 && o.diskFaults)
+    usage("--disk-faults: not with --gateways > 1 (one gateway's data dir only)");
   return o;
 }
 
@@ -116,6 +125,7 @@ ScheduleOptions scheduleOptions(const Options& options) {
   schedule.seed = options.seed;
   schedule.events = options.events;
   schedule.agents = options.agents;
+  schedule.gateways = options.gateways;
   schedule.sessionTimeoutMs = options.sessionTimeoutMs;
   schedule.breakFencing = options.breakFencing;
   schedule.gatewayPartitions = options.gatewayPartitions;

@@ -17,6 +17,9 @@ struct Options {
   std::filesystem::path out;
   int accounts = 50;
   int agents = 3;
+  // 1: one gateway (no cluster). 2 or 3: a gateway cluster of that many, kClusterShards shards
+  // (docs/testing.md "Cluster mode").
+  int gateways = 1;
   bool breakFencing = false;
   bool gatewayPartitions = false;  // also draw the partitions around the gateway (schedule.hpp)
   // The gateway's data dir on a tmpfs the nemesis fills (zktest/small_filesystem.hpp).

@@ -1,11 +1,13 @@
 // Starting and stopping the gateway and the agents; which ZooKeeper server an agent is on.
 #include <signal.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
 #include "run.hpp"
 #include "zkagent/naming.hpp"
+#include "zktest/znode.hpp"
 
 namespace zkagent::chaos {
 using namespace std::chrono_literals;
@@ -64,56 +66,120 @@ void Run::setClockOffset(const std::string& process, int seconds) {
   fs::rename(next, clockFile(process));
 }
 
-void Run::startGateway() {
+void Run::startGateway(int g) {
   std::lock_guard lock(gatewayMu_);
-  const fs::path log = o_.out / "logs" / ("gateway." + std::to_string(++gatewayRuns_) + ".log");
+  Gateway& gateway = gateways_[static_cast<std::size_t>(g)];
+  const std::string name = gatewayName(g);
+  const fs::path log = o_.out / "logs" / (name + "." + std::to_string(++gateway.runs) + ".log");
   // The subscriber listener would default to the next port, which a client's ephemeral port may
   // hold by the time the gateway restarts: any free port (no subscribers in the run).
-  std::vector<std::string> args{"--listen", "127.0.0.1:" + std::to_string(gatewayPort_),
-                                "--subscribe-listen", "127.0.0.1:0", "--data-dir",
-                                (o_.out / "gateway-data").string(), "--lease-ttl-ms",
-                                std::to_string(timings_.leaseTtlMs), "--lease-sweep-ms",
-                                std::to_string(timings_.leaseSweepMs),
-                                // Every lease write's decision, for check 6; restarts append.
-                                "--lease-journal", (o_.out / kLeaseJournal).string()};
+  std::vector<std::string> args{
+      "--listen", "127.0.0.1:" + std::to_string(gateway.port), "--subscribe-listen", "127.0.0.1:0",
+      "--data-dir", gatewayData(g).string(), "--lease-ttl-ms", std::to_string(timings_.leaseTtlMs),
+      "--lease-sweep-ms", std::to_string(timings_.leaseSweepMs),
+      // Every lease write's decision, for check 6; restarts append.
+      "--lease-journal", gatewayJournal(g).string()};
   if (o_.gatewayCompactAfterMib >= 0) {
     args.insert(args.end(), {"--compact-after-mib", std::to_string(o_.gatewayCompactAfterMib)});
   }
   if (!o_.breakFencing) {
     // ZooKeeper mode, strict: while its ZooKeeper session is down the gateway refuses (503)
     // rather than falling back to the HWM alone, so every acceptance was checked against active.
-    std::string hosts = gatewayZkProxies_.empty() ? zk_->connectString() : "";
-    for (const auto& proxy : gatewayZkProxies_) {
+    std::string hosts = gateway.zkProxies.empty() ? zk_->connectString() : "";
+    for (const auto& proxy : gateway.zkProxies) {
       if (!hosts.empty()) hosts += ',';
       hosts += proxy->connectString();
     }
     args.insert(args.end(), {"--zk", hosts, "--root", kRoot, "--zk-untrusted", "refuse"});
     // With its links cut by the nemesis, the gateway notices a dead link after two thirds of its
     // session timeout, as the agents do: the same timeout keeps check 5's bound (session timeout
-    // + 2 s after the last heal) true of it too. (Its default, 10 s, would take ~6.7 s.)
-    if (o_.gatewayPartitions) {
+    // + 2 s after the last heal) true of it too. (Its default, 10 s, would take ~6.7 s.) A
+    // cluster's gateways always: a dead member's shards move at its session's expiry.
+    if (o_.gatewayPartitions || o_.gateways > 1) {
       args.insert(args.end(), {"--zk-session-timeout-ms", std::to_string(o_.sessionTimeoutMs)});
+    }
+    if (o_.gateways > 1) {
+      // The URL it advertises in the shards' `active` nodes: its own port, which the agents
+      // reach directly (docs/gateway-cluster.md "Agents").
+      args.insert(args.end(),
+                  {"--cluster-shards", std::to_string(kClusterShards), "--gateway-id", name,
+                   "--advertise-url", "http://127.0.0.1:" + std::to_string(gateway.port)});
     }
   }
   for (int attempt = 0; attempt < 20; ++attempt) {
-    spawners_->run([&] { gateway_ = spawn("fencing-gateway", args, "gateway", log); });
-    auto* process = gateway_.get();
+    spawners_->run([&] { gateway.process = spawn("fencing-gateway", args, name, log); });
+    auto* process = gateway.process.get();
     const auto port = awaitPort(log, "LISTENING ", 30s, [&] { return process->running(); });
     if (port) {
-      gatewayPort_ = *port;
-      gatewayRunLog_.push_back({{"run", gatewayRuns_}, {"started_ms", now()}, {"port", *port}});
+      gateway.port = *port;
+      gatewayRunLog_.push_back(
+          {{"gateway", name}, {"run", gateway.runs}, {"started_ms", now()}, {"port", *port}});
       return;
     }
-    gateway_->kill();  // the port may still be held by the killed one: try again
+    gateway.process->kill();  // the port may still be held by the killed one: try again
     std::this_thread::sleep_for(200ms);
   }
-  throw std::runtime_error("the gateway does not start; see " + log.string());
+  throw std::runtime_error(name + " does not start; see " + log.string());
 }
 
-void Run::killGateway() {
+void Run::killGateway(int g) {
   std::lock_guard lock(gatewayMu_);
-  if (gateway_) gateway_->kill();
-  if (!gatewayRunLog_.empty()) gatewayRunLog_.back()["killed_ms"] = now();
+  auto& process = gateways_[static_cast<std::size_t>(g)].process;
+  if (process) process->kill();
+  for (auto it = gatewayRunLog_.rbegin(); it != gatewayRunLog_.rend(); ++it) {
+    if ((*it)["gateway"] == gatewayName(g)) {
+      (*it)["killed_ms"] = now();
+      break;
+    }
+  }
+}
+
+std::vector<int> Run::shardOwners() {
+  if (o_.gateways == 1) return {};
+  std::vector<std::string> paths;
+  for (std::uint32_t shard = 0; shard < kClusterShards; ++shard) {
+    paths.push_back(zkagent::naming::activePath(zkagent::naming::gatewayShardsRoot(kRoot),
+                                                zkagent::naming::shardId(shard)));
+  }
+  std::vector<int> owners(kClusterShards, -1);
+  const auto nodes = zktest::readZNodes(zk_->connectString(), paths, 2s);
+  for (std::size_t shard = 0; shard < nodes.size(); ++shard) {
+    if (nodes[shard].state != zktest::ZNode::State::found) continue;
+    const auto body = json::parse(nodes[shard].data, nullptr, false);
+    if (!body.is_object() || !body.contains("instanceId") || !body["instanceId"].is_string())
+      continue;
+    const auto instance = body["instanceId"].get<std::string>();
+    for (int g = 0; g < o_.gateways; ++g) {
+      if (gatewayName(g) == instance) owners[shard] = g;
+    }
+  }
+  return owners;
+}
+
+bool Run::everyShardOwned() {
+  for (const int owner : shardOwners()) {
+    if (owner < 0) return false;
+  }
+  return true;
+}
+
+int Run::gatewayTarget(json& record) {
+  if (o_.gateways == 1) return 0;
+  std::vector<int> owned(static_cast<std::size_t>(o_.gateways), 0);
+  for (const int owner : shardOwners()) {
+    if (owner >= 0) ++owned[static_cast<std::size_t>(owner)];
+  }
+  // Balanced (4/4/4) is the usual case: a tie goes round by the event's index, so that every
+  // gateway gets hit.
+  const int most = *std::max_element(owned.begin(), owned.end());
+  std::vector<int> tied;
+  for (int g = 0; g < o_.gateways; ++g) {
+    if (owned[static_cast<std::size_t>(g)] == most) tied.push_back(g);
+  }
+  const int target = tied[static_cast<std::size_t>(record.value("event", 0)) % tied.size()];
+  record["gateway"] = gatewayName(target);
+  record["shards_owned"] = owned;
+  return target;
 }
 
 void Run::startAgent(int i) {

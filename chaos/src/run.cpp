@@ -6,6 +6,7 @@
 #include <set>
 
 #include "loopback.hpp"  // the harness's socket helpers (tests/support/src)
+#include "zkagent/naming.hpp"
 
 namespace zkagent::chaos {
 using namespace std::chrono_literals;
@@ -31,19 +32,23 @@ int Run::execute() {
 int Run::runSchedule() {
   fs::remove_all(o_.out / "logs");  // a reused DIR: the logs are of this run only
   fs::create_directories(o_.out / "logs");
-  fs::remove_all(o_.out / "gateway-data");
-  fs::create_directories(o_.out / "gateway-data");
+  gateways_.resize(static_cast<std::size_t>(o_.gateways));
+  for (int g = 0; g < o_.gateways; ++g) {
+    fs::remove_all(gatewayData(g));
+    fs::create_directories(gatewayData(g));
+    fs::remove(gatewayJournal(g));  // the gateway appends to it
+    fs::remove_all(gatewayArchive(g));
+    fs::create_directories(gatewayArchive(g));
+  }
   // 64 MiB: more than a long run's log between compactions, and quick to fill.
   if (o_.diskFaults)
-    gatewayDisk_ = std::make_unique<zktest::SmallFilesystem>(o_.out / "gateway-data", 64 << 20);
-  fs::remove(o_.out / kLeaseJournal);  // the gateway appends to it
-  fs::remove_all(o_.out / kGatewayLogArchive);
-  fs::create_directories(o_.out / kGatewayLogArchive);
+    gatewayDisk_ = std::make_unique<zktest::SmallFilesystem>(gatewayData(0), 64 << 20);
   spawners_ = std::make_unique<Spawners>(4);
   schedule_ = makeSchedule(scheduleOptions(o_));
   const auto& schedule = schedule_;
   note("seed " + std::to_string(o_.seed) + ", " + std::to_string(schedule.size()) + " events, " +
        std::to_string(o_.accounts) + " accounts, " + std::to_string(o_.agents) + " agents" +
+       (o_.gateways > 1 ? ", " + std::to_string(o_.gateways) + " gateways" : std::string()) +
        (o_.breakFencing ? ", FENCING BROKEN (negative control)" : ""));
 
   // The observer's ZooKeeper client logs to a file of its own, warnings and up.
@@ -58,35 +63,52 @@ int Run::runSchedule() {
 
   // The gateway and every agent restart on the ports of their first start: ports below the
   // ephemeral range, which no client connection can hold when a process comes back.
-  const auto ports =
-      zktest::detail::reserveLoopbackPorts(1 + 2 * static_cast<std::size_t>(o_.agents));
-  gatewayPort_ = ports[0];
-  // Only runs that cut the gateway's links put proxies in them. (With the gateway's ZooKeeper
-  // links behind proxies a restarted gateway once fenced accounts on a cached view below their
-  // HWM; a fence now waits for a read after a sync: docs/testing.md, "The fix".)
-  if (o_.gatewayPartitions) {
-    for (std::size_t s = 0; s < zk_->size(); ++s)
-      gatewayZkProxies_.push_back(std::make_unique<zktest::TcpProxy>(zk_->server(s).port()));
+  const auto ports = zktest::detail::reserveLoopbackPorts(static_cast<std::size_t>(o_.gateways) +
+                                                          2 * static_cast<std::size_t>(o_.agents));
+  const auto agentPort0 = static_cast<std::size_t>(o_.gateways);
+  std::string gatewayHosts;
+  for (int g = 0; g < o_.gateways; ++g) {
+    Gateway& gateway = gateways_[static_cast<std::size_t>(g)];
+    gateway.port = ports[static_cast<std::size_t>(g)];
+    // Only runs that cut the gateway's links put proxies in them. (With the gateway's ZooKeeper
+    // links behind proxies a restarted gateway once fenced accounts on a cached view below their
+    // HWM; a fence now waits for a read after a sync: docs/testing.md, "The fix".)
+    if (o_.gatewayPartitions) {
+      for (std::size_t s = 0; s < zk_->size(); ++s)
+        gateway.zkProxies.push_back(std::make_unique<zktest::TcpProxy>(zk_->server(s).port()));
+    }
+    startGateway(g);
+    gatewayHosts += (g == 0 ? "127.0.0.1:" : ", 127.0.0.1:") + std::to_string(gateway.port);
   }
-  startGateway();
+  if (o_.gateways > 1) {
+    // Every shard owned before the agents start (their first operations go to the owners).
+    const auto ownedDeadline = SteadyClock::now() + 60s;
+    while (!everyShardOwned() && SteadyClock::now() < ownedDeadline)
+      std::this_thread::sleep_for(200ms);
+    if (!everyShardOwned())
+      throw std::runtime_error("the gateways' shards are not all owned 60 s after the start");
+  }
   for (int i = 0; i < o_.agents; ++i) {
     std::vector<std::unique_ptr<zktest::TcpProxy>> proxies;
     for (std::size_t s = 0; s < zk_->size(); ++s)
       proxies.push_back(std::make_unique<zktest::TcpProxy>(zk_->server(s).port()));
     zkProxies_.push_back(std::move(proxies));
-    gatewayProxies_.push_back(std::make_unique<HoldProxy>(gatewayPort_));
+    // The agent's configured gateway (in a cluster the fallback of its routing, and the one its
+    // heartbeats watch): the agents spread over the gateways.
+    gatewayProxies_.push_back(
+        std::make_unique<HoldProxy>(gateways_[static_cast<std::size_t>(i % o_.gateways)].port));
     if (o_.gatewayPartitions) {
       gatewayCuts_.push_back(std::make_unique<zktest::TcpProxy>(gatewayProxies_.back()->port()));
     }
     agentMu_.push_back(std::make_unique<std::mutex>());
     agents_.emplace_back();
-    agentPorts_.push_back(ports[1 + 2 * static_cast<std::size_t>(i)]);
-    devicePorts_.push_back(ports[2 + 2 * static_cast<std::size_t>(i)]);
+    agentPorts_.push_back(ports[agentPort0 + 2 * static_cast<std::size_t>(i)]);
+    devicePorts_.push_back(ports[agentPort0 + 1 + 2 * static_cast<std::size_t>(i)]);
     agentRuns_.push_back(0);
     statuses_.emplace_back();
   }
   for (int i = 0; i < o_.agents; ++i) startAgent(i);
-  note("ensemble " + zk_->connectString() + ", gateway 127.0.0.1:" + std::to_string(gatewayPort_));
+  note("ensemble " + zk_->connectString() + ", gateway " + gatewayHosts);
 
   for (int i = 0; i < o_.agents; ++i) pollers_.emplace_back([this, i] { pollStatus(i); });
   const auto startDeadline = SteadyClock::now() + 60s;
@@ -178,6 +200,16 @@ int Run::runSchedule() {
                       {"settled_ms", settledAt ? json(*settledAt) : json(nullptr)},
                       {"unsettled", unsettled},
                       {"reelect_ms", settledAt ? json(*settledAt - heal) : json(nullptr)}});
+    if (!settledAt && o_.gateways > 1) {
+      // A cluster's heal also waits for every shard owned (settled()): which were not.
+      json unowned = json::array();
+      const auto owners = shardOwners();
+      for (std::size_t shard = 0; shard < owners.size(); ++shard) {
+        if (owners[shard] < 0)
+          unowned.push_back(zkagent::naming::shardId(static_cast<std::uint32_t>(shard)));
+      }
+      events.back()["shards_unowned"] = unowned;
+    }
     note("event " + std::to_string(event.index) + " " + kinds + ": healed after " +
          std::to_string(heal - started) + " ms, " +
          (settledAt ? "led again " + std::to_string(*settledAt - heal) + " ms after the heal"
@@ -195,8 +227,8 @@ int Run::runSchedule() {
   for (int i = 0; i < o_.agents; ++i) killAgent(i);
   {
     std::lock_guard lock(gatewayMu_);
-    gateway_->signal(SIGTERM);
-    gateway_->wait(10s);
+    for (auto& gateway : gateways_) gateway.process->signal(SIGTERM);
+    for (auto& gateway : gateways_) gateway.process->wait(10s);
   }
   if (gatewayDisk_) gatewayDisk_->keep();  // the checker reads the gateway's log
   std::this_thread::sleep_for(300ms);      // the observer sees the last changes

@@ -39,15 +39,16 @@ using SteadyClock = std::chrono::steady_clock;
 
 constexpr const char* kRoot = "/chaos/accounts";
 constexpr const char* kAgentsPath = "/chaos/agents";
-constexpr const char* kLeaseJournal = "lease-journal.jsonl";       // in the output dir
-constexpr const char* kZooKeeperLogs = "zookeeper";                // in the output dir
-constexpr const char* kGatewayLogArchive = "gateway-log-archive";  // in the output dir
+constexpr const char* kLeaseJournal = "lease-journal.jsonl";  // in the output dir
+constexpr const char* kZooKeeperLogs = "zookeeper";           // in the output dir
 constexpr int kBreakLockDelayMs =
     4000;  // the successor's first ops wait; held stale ops land first
 constexpr int kStaleDeliveryDelayMs = 2000;
 // How long after a heal (beyond the session timeout) the runner waits for every account to be
 // led again before it records the event as unsettled and goes on.
 constexpr int kSettleMarginMs = 5000;
+// A gateway cluster's shard count (--gateways > 1): 4 each over 3 gateways, 6 each over 2.
+constexpr std::uint32_t kClusterShards = 12;
 
 // Presence timings of the run's devices, agents and gateway: short, so that a device follows
 // its account's leader within a fault's length. Timeout > 2 x heartbeat, TTL > 2 x renewal.
@@ -141,8 +142,26 @@ class Run {
                                               const std::string& process, const fs::path& log);
   fs::path clockFile(const std::string& process) const { return o_.out / "clock" / process; }
   void setClockOffset(const std::string& process, int seconds);
-  void startGateway();
-  void killGateway();
+  // Gateway g of o_.gateways: its process name ("gateway" alone, the single mode's; else
+  // "gateway-G", also its id in the shards' elections) and its files in the output dir.
+  std::string gatewayName(int g) const {
+    return o_.gateways == 1 ? "gateway" : "gateway-" + std::to_string(g);
+  }
+  fs::path gatewayData(int g) const { return o_.out / (gatewayName(g) + "-data"); }
+  fs::path gatewayArchive(int g) const { return o_.out / (gatewayName(g) + "-log-archive"); }
+  fs::path gatewayJournal(int g) const {
+    return o_.out /
+           (o_.gateways == 1 ? std::string(kLeaseJournal) : gatewayName(g) + "-" + kLeaseJournal);
+  }
+  void startGateway(int g);
+  void killGateway(int g);
+  // Cluster mode: per shard, the gateway its `active` node names as owner (-1: none, or ZooKeeper
+  // did not answer); empty in the single mode.
+  std::vector<int> shardOwners();
+  bool everyShardOwned();
+  // The target of a gateway fault: the owner of the most shards (on a tie, by the event's index
+  // in turn); named in `record`.
+  int gatewayTarget(json& record);
   void startAgent(int i);
   void killAgent(int i);
   bool agentAlive(int i);
@@ -155,8 +174,9 @@ class Run {
   // (account, device) of every simulated device, as zk-device spreads them.
   std::vector<std::pair<std::string, std::string>> deviceKeys() const;
   void pollLeases();
-  // Hard-links every log file of the gateway into DIR/gateway-log-archive as it appears, so a
-  // compaction's deleting a log loses nothing the checker reads (check 3 over a soak).
+  // Hard-links every log file of each gateway into its archive (DIR/gateway-log-archive) as it
+  // appears, so a compaction's deleting a log loses nothing the checker reads (check 3 over a
+  // soak).
   void archiveGatewayLogs();
   std::string archiveError() {
     std::lock_guard lock(mu_);
@@ -216,14 +236,17 @@ class Run {
   std::vector<std::unique_ptr<HoldProxy>> gatewayProxies_;                 // per agent
   // Per agent, in front of its HoldProxy: agent -> cut -> hold -> gateway.
   std::vector<std::unique_ptr<zktest::TcpProxy>> gatewayCuts_;
-  std::vector<std::unique_ptr<zktest::TcpProxy>> gatewayZkProxies_;  // the gateway's, per server
   std::unique_ptr<ActiveObserver> observer_;
 
+  struct Gateway {
+    std::unique_ptr<zktest::ChildProcess> process;
+    std::uint16_t port = 0;  // the same after every restart (and its advertised URL's)
+    int runs = 0;
+    std::vector<std::unique_ptr<zktest::TcpProxy>> zkProxies;  // per server, with partitions
+  };
   std::mutex gatewayMu_;
-  std::unique_ptr<zktest::ChildProcess> gateway_;
-  std::unique_ptr<zktest::SmallFilesystem> gatewayDisk_;  // with --disk-faults
-  std::uint16_t gatewayPort_ = 0;
-  int gatewayRuns_ = 0;
+  std::vector<Gateway> gateways_;
+  std::unique_ptr<zktest::SmallFilesystem> gatewayDisk_;  // with --disk-faults (one gateway)
   json gatewayRunLog_ = json::array();
 
   std::vector<std::unique_ptr<std::mutex>> agentMu_;

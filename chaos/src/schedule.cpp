@@ -86,9 +86,12 @@ std::vector<Event> makeSchedule(const ScheduleOptions& options) {
   const int stormWeight = options.deviceStorms && !options.noProcessKills ? 3 : 0;
   const int killWeight = options.noProcessKills ? 0 : 4;
   const int gatewayKillWeight = options.noProcessKills ? 0 : 3;
+  const bool cluster = options.gateways > 1;
+  const int staleWeight = cluster ? 0 : 2;
+  const int agentGatewayWeight = cluster ? 0 : partitionWeight;
   // clang-format off
-  const int weights[] = {killWeight, 4, 4, 2, 2, gatewayKillWeight, 2, 2,
-                         partitionWeight, partitionWeight,
+  const int weights[] = {killWeight, 4, 4, 2, 2, gatewayKillWeight, 2, staleWeight,
+                         agentGatewayWeight, partitionWeight,
                          clockWeight, clockWeight,
                          diskWeight,
                          stormWeight};

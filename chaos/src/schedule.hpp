@@ -65,6 +65,10 @@ struct ScheduleOptions {
   std::uint64_t seed = 1;
   int events = 40;
   int agents = 3;
+  // More than 1 (a gateway cluster): stale_delivery and agent_gateway_partition are not drawn
+  // (both act on an agent's link to one configured gateway, and in a cluster an agent routes to
+  // the shards' owners by itself); 1: a seed's schedule is unchanged.
+  int gateways = 1;
   int sessionTimeoutMs = 1500;
   bool breakFencing = false;  // every event is a stale_delivery (the negative control)
   // Also draw agent_gateway_partition and gateway_zk_partition. Off, the schedule of a seed is

@@ -57,9 +57,13 @@ class Run:
     expired, then by agent-1 (seq 2, session 8, created at 1005 ms); the observers read each node
     5 ms after its creation."""
 
-    def __init__(self):
+    def __init__(self, gateways=1):
+        """gateways > 1: a cluster's run, each gateway with a log and a lease journal of its own
+        (self.logs[g], self.journals[g]; self.log and self.journal are gateway 0's)."""
         self.ops = []
-        self.log = []
+        self.gateways = gateways
+        self.logs = [[] for _ in range(gateways)]
+        self.log = self.logs[0]
         # Each active node's life as ZooKeeper logs it; `seen`: when the observers first read it.
         self.nodes = [
             {"seq": 1, "instance": "agent-0", "session": 7, "created": 5, "gone": 1000,
@@ -73,7 +77,8 @@ class Run:
                         "faults": [{"kind": "agent_kill", "start_ms": 900, "heal_ms": 1100}]}]
 
         self.devices = {"count": 0}
-        self.journal = []
+        self.journals = [[] for _ in range(gateways)]
+        self.journal = self.journals[0]
         self.bad_answers = {"count": 0, "first": []}
 
     def zookeeper_changes(self):
@@ -106,10 +111,11 @@ class Run:
         self.final["devices"] = {"acct-0/dev-0": {"leased_ms": leased_ms, "token": 2}}
         self.final["devices_not_leased"] = []
 
-    def lease_write(self, at, token, agent, result="accepted", op="renew", session=None):
+    def lease_write(self, at, token, agent, result="accepted", op="renew", session=None,
+                    gateway=0):
         """The gateway's journal line: dev-0's write decided at at..at+1 ms. The observer saw
         agent-0 on session 7 and agent-1 on session 8."""
-        self.journal.append({
+        self.journals[gateway].append({
             "from_ms": T0_STEADY_MS + at, "to_ms": T0_STEADY_MS + at + 1, "unix_ms": 1,
             "list": op, "account": "acct-0", "device": "dev-0", "token": token, "counter": 1,
             "instance": agent, "session": session if session is not None else
@@ -131,20 +137,30 @@ class Run:
                                     "heal_ms": delivered_ms + 100}]}]
 
     def op(self, op_id, invoked, completed, agent, token, outcome="ok", logged=True,
-           instance=None, status=None, session=None):
+           instance=None, status=None, session=None, gateways=(0,)):
+        """`gateways`: whose logs accepted it (a cluster's retry at the next owner: two)."""
         self.ops.append([invoked, completed, agent, "acct-0", op_id,
                          status if status is not None else (200 if outcome == "ok" else 409),
                          outcome, token, False])
-        if logged:
+        for g in gateways if logged else ():
             # The observer saw agent-0 on session 7 and agent-1 on session 8.
-            self.log.append(accepted_record("acct-0", op_id, token,
-                                            instance or "agent-%d" % agent,
-                                            session if session is not None else 7 + agent))
+            self.logs[g].append(accepted_record("acct-0", op_id, token,
+                                                instance or "agent-%d" % agent,
+                                                session if session is not None else 7 + agent))
+
+    def files(self, g):
+        """Gateway g's data dir, log archive and lease journal, named as the runner names them."""
+        name = "gateway" if self.gateways == 1 else "gateway-%d" % g
+        return {"id": name, "data": name + "-data", "log_archive": name + "-log-archive",
+                "lease_journal": "lease-journal.jsonl" if self.gateways == 1 else
+                name + "-lease-journal.jsonl"}
 
     def write(self, directory):
-        os.makedirs(os.path.join(directory, "gateway-data"))
-        with open(os.path.join(directory, "gateway-data", "log.%020d" % 0), "wb") as f:
-            f.write(b"".join(self.log))
+        for g, log in enumerate(self.logs):
+            data = os.path.join(directory, self.files(g)["data"])
+            os.makedirs(data)
+            with open(os.path.join(data, "log.%020d" % 0), "wb") as f:
+                f.write(b"".join(log))
         entries = [txn_entry(session, zxid, WALL0_MS + t, kind, record)
                    for t, zxid, session, kind, record in self.zookeeper_changes()]
         # Server 1 was down while the second half was committed: the union has every change.
@@ -175,10 +191,13 @@ class Run:
                              "counter", "age_ms"],
             "leases": [],
         }
+        if self.gateways > 1:  # a single gateway's history as runners before cluster mode wrote it
+            history["meta"]["gateways"] = [self.files(g) for g in range(self.gateways)]
         with open(os.path.join(directory, "history.json"), "w") as f:
             json.dump(history, f)
-        with open(os.path.join(directory, "lease-journal.jsonl"), "w") as f:
-            f.write("".join(json.dumps(e) + "\n" for e in self.journal))
+        for g, journal in enumerate(self.journals):
+            with open(os.path.join(directory, self.files(g)["lease_journal"]), "w") as f:
+                f.write("".join(json.dumps(e) + "\n" for e in journal))
 
 
 def clean():
@@ -534,6 +553,80 @@ class CheckerTest(unittest.TestCase):
             self.assertEqual(check.main([d]), 1)
             with open(os.path.join(d, "report.md")) as f:
                 self.assertIn("malformed gateway answer: GET /v1/presence/acct-0", f.read())
+
+    # A cluster of two gateways: acct-0's shard owned by gateway 0, then by gateway 1.
+
+    def test_cluster_an_operation_retried_at_the_next_owner_with_the_same_token_passes(self):
+        r = Run(gateways=2)
+        r.op("a", 100, 110, 0, 1)
+        # Gateway 0 logged b and died before its answer; the agent retried at gateway 1, where
+        # seq 1 was still current: in both logs, same token (at least once across an owner's
+        # death).
+        r.op("b", 200, 700, 0, 1, gateways=(0, 1))
+        r.op("c", 1100, 1110, 1, 2, gateways=(1,))
+        self.assertEqual(self.violations(r), {})
+        figures = self.figures(r)
+        self.assertEqual(figures["ops_in_several_logs"], 1)
+        self.assertEqual(figures["logged_ops_by_gateway"], {"gateway-0": 2, "gateway-1": 2})
+
+    def test_cluster_tokens_grow_in_each_gateways_log_not_across_the_logs(self):
+        r = Run(gateways=2)
+        r.op("a", 100, 110, 0, 1, gateways=(1,))  # the shard at gateway 1 first
+        r.op("c", 1100, 1110, 1, 2)  # then at gateway 0, read first
+        self.assertEqual(self.violations(r), {})
+        r.op("late-old", 1150, 1160, 0, 1)  # after token 2 in gateway 0's log
+        v = self.violations(r)
+        self.assertIn("1", v)
+        self.assertIn("in gateway-0's log", v["1"][0])
+
+    def test_cluster_an_operation_twice_in_one_gateways_log_violates_check_3(self):
+        r = Run(gateways=2)
+        r.op("a", 100, 110, 0, 1)
+        r.op("b", 200, 210, 0, 1, gateways=(1, 1))
+        r.op("c", 1100, 1110, 1, 2, gateways=(1,))
+        v = self.violations(r)
+        self.assertEqual(set(v), {"3"})
+        self.assertIn("op b is in gateway-1's log 2 times", v["3"][0])
+
+    def test_cluster_an_operation_in_two_logs_with_different_tokens_violates_check_3(self):
+        r = Run(gateways=2)
+        r.op("a", 100, 110, 0, 1)
+        r.op("c", 1100, 1110, 1, 2, gateways=(1,))
+        r.logs[0].append(accepted_record("acct-0", "c", 1, "agent-0"))  # c at 0, under seq 1
+        self.assertIn("3", self.violations(r))
+
+    def test_cluster_an_acknowledged_operation_in_no_gateways_log_violates_check_3(self):
+        r = Run(gateways=2)
+        r.op("a", 100, 110, 0, 1)
+        r.op("c", 1100, 1110, 1, 2, gateways=(1,))
+        r.op("lost", 1300, 1310, 1, 2, logged=False)
+        v = self.violations(r)
+        self.assertEqual(set(v), {"3"})
+        self.assertIn("not in any gateway's log", v["3"][0])
+
+    def test_cluster_a_stale_token_accepted_by_a_gateway_that_is_not_the_owner_violates_check_4(
+            self):
+        r = Run(gateways=2)
+        r.op("a", 100, 110, 0, 1)
+        # Gateway 1 accepted seq 1 after its node was gone; its own log's tokens still grow.
+        r.op("stale", 1300, 1310, 0, 1, gateways=(1,))
+        r.op("c", 1400, 1410, 1, 2)
+        v = self.violations(r)
+        self.assertEqual(set(v), {"4"})
+        self.assertIn("in gateway-1's log", v["4"][0])
+
+    def test_cluster_a_lease_write_under_a_gone_token_at_any_gateway_violates_check_6(self):
+        r = Run(gateways=2)
+        r.op("a", 100, 110, 0, 1)
+        r.op("c", 1100, 1110, 1, 2, gateways=(1,))
+        r.with_device()
+        r.lease_write(300, 1, "agent-0")
+        r.lease_write(1500, 2, "agent-1", gateway=1)
+        self.assertEqual(self.violations(r), {})
+        r.lease_write(1300, 1, "agent-0", gateway=1)  # seq 1 gone at 1000 ms
+        v = self.violations(r)
+        self.assertEqual(set(v), {"6"})
+        self.assertIn("accepted by gateway-1", v["6"][0])
 
     def test_a_torn_tail_is_reported_and_the_records_before_it_are_read(self):
         r = clean()

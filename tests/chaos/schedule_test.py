@@ -77,6 +77,19 @@ class ScheduleTest(unittest.TestCase):
             if "stale_delivery" in kinds:
                 self.assertEqual(len(kinds), 1, e)
 
+    def test_a_cluster_draws_no_fault_on_an_agents_link_to_one_gateway(self):
+        plain = schedule(7, 500, "--gateway-partitions")
+        cluster = schedule(7, 500, "--gateway-partitions", "--gateways", "3")
+        kinds = {f["kind"] for e in cluster for f in e["faults"]}
+        self.assertFalse(kinds & {"stale_delivery", "agent_gateway_partition"})
+        self.assertTrue({"gateway_kill", "gateway_pause", "gateway_zk_partition"} <= kinds)
+        self.assertEqual(schedule(7, 500, "--gateway-partitions", "--gateways", "1"), plain)
+        for flag in ("--break-fencing", "--disk-faults"):
+            bad = subprocess.run([RUNNER, "--gateways", "2", flag, "--out", "/nonexistent"],
+                                 capture_output=True, text=True)
+            self.assertEqual(bad.returncode, 2)
+            self.assertIn(flag, bad.stderr)
+
     def test_an_agent_pause_always_outlasts_the_session_timeout(self):
         for e in schedule(7, 500, "--session-timeout-ms", "2000"):
             for f in e["faults"]:

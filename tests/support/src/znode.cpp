@@ -30,20 +30,30 @@ int withSession(const std::string& connect, std::chrono::milliseconds timeout, A
 
 ZNode readZNode(const std::string& connect, const std::string& path,
                 std::chrono::milliseconds timeout) {
-  ZNode node;
+  return readZNodes(connect, {path}, timeout).front();
+}
+
+std::vector<ZNode> readZNodes(const std::string& connect, const std::vector<std::string>& paths,
+                              std::chrono::milliseconds timeout) {
+  std::vector<ZNode> nodes(paths.size());
+  std::size_t next = 0;  // the paths before it are read
   withSession(connect, timeout, [&](zhandle_t* zh) {
-    char buffer[4096];
-    int length = sizeof buffer;
-    const int rc = zoo_get(zh, path.c_str(), 0, buffer, &length, nullptr);
-    if (rc == ZOK) {
-      node.state = ZNode::State::found;
-      node.data.assign(buffer, static_cast<size_t>(length > 0 ? length : 0));
-    } else if (rc == ZNONODE) {
-      node.state = ZNode::State::absent;
+    for (; next < paths.size(); ++next) {
+      char buffer[4096];
+      int length = sizeof buffer;
+      const int rc = zoo_get(zh, paths[next].c_str(), 0, buffer, &length, nullptr);
+      if (rc == ZOK) {
+        nodes[next].state = ZNode::State::found;
+        nodes[next].data.assign(buffer, static_cast<size_t>(length > 0 ? length : 0));
+      } else if (rc == ZNONODE) {
+        nodes[next].state = ZNode::State::absent;
+      } else {
+        return rc;
+      }
     }
-    return rc;
+    return static_cast<int>(ZOK);
   });
-  return node;
+  return nodes;
 }
 
 bool writeZNode(const std::string& connect, const std::string& path, const std::string& data,

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 namespace zktest {
 
@@ -16,6 +17,10 @@ struct ZNode {
 // test asserting absence never passes on a server it could not ask.
 ZNode readZNode(const std::string& connect, const std::string& path,
                 std::chrono::milliseconds timeout = std::chrono::seconds(10));
+// Every path of `paths` on one session, in order, as readZNode reads one; `timeout` is for all of
+// them together.
+std::vector<ZNode> readZNodes(const std::string& connect, const std::vector<std::string>& paths,
+                              std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
 // Sets `path` (a persistent node, created with its parents when missing) to `data`; false when
 // no server answered within `timeout`.
