@@ -381,6 +381,9 @@ TEST_F(GatewayCluster, ADrainHandsEveryShardOverWithinASecondAndTheGatewayServes
   EXPECT_TRUE(staleAccepted.empty()) << "stale tokens accepted: " << staleAccepted.front();
   EXPECT_GT(currentAfter[200], 0) << "no operation accepted after the drain";
   EXPECT_NE(drained.process().stderrText().find("cluster: drained"), std::string::npos);
+  // SIGTERM of a drained gateway: nothing to hand over, a clean stop.
+  drained.process().signal(SIGTERM);
+  EXPECT_TRUE(drained.process().wait(20s).exitedWith(0)) << drained.process().stderrText();
   std::string statuses;
   for (const auto& [status, n] : currentAfter) {
     statuses += " " + std::to_string(status) + "x" + std::to_string(n);
