@@ -54,7 +54,7 @@ Options:
                             non-loopback --subscribe-listen (logged as a warning)
   --token-file FILE         the agents' bearer token, read from FILE (ZKAGENT_GATEWAY_TOKEN
                             overrides)
-  --operator-token-file FILE  the operator token (HWM reset, privacy rules), read from FILE
+  --operator-token-file FILE  the operator token (HWM reset, privacy rules, drain), read from FILE
   --max-requests-per-second N  per connection on the HTTP listener, beyond it 429 (default
                             10000; 0: no limit)
   --cluster-shards N        cluster mode: the cluster's shard count (1 to 4096; fixed when the

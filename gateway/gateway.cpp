@@ -35,6 +35,18 @@ std::string_view toString(CheckMode mode) {
   return "unknown";
 }
 
+std::string_view toString(ShardOwnership::Standing standing) {
+  switch (standing) {
+    case ShardOwnership::Standing::Standing:
+      return "standing";
+    case ShardOwnership::Standing::Draining:
+      return "draining";
+    case ShardOwnership::Standing::Drained:
+      return "drained";
+  }
+  return "unknown";
+}
+
 Gateway::Gateway(const Config& config, fencing::TokenValidator& validator, LeaderSource* leaders,
                  metrics::Registry& registry, PresenceStore* presence, ShardOwnership* shards)
     : config_(config),
@@ -114,7 +126,12 @@ Gateway::Gateway(const Config& config, fencing::TokenValidator& validator, Leade
                        .gauge("zkagent_gateway_shards_owned",
                               "Shards of the cluster this gateway owns now (0 outside cluster "
                               "mode).")
-                       .with({})) {
+                       .with({})),
+      clusterStanding_(registry.gauge("zkagent_gateway_cluster_standing",
+                                      "Cluster mode: 1 for where this gateway is: standing (for "
+                                      "every shard), draining (handing its shards over after POST "
+                                      "/v1/drain), drained (standing for none until restarted).",
+                                      {"state"})) {
   const auto& recovery = validator.recovery();
   registry.gauge("zkagent_gateway_recovered_records", "Log records replayed at start-up.")
       .with({})
@@ -132,6 +149,16 @@ Gateway::Gateway(const Config& config, fencing::TokenValidator& validator, Leade
   }
   checkMode_.with({std::string(toString(CheckMode::HwmOnly))}).set(1);
   refreshCheckMode();
+  refreshStanding();
+}
+
+void Gateway::refreshStanding() {
+  if (shards_ == nullptr) return;
+  const auto now = shards_->standing();
+  for (auto state : {ShardOwnership::Standing::Standing, ShardOwnership::Standing::Draining,
+                     ShardOwnership::Standing::Drained}) {
+    clusterStanding_.with({std::string(toString(state))}).set(state == now ? 1 : 0);
+  }
 }
 
 CheckMode Gateway::refreshCheckMode() {
@@ -184,6 +211,9 @@ http::Router Gateway::router() {
   router.add(http::Method::Get, "/healthz",
              [this](const http::Request& request) { return health(request); });
   router.add(http::Method::Get, "/v1/agents", [this](const http::Request&) { return agents(); });
+  router.add(
+      http::Method::Post, "/v1/drain",
+      [this](const http::Request& request) { return drain(request); }, http::Access::Operator);
   if (presence_ != nullptr) {
     router.add(http::Method::Post, "/v1/presence/leases",
                [this](const http::Request& request) { return presenceLeases(request); });
@@ -380,7 +410,31 @@ http::Response Gateway::health(const http::Request& request) {
     beat = {std::chrono::steady_clock::now(), false};
   }
   if (!storageUsable()) return http::Response::json(503, R"({"status":"storage_failed"})");
-  return jsonResponse(200, {{"status", "ok"}, {"check", toString(mode_.load())}});
+  json body = {{"status", "ok"}, {"check", toString(mode_.load())}};
+  if (shards_ != nullptr) {
+    body["cluster"] = toString(shards_->standing());
+    body["shards_owned"] = shards_->owned();
+  }
+  return jsonResponse(200, body);
+}
+
+http::Response Gateway::drain(const http::Request& request) {
+  if (shards_ == nullptr) {
+    return http::Response::error(
+        409,
+        "POST /v1/drain hands a cluster gateway's shards to the others; this gateway is not in "
+        "cluster mode (no cluster.shards): it owns no shards, stop it with SIGTERM instead");
+  }
+  spdlog::info("drain requested by {}", request.remoteAddress);
+  const auto answer = shards_->drain(std::chrono::seconds(5));
+  refreshStanding();
+  if (answer.refused) {
+    spdlog::warn("drain refused: {}", *answer.refused);
+    return http::Response::error(answer.timedOut ? 503 : 409, "drain refused: " + *answer.refused);
+  }
+  const bool drained = answer.state == ShardOwnership::Standing::Drained;
+  return jsonResponse(drained ? 200 : 202,
+                      {{"cluster", toString(answer.state)}, {"shards_owned", shards_->owned()}});
 }
 
 void Gateway::sweepAgents() {
@@ -591,6 +645,7 @@ http::Response Gateway::metricsText() {
   if (presence_ != nullptr) presence_->refreshMetrics();
   fencedAccounts_.set(static_cast<double>(validator_.fencedAccounts().size()));
   if (shards_ != nullptr) shardsOwned_.set(static_cast<double>(shards_->owned()));
+  refreshStanding();
   return http::Response::text(200, registry_.expose(), std::string(metrics::kContentType));
 }
 

@@ -47,7 +47,7 @@ struct Config {
   // once the listener is bound (subscribeUrlOf).
   std::string subscribeUrl;
   std::string bearerToken;  // what agents (and subscribers) send; empty: no authentication
-  // Operator actions (HWM reset, privacy PUT) need this one instead; empty: they are refused.
+  // Operator actions (HWM reset, privacy PUT, drain) need this one instead; empty: refused.
   // Never equal to bearerToken, so an agent's credentials allow no operator action.
   std::string operatorToken;
   // Per connection on the HTTP listener; 0: no limit. High enough for an agent forwarding over a
@@ -172,6 +172,20 @@ class ShardOwnership {
   // another thread) once they are handed over.
   virtual void stop(std::function<void()> handedOver) = 0;
 
+  // The drain (docs/gateway-cluster.md "Drain"): the hand-over of stop(), each shard to its
+  // receiver by the balance rule in one multi, then no more standing while the process serves on
+  // (421 naming the owners it watches). Once drained, for the life of the process.
+  enum class Standing { Standing, Draining, Drained };
+  struct DrainAnswer {
+    Standing state = Standing::Standing;
+    std::optional<std::string> refused;  // why nothing was done (no other gateway stands, ...)
+    bool timedOut = false;               // refused: no answer in time, the drain may still start
+  };
+  // Starts the drain, or answers how far it is (a second call changes nothing). Blocks until the
+  // elections' thread answered (milliseconds), at most `timeout` (then refused, nothing done).
+  virtual DrainAnswer drain(std::chrono::milliseconds timeout) = 0;
+  virtual Standing standing() const = 0;  // thread-safe, no I/O
+
   // Presence in cluster mode (docs/gateway-cluster.md "Presence").
   // The epoch of this gateway's latest take of `account`'s shard, kept after the shard is lost (0:
   // never taken by this process). Thread-safe, no I/O.
@@ -202,6 +216,8 @@ std::string subscribeUrlOf(const Config& config, bool secure, std::uint16_t port
 // Which checks an operation gets right now (also the `check` label of the ops metric).
 enum class CheckMode { ZooKeeper, HwmOnly, Refusing };
 std::string_view toString(CheckMode mode);
+// "standing", "draining", "drained" (/healthz, the drain's answer, the metric's label).
+std::string_view toString(ShardOwnership::Standing standing);
 
 // The HTTP API over one TokenValidator. Thread-safe: handlers run on many threads at once.
 class PresenceStore;
@@ -229,6 +245,7 @@ class Gateway {
   http::Response resetHighWaterMark(const http::Request& request);
   http::Response health(const http::Request& request);
   http::Response agents();
+  http::Response drain(const http::Request& request);
   http::Response metricsText();
   http::Response presenceLeases(const http::Request& request);
   http::Response presenceOf(const http::Request& request);
@@ -299,6 +316,8 @@ class Gateway {
   metrics::GaugeFamily& agentsByState_;
   metrics::CounterFamily& misdirected_;  // by route
   metrics::Gauge& shardsOwned_;
+  metrics::GaugeFamily& clusterStanding_;  // by state: standing, draining, drained
+  void refreshStanding();
 
   struct AgentBeat {
     std::chrono::steady_clock::time_point lastSeen;

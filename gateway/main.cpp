@@ -102,7 +102,7 @@ int run(const gateway::Config& config) {
                config.tlsCert.empty() ? "http" : "https", host, server.port(),
                config.bearerToken.empty() ? " without authentication" : " (bearer token required)");
   if (config.operatorToken.empty()) {
-    spdlog::info("no operator token: HWM reset and privacy rules are refused");
+    spdlog::info("no operator token: HWM reset, privacy rules and drain are refused");
   }
   if (!config.tlsClientCa.empty()) {
     spdlog::info(

@@ -62,13 +62,19 @@ void ShardBalancer::passSoon() {
   boost::asio::post(io_, [this] { pass(); });
 }
 
+std::vector<std::string> ShardBalancer::others() const {
+  std::vector<std::string> others;
+  for (const auto& id : membership_) {
+    if (id != id_) others.push_back(id);
+  }
+  return others;
+}
+
 void ShardBalancer::leave(std::function<void()> done) {
   leaving_ = true;
   timer_.cancel();
   std::map<std::string, std::size_t> others;
-  for (const auto& id : membership_) {
-    if (id != id_) others[id] = 0;
-  }
+  for (const auto& id : this->others()) others[id] = 0;
   std::vector<std::string> led;
   for (const auto& shard : group_.status()) {
     if (shard.role == election::Role::Leader) {

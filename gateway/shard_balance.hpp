@@ -30,6 +30,8 @@ class ShardBalancer {
   // queue, then `done` (the election's stop hands every shard to the next in one multi each):
   // the others own their shares at once instead of after a second round of moves.
   void leave(std::function<void()> done);
+  // The other gateways seen standing (the members the plan spreads shards over, without this one).
+  std::vector<std::string> others() const;
 
  private:
   using Clock = std::chrono::steady_clock;

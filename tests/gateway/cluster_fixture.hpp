@@ -11,6 +11,7 @@
 #include <future>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <set>
 #include <sstream>
 
@@ -71,9 +72,10 @@ class ClusterGateway {
   http::Client client(std::chrono::milliseconds timeout = 5s) const {
     return http::Client(http::ClientOptions{.port = port_, .requestTimeout = timeout});
   }
-  http::Client operatorClient(std::chrono::milliseconds timeout = 10s) const {
+  http::Client operatorClient(std::chrono::milliseconds timeout = 10s,
+                              std::string token = kOperatorToken) const {
     return http::Client(http::ClientOptions{
-        .port = port_, .requestTimeout = timeout, .bearerToken = kOperatorToken});
+        .port = port_, .requestTimeout = timeout, .bearerToken = std::move(token)});
   }
   zktest::ChildProcess& process() { return *process_; }
   // One sample of its /metrics (asked with a 1 s timeout), or `missing`.

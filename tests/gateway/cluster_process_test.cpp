@@ -175,6 +175,244 @@ TEST_F(GatewayCluster, AnOwnerPausedPastItsSessionRefusesWhatWaitedWhenItResumes
   EXPECT_EQ(owner.operatorClient().get("/v1/accounts/acc-1").status, 404);
 }
 
+// ---- Drain: POST /v1/drain hands a gateway's shards over as SIGTERM does, and it serves on.
+
+// The first account `prefix`N (N from 1) in `shard`.
+std::string accountIn(const std::string& shard, const std::string& prefix) {
+  for (int n = 1;; ++n) {
+    const auto account = prefix + std::to_string(n);
+    if (naming::shardId(naming::shardOf(account, kShards)) == shard) return account;
+  }
+}
+
+// What a client following a 421 once sees (as an agent does).
+http::ClientResponse postFollowing(const std::vector<std::unique_ptr<ClusterGateway>>& gateways,
+                                   const ClusterGateway& first, const std::string& body) {
+  auto answer = first.client(3s).post("/v1/ops", body);
+  if (answer.status != 421) return answer;
+  const auto misdirected = json::parse(answer.body, nullptr, false);
+  const auto owner = misdirected.is_object() ? misdirected.value("owner", "") : "";
+  for (const auto& gateway : gateways) {
+    if (gateway->url() == owner) return gateway->client(3s).post("/v1/ops", body);
+  }
+  return answer;
+}
+
+// The drain of the gateway owning the most shards (3 of 8) while a client sends operations for an
+// account in each of its shards, with the current leader's token and a deposed one's: every
+// shard owned by the others within a second (4/4: each receiver by the balance rule), the
+// drained gateway answering 421 naming each new owner and saying "drained" in /healthz and
+// /metrics, a second drain changing nothing, the shards never given back, and no stale token
+// accepted anywhere.
+TEST_F(GatewayCluster, ADrainHandsEveryShardOverWithinASecondAndTheGatewayServesOn421s) {
+  const auto before = shardOwners(zkHosts_, root_);
+  std::map<std::string, int> byOwner;
+  for (const auto& [shard, url] : before) ++byOwner[url];
+  const auto most =
+      std::max_element(byOwner.begin(), byOwner.end(),
+                       [](const auto& a, const auto& b) { return a.second < b.second; });
+  auto& drained = byUrl(most->first);
+  std::vector<std::string> accounts;  // one in each of its shards
+  for (const auto& [shard, url] : before) {
+    if (url == drained.url()) accounts.push_back(accountIn(shard, "dr-"));
+  }
+  ASSERT_EQ(accounts.size(), 3u);
+  std::size_t drainedIndex = 0;
+  while (gateways_[drainedIndex].get() != &drained) ++drainedIndex;
+
+  // agent-a leads the accounts, then agent-b: agent-a's tokens are stale.
+  std::string list;
+  for (const auto& account : accounts) list += (list.empty() ? "" : ",") + account;
+  auto electAll = [&](const std::string& instance) {
+    electors_.push_back(std::make_unique<zktest::ChildProcess>(
+        zktest::binaryPath("zk-elect").string(),
+        std::vector<std::string>{"--zk", zkHosts_, "--root", root_, "--instance-id", instance,
+                                 "--accounts", list, "--session-timeout-ms", "1500"}));
+    for (std::size_t led = 0; led < accounts.size(); ++led) {
+      electors_.back()->waitForLine("LEADER ", 20s);
+    }
+    std::map<std::string, Holder> holders;
+    for (const auto& account : accounts) holders[account] = holder(account);
+    return holders;
+  };
+  const auto stale = electAll("agent-a");
+  electors_.front()->kill();
+  const auto current = electAll("agent-b");
+  for (const auto& account : accounts) {
+    ASSERT_EQ(current.at(account).instance, "agent-b") << account;
+    ASSERT_GT(current.at(account).token, stale.at(account).token) << account;
+  }
+
+  // Refused, changing nothing: no credential, a wrong one.
+  EXPECT_EQ(drained.client().post("/v1/drain", "").status, 401);
+  EXPECT_EQ(drained.operatorClient(5s, "not-the-operator-token").post("/v1/drain", "").status, 401);
+  EXPECT_EQ(drained.metric("zkagent_gateway_shards_owned", -1), 3);
+
+  // The client: each round, every account's operation with the current token at the drained
+  // gateway (a 421 followed once), and with the stale token at every gateway.
+  std::atomic<bool> sending{true};
+  std::atomic<Clock::rep> drainedSince{Clock::time_point::max().time_since_epoch().count()};
+  std::mutex tallyMutex;
+  std::map<int, int> currentBefore, currentAfter;  // status: count
+  int staleRefused = 0;
+  std::vector<std::string> staleAccepted;
+  auto client = std::async(std::launch::async, [&] {
+    for (int round = 0; sending; ++round) {
+      for (const auto& account : accounts) {
+        const auto& now = current.at(account);
+        const auto& old = stale.at(account);
+        const auto sent = Clock::now().time_since_epoch().count();
+        const auto answer = postFollowing(
+            gateways_, drained,
+            op(account, now.token, "c-" + std::to_string(round), now.instance, now.session));
+        std::vector<std::pair<std::string, http::ClientResponse>> staleAnswers;
+        for (const auto& gateway : gateways_) {
+          staleAnswers.emplace_back(
+              gateway->id(), postFollowing(gateways_, *gateway,
+                                           op(account, old.token,
+                                              "s-" + gateway->id() + "-" + std::to_string(round),
+                                              old.instance, old.session)));
+        }
+        std::lock_guard lock(tallyMutex);
+        ++(sent >= drainedSince.load() ? currentAfter : currentBefore)[answer.status];
+        for (const auto& [id, staleAnswer] : staleAnswers) {
+          if (staleAnswer.status == 200) {
+            staleAccepted.push_back(account + " via " + id + ": " + staleAnswer.body);
+          } else {
+            ++staleRefused;
+          }
+        }
+      }
+    }
+  });
+  struct StopSending {  // before the client's future waits for it, on every way out
+    std::atomic<bool>& flag;
+    ~StopSending() { flag = false; }
+  } stopSending{sending};
+  ASSERT_TRUE(zktest::eventually(
+      [&] {
+        std::lock_guard lock(tallyMutex);
+        return currentBefore[200] >= 6;
+      },
+      10s))
+      << "the client's operations are not accepted before the drain";
+
+  const auto drainStarted = Clock::now();
+  drainedSince = drainStarted.time_since_epoch().count();
+  const auto answer = drained.operatorClient().post("/v1/drain", "");
+  ASSERT_TRUE(answer.status == 202 || answer.status == 200) << answer.status << " " << answer.body;
+  std::vector<int> counts;
+  ASSERT_TRUE(zktest::eventually(
+      [&] {
+        counts = shardsOwned(gateways_);
+        int others = 0;
+        for (std::size_t i = 0; i < counts.size(); ++i) {
+          if (i != drainedIndex) others += counts[i];
+        }
+        return others == static_cast<int>(kShards);
+      },
+      10s, 1ms))
+      << "the others never owned every shard after the drain";
+  const auto ownedAfter = millisSince(drainStarted);
+  EXPECT_LT(ownedAfter, 1000) << "a drain as slow as a session expiry";
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    EXPECT_EQ(counts[i], i == drainedIndex ? 0 : 4) << gateways_[i]->id()
+                                                    << ": the receivers "
+                                                       "were not chosen by the balance rule";
+  }
+  const auto after = shardOwners(zkHosts_, root_);
+  for (const auto& [shard, url] : after) {
+    EXPECT_FALSE(url.empty() || url == drained.url()) << shard << " owned by '" << url << "'";
+  }
+
+  // The drained gateway serves on: 421 naming each account's new owner, which accepts.
+  for (const auto& account : accounts) {
+    const auto& owner = after.at(shardOf(account));
+    const auto& now = current.at(account);
+    http::ClientResponse misdirected;
+    ASSERT_TRUE(zktest::eventually(
+        [&] {
+          misdirected = drained.client().post(
+              "/v1/ops", op(account, now.token, "probe-" + account, now.instance, now.session));
+          const auto body = json::parse(misdirected.body, nullptr, false);
+          return misdirected.status == 421 && body.is_object() && body.value("owner", "") == owner;
+        },
+        2s))
+        << account << ": " << misdirected.status << " " << misdirected.body << " (owner " << owner
+        << ")";
+    EXPECT_EQ(
+        byUrl(owner)
+            .client()
+            .post("/v1/ops", op(account, now.token, "after-" + account, now.instance, now.session))
+            .status,
+        200)
+        << account;
+  }
+  ASSERT_TRUE(zktest::eventually(
+      [&] {
+        const auto health = json::parse(drained.client().get("/healthz").body, nullptr, false);
+        return health.is_object() && health.value("cluster", "") == "drained" &&
+               health.value("shards_owned", -1) == 0;
+      },
+      2s))
+      << drained.client().get("/healthz").body;
+  EXPECT_EQ(drained.metric(R"(zkagent_gateway_cluster_standing{state="drained"})", 0), 1);
+  EXPECT_EQ(drained.metric(R"(zkagent_gateway_cluster_standing{state="standing"})", 1), 0);
+  for (const auto& gateway : othersThan(drained)) {
+    EXPECT_EQ(gateway->metric(R"(zkagent_gateway_cluster_standing{state="standing"})", 0), 1)
+        << gateway->id();
+  }
+  // A second drain changes nothing and says so.
+  const auto again = drained.operatorClient().post("/v1/drain", "");
+  EXPECT_EQ(again.status, 200) << again.body;
+  EXPECT_EQ(json::parse(again.body).value("cluster", ""), "drained") << again.body;
+
+  // Not given back: the others forget it (2 s), settle (2 s) and find nothing to move.
+  EXPECT_FALSE(zktest::eventually(
+      [&] { return drained.metric("zkagent_gateway_shards_owned", 0) > 0; }, 5s, 50ms))
+      << "the balance gave the drained gateway shards back";
+  counts = shardsOwned(gateways_);
+  EXPECT_EQ(counts[drainedIndex], 0);
+  EXPECT_EQ(std::accumulate(counts.begin(), counts.end(), 0), static_cast<int>(kShards));
+
+  sending = false;
+  client.get();
+  std::lock_guard lock(tallyMutex);
+  EXPECT_TRUE(staleAccepted.empty()) << "stale tokens accepted: " << staleAccepted.front();
+  EXPECT_GT(currentAfter[200], 0) << "no operation accepted after the drain";
+  EXPECT_NE(drained.process().stderrText().find("cluster: drained"), std::string::npos);
+  // SIGTERM of a drained gateway: nothing to hand over, a clean stop.
+  drained.process().signal(SIGTERM);
+  EXPECT_TRUE(drained.process().wait(20s).exitedWith(0)) << drained.process().stderrText();
+  std::string statuses;
+  for (const auto& [status, n] : currentAfter) {
+    statuses += " " + std::to_string(status) + "x" + std::to_string(n);
+  }
+  std::cout << "drain of " << drained.id() << " (3 of 8 shards): every shard owned by the others "
+            << ownedAfter << " ms after the request, " << counts[(drainedIndex + 1) % 3] << "/"
+            << counts[(drainedIndex + 2) % 3]
+            << "; current-token operations since the drain:" << statuses
+            << "; stale tokens: " << staleRefused << " refused, 0 accepted\n";
+}
+
+// A drain that would leave the shards without an owner (no other gateway stands) is refused with
+// 409 and changes nothing: the gateway still owns every shard and stands for them.
+TEST(GatewayClusterStart, ADrainWithNoOtherGatewayIsRefusedAndChangesNothing) {
+  auto& zookeeper = zktest::sharedZooKeeper();
+  const auto root = zktest::uniqueTestRoot();
+  fencing::testing::TempDir dir;
+  ClusterGateway alone(dir.path() / "a", zookeeper.connectString(), root, "gw-a", kShards);
+  alone.awaitListening();
+  ASSERT_TRUE(zktest::eventually(
+      [&] { return alone.metric("zkagent_gateway_shards_owned", 0) == kShards; }, 20s));
+  const auto refused = alone.operatorClient().post("/v1/drain", "");
+  EXPECT_EQ(refused.status, 409) << refused.body;
+  EXPECT_NE(refused.body.find("no other gateway stands"), std::string::npos) << refused.body;
+  EXPECT_EQ(alone.metric("zkagent_gateway_shards_owned", 0), kShards);
+  EXPECT_EQ(json::parse(alone.client().get("/healthz").body).value("cluster", ""), "standing");
+  EXPECT_EQ(alone.metric(R"(zkagent_gateway_cluster_standing{state="standing"})", 0), 1);
+}
+
 // The shard count is fixed when the cluster is created: a gateway started with another fails at
 // start naming both, and takes no shard.
 TEST(GatewayClusterStart, AGatewayWithAnotherShardCountFailsToStartNamingBoth) {

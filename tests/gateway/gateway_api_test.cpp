@@ -314,6 +314,32 @@ TEST_F(GatewayApi, HwmResetIsDisabledWithoutAConfiguredOperatorToken) {
       json::parse(call(http::Method::Get, "/v1/accounts/acc", "", "agent-secret").body)["hwm"], 9);
 }
 
+// POST /v1/drain is an operator action of a cluster gateway: without the operator token 401 (the
+// agents' token included), without one configured 403, and outside cluster mode a 409 that says
+// so; none of them changes anything (operations go on being decided here).
+TEST_F(GatewayApi, DrainIsAnOperatorActionAndRefusedOutsideClusterMode) {
+  gateway::Config config;
+  config.bearerToken = "agent-secret";
+  config.operatorToken = "admin-secret";
+  start(config);
+  EXPECT_EQ(call(http::Method::Post, "/v1/drain").status, 401);
+  EXPECT_EQ(call(http::Method::Post, "/v1/drain", "", "agent-secret").status, 401);
+  EXPECT_EQ(call(http::Method::Post, "/v1/drain", "", "wrong").status, 401);
+  const auto single = call(http::Method::Post, "/v1/drain", "", "admin-secret");
+  EXPECT_EQ(single.status, 409) << single.body;
+  EXPECT_NE(single.body.find("not in cluster mode"), std::string::npos) << single.body;
+  const auto health = json::parse(call(http::Method::Get, "/healthz", "", "agent-secret").body);
+  EXPECT_FALSE(health.contains("cluster")) << health;
+  EXPECT_EQ(call(http::Method::Post, "/v1/ops", op("acc", 1, "op-1"), "agent-secret").status, 200);
+}
+
+TEST_F(GatewayApi, DrainIsDisabledWithoutAConfiguredOperatorToken) {
+  start();
+  const auto refused = call(http::Method::Post, "/v1/drain");
+  EXPECT_EQ(refused.status, 403);
+  EXPECT_NE(refused.body.find("ZKAGENT_GATEWAY_OPERATOR_TOKEN"), std::string::npos) << refused.body;
+}
+
 TEST_F(GatewayApi, EveryEndpointNeedsTheBearerTokenWhenOneIsConfigured) {
   gateway::Config config;
   config.bearerToken = "t";
