@@ -78,6 +78,14 @@ Metrics::Metrics(metrics::Registry& r)
       gatewayMissed(r.counter("zkagent_gateway_heartbeat_failures_total",
                               "Gateway heartbeats that failed or timed out.")
                         .with({})),
+      ownerUp(r.gauge("zkagent_gateway_owner_link_up",
+                      "1 while the shard owner answers heartbeats; owners in the gateway "
+                      "cluster's shard map only.",
+                      {"owner"})),
+      ownerMissed(r.counter("zkagent_gateway_owner_heartbeat_failures_total",
+                            "Heartbeats to a shard owner that failed or timed out; owners in the "
+                            "gateway cluster's shard map only.",
+                            {"owner"})),
       blocked(r.gauge("zkagent_blocked_accounts",
                       "Accounts whose wanted handover or candidacy is blocked, by cause.",
                       {"cause"})),
@@ -116,7 +124,16 @@ Agent::Impl::Impl(asio::io_context& ioc, Config cfg)
       reconcileTimer(control),
       routes(std::make_shared<detail::ShardRoutes>(config.gateway)),
       link(std::make_shared<detail::GatewayLink>(ioc, config.gateway, config.instanceId,
-                                                 m.gatewayMissed, routes)) {
+                                                 m.gatewayMissed, routes)),
+      ownerLinks(std::make_shared<detail::OwnerLinks>(
+          ioc, config.gateway, config.instanceId,
+          detail::OwnerLinks::Families{m.ownerUp, m.ownerMissed})) {
+  // Before anything routes (the device endpoint's lease writer below): an owner whose heartbeat
+  // says down is passed over.
+  routes->avoidDown([weak = std::weak_ptr<detail::OwnerLinks>(ownerLinks)](const std::string& url) {
+    const auto links = weak.lock();
+    return links && links->down(url);
+  });
   for (const auto& account : config.accounts) accounts.emplace(account, AccountState{});
   http::ServerOptions options;
   options.address = config.admin.listen.host;
@@ -157,6 +174,7 @@ void Agent::Impl::start() {
     asio::post(self->control, [self] { self->publishHealth(); });
     self->reconcileSoon();
   });
+  ownerLinks->start([routes = routes] { return routes->owners(); });
   server->start();
   devices->start(
       [weak](std::string_view account) {
@@ -590,6 +608,7 @@ void Agent::Impl::shutdown(std::function<void()> done) {
   healthTimer.cancel();
   reconcileTimer.cancel();
   link->stop();
+  ownerLinks->stop();
   auto self = shared_from_this();
   group->stop(
       [self, done = std::move(done)]() mutable {
@@ -614,6 +633,7 @@ void Agent::Impl::closeNow() {
   stopping = true;
   devices->closeNow();
   link->stop();
+  ownerLinks->stop();
   routes->stop();
   server->stop();
 }

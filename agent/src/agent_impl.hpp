@@ -18,6 +18,7 @@
 
 #include "devices/device_endpoint.hpp"
 #include "operations/gateway_link.hpp"
+#include "operations/owner_links.hpp"
 #include "operations/shard_routes.hpp"
 #include "zkagent/agent.hpp"
 #include "zkagent/balance.hpp"
@@ -72,7 +73,8 @@ std::function<void(T)> answerWithin(asio::io_context& io, std::chrono::milliseco
   };
 }
 
-// Every metric family of the agent (docs/agent.md lists them). No per-account labels.
+// Every metric family of the agent (docs/agent.md lists them). No per-account labels; the
+// per-owner families are labelled by the owners in the gateway cluster's shard map only.
 struct Metrics {
   explicit Metrics(metrics::Registry& registry);
 
@@ -93,6 +95,8 @@ struct Metrics {
   metrics::Gauge& schedulable;
   metrics::Gauge& gatewayUp;
   metrics::Counter& gatewayMissed;
+  metrics::GaugeFamily& ownerUp;
+  metrics::CounterFamily& ownerMissed;
   metrics::GaugeFamily& blocked;
   metrics::CounterFamily& balanceMoves;
   metrics::Gauge& balanceLeading;
@@ -232,6 +236,7 @@ struct Agent::Impl : Gate, std::enable_shared_from_this<Impl> {
   asio::steady_timer healthTimer, reconcileTimer;
   std::shared_ptr<detail::ShardRoutes> routes;  // before link and devices: both route by it
   std::shared_ptr<detail::GatewayLink> link;
+  std::shared_ptr<detail::OwnerLinks> ownerLinks;  // heartbeats to every shard owner
   std::unique_ptr<http::Server> server;
   std::string endpoint;
   std::unique_ptr<detail::DeviceEndpoint> devices;  // before group: it advertises the endpoint

@@ -192,8 +192,21 @@ Metric& Family<Metric>::with(const std::vector<std::string>& values) {
   checkValueCount(values);
   std::lock_guard lock(mutex_);
   auto& slot = series_[values];
-  if (!slot) slot = makeMetric<Metric>(histogramBounds_);
+  if (!slot) {
+    if (auto kept = removed_.extract(values)) {
+      slot = std::move(kept.mapped());
+    } else {
+      slot = makeMetric<Metric>(histogramBounds_);
+    }
+  }
   return *slot;
+}
+
+template <typename Metric>
+void Family<Metric>::remove(const std::vector<std::string>& values) {
+  checkValueCount(values);
+  std::lock_guard lock(mutex_);
+  if (auto gone = series_.extract(values)) removed_.insert(std::move(gone));
 }
 
 template <typename Metric>

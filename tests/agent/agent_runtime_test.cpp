@@ -1,6 +1,7 @@
 // The agent in-process: its gate against a real ZooKeeper behind a proxy (what a refusal leaves
-// behind when ZooKeeper answers after the gate gave up waiting), and the gateway heartbeat
-// failures its link counts and its metrics report.
+// behind when ZooKeeper answers after the gate gave up waiting), the gateway heartbeat failures
+// its link counts and its metrics report, and the heartbeats to every shard owner of a gateway
+// cluster (their state, their series, and the routes passing over an owner that is down).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "operations/gateway_link.hpp"
+#include "operations/owner_links.hpp"
 #include "zkagent/agent.hpp"
 #include "zkagent/http.hpp"
 #include "zkagent/metrics.hpp"
@@ -306,6 +308,173 @@ TEST(AgentGatewayLinkTest, A421IsFollowedOnceToTheOwnerItNames) {
   EXPECT_EQ(moving.status, 421) << moving.body;
   EXPECT_EQ(atOwner.load(), 3);
   EXPECT_EQ(atOther.load(), 2);
+  link->stop();
+}
+
+namespace http = zkagent::http;
+namespace detail = zkagent::agent::detail;
+
+// A shard owner that answers heartbeats and counts them with the instance they name.
+struct AnsweringOwner {
+  explicit AnsweringOwner(boost::asio::io_context& io) : server(io, {}, routes()) {
+    server.start();
+  }
+  http::Router routes() {
+    http::Router router;
+    router.add(http::Method::Get, "/healthz", [this](const http::Request& request) {
+      if (request.query == "instance=host-a") ++beats;
+      return http::Response::json(200, R"({"status":"ok"})");
+    });
+    return router;
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(server.port()); }
+  std::atomic<int> beats{0};
+  http::Server server;
+};
+
+// A shard owner that takes connections (the kernel's backlog) and never answers: a paused process.
+struct SilentOwner {
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor acceptor{io, {boost::asio::ip::make_address("127.0.0.1"), 0}};
+  std::string url() const {
+    return "http://127.0.0.1:" + std::to_string(acceptor.local_endpoint().port());
+  }
+};
+
+zkagent::agent::Config::Gateway clusterGateway(uint16_t configuredPort) {
+  zkagent::agent::Config::Gateway gateway;
+  gateway.address = {"127.0.0.1", configuredPort};
+  gateway.heartbeatInterval = 20ms;
+  gateway.heartbeatTimeout = 100ms;
+  gateway.requestTimeout = 3000ms;  // what an operation sent to a silent owner would wait
+  return gateway;
+}
+
+std::string misdirectedTo(const std::string& owner) {
+  return nlohmann::json{{"error", "elsewhere"},
+                        {"shard", zkagent::naming::shardId(zkagent::naming::shardOf("acc-1", 8))},
+                        {"shards", 8},
+                        {"owner", owner}}
+      .dump();
+}
+
+// Every owner of the map gets its own heartbeat with the agent's instance; each is up or down by
+// its own answers, with its own failure count and its own series; an owner that leaves a complete
+// map loses its heartbeat and its series, one missing from a partial view keeps them.
+TEST(AgentOwnerLinksTest, EachOwnerInTheMapIsUpOrDownByItsOwnHeartbeatAndLeavesWithTheMap) {
+  IoThreads servers;
+  AnsweringOwner answering(servers.io);
+  SilentOwner silent;
+  servers.run();
+  metrics::Registry registry;
+  auto& up = registry.gauge("owner_up", "test", {"owner"});
+  auto& failures = registry.counter("owner_failures_total", "test", {"owner"});
+  IoThreads runner;
+  auto links =
+      std::make_shared<detail::OwnerLinks>(runner.io, clusterGateway(zktest::freeLoopbackPort()),
+                                           "host-a", detail::OwnerLinks::Families{up, failures});
+  runner.run();
+  const auto stateOf = [&](const std::string& url) {
+    for (const auto& link : links->links()) {
+      if (link.owner == url) return link.state;
+    }
+    return std::string("absent");
+  };
+  links->follow({{answering.url(), silent.url()}, true});
+  ASSERT_TRUE(eventually(
+      [&] { return stateOf(answering.url()) == "up" && stateOf(silent.url()) == "down"; }, 10s))
+      << stateOf(answering.url()) << " " << stateOf(silent.url());
+  EXPECT_FALSE(links->down(answering.url()));
+  EXPECT_TRUE(links->down(silent.url()));
+  EXPECT_FALSE(links->down("http://127.0.0.1:1")) << "an owner without a heartbeat is tried";
+  EXPECT_GT(answering.beats.load(), 0) << "the beats name the agent's instance";
+  EXPECT_TRUE(eventually([&] { return failures.with({silent.url()}).value() >= 1; }, 10s));
+  EXPECT_EQ(failures.with({answering.url()}).value(), 0);
+  EXPECT_EQ(up.with({answering.url()}).value(), 1);
+  EXPECT_EQ(up.with({silent.url()}).value(), 0);
+
+  links->follow({{answering.url()}, false});  // the silent owner's shard is being read again
+  EXPECT_EQ(stateOf(silent.url()), "down");
+  links->follow({{answering.url()}, true});  // it owns nothing any more
+  EXPECT_EQ(stateOf(silent.url()), "absent");
+  const auto text = registry.expose();
+  EXPECT_EQ(text.find(silent.url()), std::string::npos) << text;
+  EXPECT_NE(text.find("owner_up{owner=\"" + answering.url() + "\"} 1"), std::string::npos) << text;
+  links->stop();
+}
+
+// An operation for a shard whose owner's heartbeat says down is not sent into the owner's
+// timeout: the configured gateway's 421 naming that owner becomes a 503 at once, and with the
+// configured gateway down as well nothing is sent.
+TEST(AgentOwnerLinksTest, AnOperationForAShardWhoseOwnerIsDownIsAnsweredAtOnce) {
+  IoThreads servers;
+  SilentOwner owner;
+  std::atomic<int> atConfigured{0};
+  http::Router configuredRoutes;
+  configuredRoutes.add(http::Method::Post, "/v1/ops", [&](const http::Request&) {
+    ++atConfigured;
+    http::Response response;
+    response.status = 421;
+    response.body = misdirectedTo(owner.url());
+    return response;
+  });
+  configuredRoutes.add(http::Method::Get, "/healthz", [](const http::Request&) {
+    return http::Response::json(200, R"({"status":"ok"})");
+  });
+  auto configured = std::make_unique<http::Server>(servers.io, http::ServerOptions{},
+                                                   std::move(configuredRoutes));
+  configured->start();
+  servers.run();
+
+  metrics::Registry registry;
+  auto& up = registry.gauge("owner_up", "test", {"owner"});
+  auto& failures = registry.counter("owner_failures_total", "test", {"owner"});
+  auto& linkFailures = registry.counter("link_failures_total", "test").with({});
+  const auto gateway = clusterGateway(configured->port());
+  IoThreads runner;
+  auto routes = std::make_shared<detail::ShardRoutes>(gateway);
+  auto links = std::make_shared<detail::OwnerLinks>(runner.io, gateway, "host-a",
+                                                    detail::OwnerLinks::Families{up, failures});
+  routes->avoidDown([links](const std::string& url) { return links->down(url); });
+  auto link =
+      std::make_shared<detail::GatewayLink>(runner.io, gateway, "host-a", linkFailures, routes);
+  link->start([](bool) {});
+  runner.run();
+  links->follow({{owner.url()}, true});
+  ASSERT_TRUE(eventually([&] { return links->down(owner.url()) && link->up(); }, 10s));
+
+  const auto forward = [&] {
+    std::promise<http::ClientResponse> answered;
+    link->forward("acc-1", R"({"opId":"op-1"})",
+                  [&](http::ClientResponse r) { answered.set_value(std::move(r)); });
+    const auto sentAt = std::chrono::steady_clock::now();
+    auto answer = answered.get_future().get();
+    return std::make_pair(answer, std::chrono::steady_clock::now() - sentAt);
+  };
+  const auto first = forward();
+  EXPECT_EQ(first.first.status, 503)
+      << first.first.status << " " << first.first.body << " " << first.first.transportError;
+  EXPECT_EQ(nlohmann::json::parse(first.first.body, nullptr, false).value("owner", ""),
+            owner.url());
+  EXPECT_LT(first.second, gateway.requestTimeout / 3) << "sent into the silent owner's timeout";
+  EXPECT_EQ(atConfigured.load(), 1);
+  // The 421's owner is remembered for the shard, and passed over while it is down.
+  const auto second = forward();
+  EXPECT_EQ(second.first.status, 503) << second.first.body;
+  EXPECT_LT(second.second, gateway.requestTimeout / 3);
+  EXPECT_EQ(atConfigured.load(), 2);
+
+  // The configured gateway goes too: nothing is sent, the answer is the same.
+  configured->stop();
+  ASSERT_TRUE(eventually([&] { return !link->up() && link->missedHeartbeats() > 0; }, 10s));
+  ASSERT_TRUE(eventually(
+      [&] {
+        const auto third = forward();
+        return third.first.status == 503 && third.second < gateway.requestTimeout / 3;
+      },
+      10s));
+  EXPECT_EQ(atConfigured.load(), 2);
+  links->stop();
   link->stop();
 }
 

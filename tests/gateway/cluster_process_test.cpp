@@ -41,6 +41,120 @@ TEST_F(GatewayCluster, AnAgentSendsOperationsToTheOwnerByTheWatchedMapAndReaches
       << again.status << " " << again.body;
 }
 
+// Heartbeats to every owner (docs/gateway-cluster.md, "Agents"): the agent beats to each gateway
+// the shard map names. An owner paused (SIGSTOP) shows down in its /v1/status and /metrics within
+// the heartbeat timeout + interval while the others stay up; an operation for an account of the
+// paused owner's shards is answered at once (503 shard_owner_unreachable, by the configured
+// gateway's 421) instead of waiting out the request timeout, while accounts of live owners are
+// accepted; once the shards move, the owners listed are the two live ones, both up.
+TEST_F(GatewayCluster, AnAgentSeesAPausedOwnerDownAndAnswersItsAccountsAtOnceWhileOthersAccept) {
+  auto& configured = *gateways_.front();
+  auto& paused = *gateways_.back();
+  const auto owners = shardOwners(zkHosts_, root_);
+  std::vector<std::string> pausedAccounts, liveAccounts;
+  for (int i = 0; pausedAccounts.size() < 2 || liveAccounts.size() < 2; ++i) {
+    ASSERT_LT(i, 200) << "no accounts on the paused owner's shards";
+    const auto account = "acc-" + std::to_string(i);
+    auto& list = owners.at(shardOf(account)) == paused.url() ? pausedAccounts : liveAccounts;
+    if (list.size() < 2) list.push_back(account);
+  }
+  auto accounts = pausedAccounts;
+  accounts.insert(accounts.end(), liveAccounts.begin(), liveAccounts.end());
+  constexpr auto kBeatInterval = 100ms;
+  constexpr auto kBeatTimeout = 300ms;
+  constexpr auto kRequestTimeout = 5000ms;  // what an operation sent to the paused owner waits
+  auto patch = json::object();
+  patch["gateway"]["heartbeat_interval_ms"] = kBeatInterval.count();
+  patch["gateway"]["heartbeat_timeout_ms"] = kBeatTimeout.count();
+  patch["gateway"]["request_timeout_ms"] = kRequestTimeout.count();
+  const zktest::AgentSite site{zkHosts_, siteRoot_, configured.url()};
+  auto agent = zktest::AgentProcess::start(
+      dir_.path(), zktest::agentConfig(site, "agent-a", accounts, patch),
+      zktest::AgentStartOptions{.requestTimeout = kRequestTimeout + 2s});
+
+  // The owners as the agent's status lists them: url -> state.
+  const auto listed = [&] {
+    std::map<std::string, std::string> states;
+    const auto status = agent->status();
+    if (status.is_null()) return states;
+    for (const auto& owner : status["gateway"]["owners"]) {
+      states[owner.value("url", "")] = owner.value("state", "");
+    }
+    return states;
+  };
+  const auto upSeries = [&](const std::string& metrics, const ClusterGateway& gateway) {
+    return zktest::metricSample(
+        metrics, R"(zkagent_gateway_owner_link_up{owner=")" + gateway.url() + R"("})");
+  };
+  std::map<std::string, std::string> allUp;
+  for (const auto& gateway : gateways_) allUp[gateway->url()] = "up";
+  ASSERT_TRUE(zktest::eventually([&] { return listed() == allUp; }, 20s)) << agent->status().dump();
+  for (const auto& account : accounts) {
+    ASSERT_TRUE(zktest::eventually([&] { return agent->leads(account); }, 20s)) << account;
+    // Each one once: the kept-alive connections to every owner are open before the pause.
+    const auto first = agent->op(account, "before-" + account);
+    EXPECT_EQ(first.status, 200) << account << ": " << first.body;
+  }
+
+  paused.process().signal(SIGSTOP);
+  const auto pausedAt = Clock::now();
+  auto expected = allUp;
+  expected[paused.url()] = "down";
+  std::string metrics;
+  ASSERT_TRUE(zktest::eventually(
+      [&] {
+        if (listed() != expected) return false;
+        metrics = agent->metrics();
+        return upSeries(metrics, paused) == 0.0 && upSeries(metrics, configured) == 1.0 &&
+               upSeries(metrics, *gateways_[1]) == 1.0;
+      },
+      5s, 10ms))
+      << agent->status().dump() << "\n"
+      << metrics;
+  const auto detectedMs = millisSince(pausedAt);
+  std::cout << "paused owner seen down " << detectedMs << " ms after SIGSTOP (heartbeat timeout "
+            << kBeatTimeout.count() << " + interval " << kBeatInterval.count() << " ms)\n";
+  // The heartbeat bound, with room for a loaded machine; the shards move about 1.5 s after the
+  // pause (the gateways' session timeout), so the window above closes there at the latest.
+  EXPECT_LT(detectedMs, (kBeatTimeout + kBeatInterval + 700ms).count());
+
+  for (const auto& account : pausedAccounts) {
+    const auto sentAt = Clock::now();
+    const auto answer = agent->op(account, "paused-" + account);
+    const auto tookMs = millisSince(sentAt);
+    std::cout << account << " (paused owner's shard): " << answer.status << " " << answer.body
+              << " in " << tookMs << " ms\n";
+    // 503 while the map still names the paused owner, 200 if its shard has just moved.
+    EXPECT_TRUE(answer.status == 503 || answer.status == 200)
+        << answer.status << " " << answer.body;
+    EXPECT_LT(tookMs, 1000) << "sent into the paused owner's request timeout ("
+                            << kRequestTimeout.count() << " ms)";
+  }
+  for (const auto& account : liveAccounts) {
+    const auto answer = agent->op(account, "live-" + account);
+    EXPECT_EQ(answer.status, 200) << account << ": " << answer.body;
+  }
+
+  // The shards move once the paused owner's session expires: the agent lists the two owners left.
+  auto remaining = allUp;
+  remaining.erase(paused.url());
+  ASSERT_TRUE(zktest::eventually([&] { return listed() == remaining; }, kSessionTimeout + 15s))
+      << agent->status().dump();
+  EXPECT_FALSE(upSeries(agent->metrics(), paused).has_value()) << "its series stays after it left";
+  for (const auto& account : pausedAccounts) {
+    http::ClientResponse moved;
+    int attempt = 0;
+    EXPECT_TRUE(zktest::eventually(
+        [&] {
+          moved = agent->op(account, "moved-" + account + "-" + std::to_string(++attempt));
+          return moved.status == 200;
+        },
+        10s, 50ms))
+        << account << ": " << moved.status << " " << moved.body;
+  }
+  paused.process().kill();
+}
+
 // The owner decides; every other gateway answers 421 with the shard and the owner's URL and
 // decides nothing (the op is not in its state); the shard map is the one FNV-1a rule.
 TEST_F(GatewayCluster, OnlyTheShardsOwnerDecidesAndTheOthersAnswer421NamingIt) {

@@ -44,6 +44,27 @@ TEST(Metrics, WrongNumberOfLabelValuesIsRejected) {
   EXPECT_THROW(ops.with({"a", "b"}), std::invalid_argument);
 }
 
+// A series whose label value went away leaves the exposition; the reference a holder kept stays
+// usable, and the same values bring the series back with the value it had (never backwards).
+TEST(Metrics, ARemovedSeriesLeavesTheExpositionAndComesBackWithItsValue) {
+  Registry registry;
+  auto& failures = registry.counter("beats_failed_total", "Failed beats.", {"peer"});
+  auto& kept = failures.with({"http://a"});
+  kept.inc(2);
+  failures.with({"http://b"}).inc();
+  failures.remove({"http://a"});
+  failures.remove({"http://never"});  // nothing to remove: no error
+  auto text = registry.expose();
+  EXPECT_EQ(text.find("http://a"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nbeats_failed_total{peer=\"http://b\"} 1\n"), std::string::npos) << text;
+  kept.inc();  // a late update to a removed series is harmless and not shown
+  EXPECT_EQ(registry.expose().find("http://a"), std::string::npos);
+  EXPECT_EQ(&failures.with({"http://a"}), &kept);
+  text = registry.expose();
+  EXPECT_NE(text.find("\nbeats_failed_total{peer=\"http://a\"} 3\n"), std::string::npos) << text;
+  EXPECT_THROW(failures.remove({}), std::invalid_argument);
+}
+
 TEST(Metrics, CounterRefusesToGoDown) {
   Registry registry;
   auto& counter = registry.counter("x_total", "X.").with({});

@@ -209,10 +209,21 @@ std::string Agent::Impl::statusJson() {
                     {"id", hexSession(group->sessionId())},
                     {"timeout_ms", group->negotiatedTimeout().count()}};
   const auto sinceBeat = link->sinceLastAnswer();
+  json owners = json::array();
+  for (const auto& owner : ownerLinks->links()) {
+    owners.push_back(
+        {{"url", owner.owner},
+         {"up", owner.state == "up"},
+         {"state", owner.state},
+         {"last_heartbeat_age_ms",
+          owner.sinceLastAnswer ? json(owner.sinceLastAnswer->count()) : json(nullptr)},
+         {"failed_heartbeats", owner.failedBeats}});
+  }
   out["gateway"] = {{"up", link->up()},
                     {"heartbeat", link->heartbeatEnabled()},
                     {"last_heartbeat_age_ms", sinceBeat ? json(sinceBeat->count()) : json(nullptr)},
-                    {"failed_heartbeats", link->missedHeartbeats()}};
+                    {"failed_heartbeats", link->missedHeartbeats()},
+                    {"owners", std::move(owners)}};
   std::lock_guard lock(mu);
   out["lifecycle"] = toString(lifecycle);
   const auto own = tracker.judge(config.instanceId, now, config.health.ttl);

@@ -129,17 +129,29 @@ void GatewayLeaseWriter::flush() {
     return;
   }
   std::map<std::string, LeaseBatch, std::less<>> parts;  // owner URL ("": configured) -> part
-  std::unordered_map<std::string, std::string> owners;   // account -> owner, one look-up each
+  // Parts whose owner's heartbeat says down, by owner: failed here, not sent (the configured
+  // gateway would refuse a part holding them whole, its own accounts' entries with them).
+  std::map<std::string, LeaseBatch, std::less<>> unreachable;
+  std::unordered_map<std::string, LeaseBatch*> partOfAccount;  // one route look-up per account
   auto partOf = [&](const presence::LeaseEntry& entry) -> LeaseBatch& {
-    auto [it, fresh] = owners.try_emplace(entry.key.user);
-    if (fresh) it->second = routes_->ownerOf(entry.key.user).value_or("");
-    return parts[it->second];
+    auto [it, fresh] = partOfAccount.try_emplace(entry.key.user, nullptr);
+    if (fresh) {
+      const auto route = routes_->routeOf(entry.key.user);
+      it->second =
+          route.passedOver ? &unreachable[*route.passedOver] : &parts[route.owner.value_or("")];
+    }
+    return *it->second;
   };
   for (auto& entry : batch.renew) partOf(entry).renew.push_back(std::move(entry));
   for (auto& removal : batch.remove) partOf(removal.entry).remove.push_back(std::move(removal));
-  inFlight_ = parts.size();
+  inFlight_ = parts.size() + unreachable.size();
   failed_ = false;
   for (auto& [owner, part] : parts) send(owner, std::move(part));
+  for (auto& [owner, part] : unreachable) {
+    http::ClientResponse down;
+    down.transportError = "shard owner " + owner + " is down by its heartbeat: not sent";
+    settle(executor_, weak_from_this(), part.renew.size(), std::move(part.remove), std::move(down));
+  }
 }
 
 http::Client& GatewayLeaseWriter::clientFor(const std::string& owner) {
@@ -165,16 +177,23 @@ void GatewayLeaseWriter::send(const std::string& owner, LeaseBatch part) {
       http::Method::Post, "/v1/presence/leases", body.dump(),
       [weak = weak_from_this(), executor = executor_, sent = std::move(part.remove),
        renewed](http::ClientResponse response) mutable {
-        // The client's worker thread: back onto the endpoint's. shutdown() joins this worker
-        // before the io_context goes, so the post never finds it gone.
-        boost::asio::post(executor, [weak, sent = std::move(sent), renewed,
-                                     response = std::move(response)]() mutable {
-          auto self = weak.lock();
-          if (!self) return;
-          --self->inFlight_;
-          self->answered(renewed, std::move(sent), std::move(response));
-        });
+        settle(executor, weak, renewed, std::move(sent), std::move(response));
       });
+}
+
+void GatewayLeaseWriter::settle(PresenceExecutor executor, std::weak_ptr<GatewayLeaseWriter> weak,
+                                size_t renewed, std::vector<QueuedRemoval> removals,
+                                http::ClientResponse response) {
+  // The client's worker thread (or flush): back onto the endpoint's, where alone the writer is
+  // locked (never its last reference dropped on a worker it joins). shutdown() joins the
+  // clients' workers before the io_context goes, so the post never finds it gone.
+  boost::asio::post(executor, [weak = std::move(weak), sent = std::move(removals), renewed,
+                               response = std::move(response)]() mutable {
+    auto self = weak.lock();
+    if (!self) return;
+    --self->inFlight_;
+    self->answered(renewed, std::move(sent), std::move(response));
+  });
 }
 
 void GatewayLeaseWriter::answered(size_t renewed, std::vector<QueuedRemoval> removals,

@@ -8,10 +8,11 @@
 // removal reach the gateway in the order they were made. With a gateway cluster the batch is split
 // by the owner of each entry's shard (ShardRoutes, the configured gateway when unknown): one POST
 // per owner at once, each on its own kept-alive client, and the next batch leaves once all are
-// answered (an account's entries are all in one of them). Right before a batch leaves, every
-// entry is checked against the gate:
-// an entry whose account this agent does not lead under the entry's token right now (lost,
-// suspended, drifted) is dropped and counted, so no lease write leaves a suspended agent.
+// answered (an account's entries are all in one of them). A part whose owner's heartbeat says
+// down (ShardRoutes passes it over) fails at once, unsent, as an unanswered part would. Right
+// before a batch leaves, every entry is checked against the gate: an entry whose account this agent
+// does not lead under the entry's token right now (lost, suspended, drifted) is dropped and
+// counted, so no lease write leaves a suspended agent.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -71,6 +72,10 @@ class GatewayLeaseWriter final : public presence::LeaseWriter,
   // Sends one owner's part of a batch ("": the configured gateway).
   void send(const std::string& owner, LeaseBatch part);
   http::Client& clientFor(const std::string& owner);
+  // A part's answer (or failure), onto the endpoint's thread: answered() there.
+  static void settle(PresenceExecutor executor, std::weak_ptr<GatewayLeaseWriter> weak,
+                     size_t renewed, std::vector<QueuedRemoval> removals,
+                     http::ClientResponse response);
   // One part's answer; the batch is done when the last part is.
   void answered(size_t renewed, std::vector<QueuedRemoval> removals, http::ClientResponse response);
   // A 200's body: the gateway's lease TTL and the accounts it fenced.

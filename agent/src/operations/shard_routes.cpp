@@ -44,25 +44,34 @@ bool ShardRoutes::dialable(const std::string& url) const {
   return !naming::httpUrlError(url, address, https) && https == tls_;
 }
 
-std::optional<std::string> ShardRoutes::ownerOf(std::string_view account) const {
+void ShardRoutes::avoidDown(std::function<bool(const std::string& url)> down) {
+  down_ = std::move(down);
+}
+
+ShardRoutes::Route ShardRoutes::routeOf(std::string_view account) const {
   std::lock_guard lock(mu_);
-  if (shards_ == 0) return std::nullopt;
+  if (shards_ == 0) return {};
   const auto shard = naming::shardId(naming::shardOf(account, shards_));
+  std::optional<std::string> owner;
   // The watched node first: it follows every move within a round trip, where a 421's owner is
   // only replaced by the next 421.
   if (observer_) {
     const auto view = observer_->current(shard);
     if (view.state == election::LeaderObserver::View::State::Leader &&
         dialable(view.active.endpoint)) {
-      return view.active.endpoint;
+      owner = view.active.endpoint;
     }
   }
-  const auto owner = learned_.find(shard);
-  if (owner == learned_.end()) return std::nullopt;
-  return owner->second;
+  if (!owner) {
+    const auto learned = learned_.find(shard);
+    if (learned == learned_.end()) return {};
+    owner = learned->second;
+  }
+  if (isDown(*owner)) return {std::nullopt, std::move(owner)};
+  return {std::move(owner), std::nullopt};
 }
 
-std::optional<std::string> ShardRoutes::learn(const http::ClientResponse& misdirected) {
+ShardRoutes::Route ShardRoutes::learn(const http::ClientResponse& misdirected) {
   const auto body = nlohmann::json::parse(misdirected.body, nullptr, false);
   // Checked field by field: json::value() throws on a field of another type, and this runs in a
   // completion handler on whatever any gateway (or anything at its address) answered.
@@ -73,12 +82,34 @@ std::optional<std::string> ShardRoutes::learn(const http::ClientResponse& misdir
   const auto shards = naming::shardCountIn(body);
   const auto shard = text("shard");
   const auto owner = text("owner");
-  if (!shards || naming::accountIdError(shard) || !dialable(owner)) return std::nullopt;
+  if (!shards || naming::accountIdError(shard) || !dialable(owner)) return {};
   std::lock_guard lock(mu_);
   if (*shards != shards_) learned_.clear();
   shards_ = *shards;
   learned_[shard] = owner;
-  return owner;
+  if (isDown(owner)) return {std::nullopt, owner};
+  return {owner, std::nullopt};
+}
+
+ShardRoutes::Owners ShardRoutes::owners() const {
+  std::lock_guard lock(mu_);
+  Owners owners;
+  if (!observer_) return owners;
+  owners.complete = true;
+  for (std::uint32_t shard = 0; shard < shards_; ++shard) {
+    const auto view = observer_->current(naming::shardId(shard));
+    switch (view.state) {
+      case election::LeaderObserver::View::State::Leader:
+        if (dialable(view.active.endpoint)) owners.urls.insert(view.active.endpoint);
+        break;
+      case election::LeaderObserver::View::State::NoLeader:
+        break;
+      case election::LeaderObserver::View::State::Unknown:
+        owners.complete = false;
+        break;
+    }
+  }
+  return owners;
 }
 
 void ShardRoutes::forget(std::string_view account) {

@@ -2,8 +2,9 @@
 //
 // A metric family has a name, a help text and a fixed list of label names declared when it is
 // registered; each distinct tuple of label values is one time series, created on first use and
-// kept for the life of the registry. Keep label values low-cardinality (no account,
-// session, device or op ids as labels): a family grows by one series per distinct value tuple.
+// kept for the life of the registry (remove() only takes it out of the exposition). Keep label
+// values low-cardinality (no account, session, device or op ids as labels): a family grows by one
+// series per distinct value tuple.
 //
 //   zkagent::metrics::Registry registry;
 //   auto& ops = registry.counter("gateway_ops_total", "Operations by result.", {"result"});
@@ -112,6 +113,10 @@ class Family final : public FamilyBase {
     return with(std::vector<std::string>(values.begin(), values.end()));
   }
   Metric& with(const std::vector<std::string>& values);
+  // Takes the series out of the exposition (a label value that went away, such as a peer no
+  // longer known). The series object stays, so references from with() remain valid; with() of
+  // the same values brings it back with its value (a counter never goes backwards).
+  void remove(const std::vector<std::string>& values);
 
   void expose(std::string& out) const override;
 
@@ -119,6 +124,7 @@ class Family final : public FamilyBase {
   std::vector<double> histogramBounds_;
   mutable std::mutex mutex_;
   std::map<std::vector<std::string>, std::unique_ptr<Metric>> series_;
+  std::map<std::vector<std::string>, std::unique_ptr<Metric>> removed_;  // kept for references
 };
 
 // Defined in metrics.cpp for exactly these three metric types.
