@@ -49,8 +49,10 @@ Metrics::Metrics(metrics::Registry& r)
                              .with({})),
       gateDecisions(
           r.counter("zkagent_gate_decisions_total", "Gate answers by result.", {"result"})),
+      gateExecuted(gateDecisions.with({"executed"})),
       forwarded(r.counter("zkagent_forwarded_ops_total",
                           "Operations forwarded to the gateway, by result.", {"result"})),
+      forwardedAccepted(forwarded.with({"accepted"})),
       forwardSeconds(r.histogram("zkagent_forward_duration_seconds",
                                  "Round trip of one forwarded operation.",
                                  metrics::latencyBuckets())

@@ -84,7 +84,9 @@ struct Metrics {
   metrics::Counter& sessionExpirations;
   metrics::Counter& sessionDisconnects;
   metrics::CounterFamily& gateDecisions;
+  metrics::Counter& gateExecuted;  // gateDecisions{executed}, looked up once: every operation
   metrics::CounterFamily& forwarded;
+  metrics::Counter& forwardedAccepted;  // forwarded{accepted}, likewise
   metrics::Histogram& forwardSeconds;
   metrics::Histogram& failoverSeconds;
   metrics::Gauge& ownReportAge;

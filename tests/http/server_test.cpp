@@ -7,6 +7,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <chrono>
 #include <condition_variable>
@@ -139,6 +140,26 @@ TEST(HttpServer, ClientReconnectsWhenTheServerClosedTheIdleConnection) {
   EXPECT_EQ(second.status, 200);
   // A new connection, counted where it is accepted (the client's port may be reused).
   EXPECT_EQ(server.accepted(), acceptedBefore + 1);
+}
+
+// The read and write deadlines bound one step each, not the connection: a kept-alive connection
+// busy for several times its timeouts stays open (one Deadline per connection that moves on with
+// every request, http/src/deadline.hpp).
+TEST(HttpServer, AConnectionBusyForLongerThanItsTimeoutsIsNotCut) {
+  RunningServer server(echoRouter(), ServerOptions{.readTimeout = 100ms, .writeTimeout = 100ms});
+  Client client(server.client());
+  const auto first = client.get("/peer");
+  ASSERT_EQ(first.status, 200) << first.transportError;
+  const auto until = std::chrono::steady_clock::now() + 500ms;
+  int requests = 1;
+  while (std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(20ms);  // the client's pace, not a wait for a condition
+    const auto next = client.get("/peer");
+    ASSERT_EQ(next.status, 200) << next.transportError;
+    EXPECT_EQ(next.body, first.body) << "request " << requests << " came on a new connection";
+    ++requests;
+  }
+  EXPECT_EQ(server.accepted(), 1u);
 }
 
 TEST(HttpServer, OversizedBodyGets413AndServerKeepsServing) {
@@ -295,6 +316,36 @@ TEST(HttpClientOnIo, ReconnectsWhenTheServerClosedTheIdleConnection) {
   EXPECT_EQ(second.status, 200);
   // A new connection, counted where it is accepted (the client's port may be reused).
   EXPECT_EQ(server.accepted(), acceptedBefore + 1);
+}
+
+// The request timeout bounds each exchange, and an idle pooled connection has none: exchanges
+// over several times the timeout, with idle gaps longer than it, all go on the first connection.
+TEST(HttpClientOnIo, TheRequestDeadlineBoundsEachExchangeAndSparesAnIdleConnection) {
+  RunningServer server(echoRouter());
+  boost::asio::io_context io;
+  auto options = server.client();
+  options.io = &io;
+  options.requestTimeout = 100ms;
+  Client client(options);
+  std::string firstPeer;
+  for (int i = 0; i < 4; ++i) {
+    ClientResponse answer;
+    bool done = false;
+    client.asyncRequest(Method::Get, "/peer", "", [&](ClientResponse r) {
+      answer = std::move(r);
+      done = true;
+    });
+    ASSERT_TRUE(runUntil(io, done, 5s));
+    ASSERT_EQ(answer.status, 200) << answer.transportError;
+    if (i == 0) firstPeer = answer.body;
+    EXPECT_EQ(answer.body, firstPeer) << "exchange " << i << " came on a new connection";
+    // Idle in the pool for longer than the request timeout, with the io_context running.
+    bool idleOver = false;
+    boost::asio::steady_timer idle(io, 150ms);
+    idle.async_wait([&](boost::system::error_code) { idleOver = true; });
+    ASSERT_TRUE(runUntil(io, idleOver, 5s));
+  }
+  EXPECT_EQ(server.accepted(), 1u);
 }
 
 TEST(HttpClientOnIo, TimeoutsAndRefusedConnectionsAreReported) {

@@ -172,11 +172,10 @@ void Agent::Impl::send(fencing::Operation op, fencing::FencingToken token,
               502,
               json{{"error", "gateway_unreachable"}, {"detail", answer.transportError}}.dump()));
         }
-        metrics.forwarded
-            .with({answer.status == 200   ? "accepted"
-                   : answer.status == 409 ? "rejected"
-                   : answer.status < 500  ? "bad_request"
-                                          : "gateway_error"})
+        (answer.status == 200 ? metrics.forwardedAccepted
+                              : metrics.forwarded.with({answer.status == 409  ? "rejected"
+                                                        : answer.status < 500 ? "bad_request"
+                                                                              : "gateway_error"}))
             .inc();
         respond(http::Response::json(answer.status, std::move(answer.body)));
       });

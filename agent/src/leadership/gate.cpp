@@ -62,7 +62,7 @@ void Agent::Impl::gateDecision(std::string account, std::function<void(GateDecis
 void Agent::Impl::admit(std::string account, Admitted decided) {
   auto finish = [this, decided = std::move(decided)](
                     Outcome outcome, std::optional<fencing::FencingToken> token = std::nullopt) {
-    m.gateDecisions.with({std::string(outcome.reason())}).inc();
+    (outcome.executed() ? m.gateExecuted : m.gateDecisions.with({outcome.reason()})).inc();
     decided(std::move(outcome), std::move(token));
   };
   if (stopping) return finish(Outcome{.result = Result::Stopping, .leader = std::nullopt});
