@@ -128,8 +128,10 @@ AgentProcess& Bench::startAgent(const std::string& id, const std::vector<std::st
               {"admin", {{"listen", "127.0.0.1:0"}}},
               {"presence",
                {{"listen", "127.0.0.1:" + std::to_string(devicePort)},
-                {"heartbeat_ms", 1000},
-                {"ping_timeout_ms", 5000},
+                // The load's interval, so the welcome and the timeout agree with the simulators
+                // (a fixed 1 s / 5 s timed every device out at --heartbeat-ms 10000).
+                {"heartbeat_ms", options_.heartbeatMs},
+                {"ping_timeout_ms", std::max(5000, 3 * options_.heartbeatMs)},
                 {"check_interval_ms", 1000},
                 {"renew_interval_ms", 5000},
                 {"lease_ttl_ms", 150000}}},
