@@ -395,12 +395,10 @@ TEST_F(GatewayCluster, ATargetsVersionsAfterItsShardMovesAreAboveEveryVersionBef
       [&] { return (renewed = lease(successor, target, holder, 3)).status == 200; }, 5s))
       << renewed.status << " " << renewed.body;
   const auto after = waitForStatus(*bobAtNext, target, "online");
-  EXPECT_GT(after, before) << "versions went backwards across the move: " << (before >> 32) << ":"
-                           << (before & 0xffffffffu) << " then " << (after >> 32) << ":"
-                           << (after & 0xffffffffu);
-  std::cout << "version before the move " << (before >> 32) << ":" << (before & 0xffffffffu)
-            << ", after at " << successor.id() << " " << (after >> 32) << ":"
-            << (after & 0xffffffffu) << "\n";
+  EXPECT_GT(after, before) << "versions went backwards across the move: " << epochAndCount(before)
+                           << " then " << epochAndCount(after);
+  std::cout << "version before the move " << epochAndCount(before) << ", after at "
+            << successor.id() << " " << epochAndCount(after) << "\n";
 }
 
 // ---- Presence: a subscriber at any gateway (relayed subscriptions).
