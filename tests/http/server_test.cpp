@@ -143,8 +143,8 @@ TEST(HttpServer, ClientReconnectsWhenTheServerClosedTheIdleConnection) {
 }
 
 // The read and write deadlines bound one step each, not the connection: a kept-alive connection
-// busy for several times its timeouts stays open (one Deadline per connection that moves on with
-// every request, http/src/deadline.hpp).
+// busy for several times its timeouts stays open (the session sets a fresh expiry before each
+// read and each write).
 TEST(HttpServer, AConnectionBusyForLongerThanItsTimeoutsIsNotCut) {
   RunningServer server(echoRouter(), ServerOptions{.readTimeout = 100ms, .writeTimeout = 100ms});
   Client client(server.client());
