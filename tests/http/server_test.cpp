@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "zkagent/http.hpp"
@@ -150,10 +151,10 @@ TEST(HttpServer, AConnectionBusyForLongerThanItsTimeoutsIsNotCut) {
   Client client(server.client());
   const auto first = client.get("/peer");
   ASSERT_EQ(first.status, 200) << first.transportError;
+  // Back to back for five read and write timeouts.
   const auto until = std::chrono::steady_clock::now() + 500ms;
   int requests = 1;
   while (std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(20ms);  // the client's pace, not a wait for a condition
     const auto next = client.get("/peer");
     ASSERT_EQ(next.status, 200) << next.transportError;
     EXPECT_EQ(next.body, first.body) << "request " << requests << " came on a new connection";
@@ -258,6 +259,19 @@ bool runUntil(boost::asio::io_context& io, const bool& done, std::chrono::millis
   return done;
 }
 
+// GET `path` through `client` (on `io`), running `io` until it is answered; nothing after 5 s.
+std::optional<ClientResponse> getOn(boost::asio::io_context& io, Client& client,
+                                    const std::string& path) {
+  ClientResponse answer;
+  bool done = false;
+  client.asyncRequest(Method::Get, path, "", [&](ClientResponse r) {
+    answer = std::move(r);
+    done = true;
+  });
+  if (!runUntil(io, done, 5s)) return std::nullopt;
+  return answer;
+}
+
 }  // namespace
 
 TEST(HttpClientOnIo, ExchangesRunOnTheCallersContextAndReuseTheConnection) {
@@ -296,24 +310,15 @@ TEST(HttpClientOnIo, ReconnectsWhenTheServerClosedTheIdleConnection) {
   auto options = server.client();
   options.io = &io;
   Client client(options);
-  ClientResponse first, second;
-  bool done = false;
-  client.asyncRequest(Method::Get, "/peer", "", [&](ClientResponse r) {
-    first = std::move(r);
-    done = true;
-  });
-  ASSERT_TRUE(runUntil(io, done, 5s));
-  ASSERT_EQ(first.status, 200) << first.transportError;
+  const auto first = getOn(io, client, "/peer");
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->status, 200) << first->transportError;
   ASSERT_TRUE(serverClosedTheIdleConnections(server.port(), 5s));
   const auto acceptedBefore = server.accepted();
-  done = false;
-  client.asyncRequest(Method::Get, "/peer", "", [&](ClientResponse r) {
-    second = std::move(r);
-    done = true;
-  });
-  ASSERT_TRUE(runUntil(io, done, 5s));
-  ASSERT_TRUE(second.delivered()) << second.transportError;
-  EXPECT_EQ(second.status, 200);
+  const auto second = getOn(io, client, "/peer");
+  ASSERT_TRUE(second);
+  ASSERT_TRUE(second->delivered()) << second->transportError;
+  EXPECT_EQ(second->status, 200);
   // A new connection, counted where it is accepted (the client's port may be reused).
   EXPECT_EQ(server.accepted(), acceptedBefore + 1);
 }
@@ -329,16 +334,11 @@ TEST(HttpClientOnIo, TheRequestDeadlineBoundsEachExchangeAndSparesAnIdleConnecti
   Client client(options);
   std::string firstPeer;
   for (int i = 0; i < 4; ++i) {
-    ClientResponse answer;
-    bool done = false;
-    client.asyncRequest(Method::Get, "/peer", "", [&](ClientResponse r) {
-      answer = std::move(r);
-      done = true;
-    });
-    ASSERT_TRUE(runUntil(io, done, 5s));
-    ASSERT_EQ(answer.status, 200) << answer.transportError;
-    if (i == 0) firstPeer = answer.body;
-    EXPECT_EQ(answer.body, firstPeer) << "exchange " << i << " came on a new connection";
+    const auto answer = getOn(io, client, "/peer");
+    ASSERT_TRUE(answer);
+    ASSERT_EQ(answer->status, 200) << answer->transportError;
+    if (i == 0) firstPeer = answer->body;
+    EXPECT_EQ(answer->body, firstPeer) << "exchange " << i << " came on a new connection";
     // Idle in the pool for longer than the request timeout, with the io_context running.
     bool idleOver = false;
     boost::asio::steady_timer idle(io, 150ms);
