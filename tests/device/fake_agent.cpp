@@ -6,6 +6,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
+#include <chrono>
 #include <deque>
 #include <future>
 #include <map>
@@ -63,6 +64,7 @@ struct FakeAgent::State : std::enable_shared_from_this<State> {
   int status = 503;
   bool answering = true;
   std::optional<std::string> welcomeOverride;
+  std::vector<std::chrono::steady_clock::time_point> welcomeTimes;
   int requests = 0;
   std::uint64_t counter = 0;
   std::vector<std::string> targets;
@@ -161,6 +163,7 @@ struct Session : std::enable_shared_from_this<Session> {
     {
       std::lock_guard lock(state->mutex);
       override = state->welcomeOverride;
+      state->welcomeTimes.push_back(std::chrono::steady_clock::now());
     }
     if (!override) {
       send(frame.dump());
@@ -310,6 +313,11 @@ int FakeAgent::upgradeRequests() const {
 int FakeAgent::accepted() const {
   std::lock_guard lock(state_->mutex);
   return static_cast<int>(state_->counter);
+}
+
+std::vector<std::chrono::steady_clock::time_point> FakeAgent::welcomeTimes() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->welcomeTimes;
 }
 
 int FakeAgent::openConnections() const {

@@ -4,6 +4,7 @@
 // (e.g. 503), answers pings unless told to stay silent, closes its connections with a chosen code
 // and reason, and records what devices did. It runs on a thread of its own; every method may be
 // called from the test thread.
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -42,6 +43,8 @@ class FakeAgent {
 
   int upgradeRequests() const;  // every request seen, answered or not
   int accepted() const;         // welcomes sent
+  // When each welcome (or its replacement) was about to be sent: earlier than the device read it.
+  std::vector<std::chrono::steady_clock::time_point> welcomeTimes() const;
   int openConnections() const;
   std::vector<std::string> targets() const;         // request targets, in order
   std::vector<std::string> authorizations() const;  // their Authorization headers, in order
