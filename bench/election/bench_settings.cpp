@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <sstream>
 
 namespace zkagent::bench {
@@ -16,7 +17,7 @@ constexpr const char* kUsage =
     "[--rounds N]\n"
     "                      [--quick] [--zk-elect PATH] [--zk-settings defaults|fast] "
     "[--servers 1|3|5] [--floor on|off]\n"
-    "                      [--floor-multi-bytes N]\n";
+    "                      [--floor-multi-bytes N] [--warmups N]\n";
 
 [[noreturn]] void usageError(const std::string& message) {
   std::fprintf(stderr, "election-bench: %s\n%s", message.c_str(), kUsage);
@@ -33,6 +34,23 @@ std::set<std::string> parseList(const std::string& value, const std::set<std::st
     out.insert(item);
   }
   return out;
+}
+
+// A whole number in [least, most] (the value as given in the error otherwise).
+size_t parseCount(const std::string& flag, const std::string& value, size_t least,
+                  size_t most = std::numeric_limits<size_t>::max()) {
+  size_t used = 0, n = 0;
+  try {
+    n = std::stoul(value, &used);
+  } catch (const std::exception&) {
+  }
+  if (value.empty() || value[0] == '-' || used != value.size() || n < least || n > most) {
+    usageError(
+        flag + " must be an integer from " + std::to_string(least) +
+        (most == std::numeric_limits<size_t>::max() ? " up" : " to " + std::to_string(most)) +
+        ", got '" + value + "'");
+  }
+  return n;
 }
 
 }  // namespace
@@ -69,45 +87,21 @@ Settings parseArgs(int argc, char** argv) {
         usageError("--floor must be 'on' or 'off', got '" + value + "'");
       s.floor = value == "on";
     } else if (flag == "--floor-multi-bytes") {
-      try {
-        size_t used = 0;
-        s.floorMultiBytes = std::stoul(value, &used);
-        if (used != value.size() || s.floorMultiBytes == 0) throw std::invalid_argument(value);
-      } catch (const std::exception&) {
-        usageError("--floor-multi-bytes must be a positive integer, got '" + value + "'");
-      }
+      s.floorMultiBytes = parseCount(flag, value, 1);
+    } else if (flag == "--warmups") {
+      s.warmups = static_cast<int>(parseCount(flag, value, 0, 100));
     } else if (flag == "--peers") {
       s.peers = parseList(value, {"kazoo", "curator"}, flag);
     } else if (flag == "--scenarios") {
       s.scenarios = parseList(value, {"handover", "crash", "cold", "gate"}, flag);
     } else if (flag == "--sizes") {
       std::stringstream in(value);
-      for (std::string item; std::getline(in, item, ',');) {
-        size_t used = 0, n = 0;
-        try {
-          n = std::stoul(item, &used);
-        } catch (const std::exception&) {
-        }
-        if (used != item.size() || n == 0)
-          usageError("--sizes: '" + item + "' is not a positive integer");
-        s.sizes.insert(n);
-      }
+      for (std::string item; std::getline(in, item, ',');)
+        s.sizes.insert(parseCount(flag, item, 1));
     } else if (flag == "--rounds") {
-      try {
-        size_t used = 0;
-        s.rounds = std::stoi(value, &used);
-        if (used != value.size() || s.rounds <= 0) throw std::invalid_argument(value);
-      } catch (const std::exception&) {
-        usageError("--rounds must be a positive integer, got '" + value + "'");
-      }
+      s.rounds = static_cast<int>(parseCount(flag, value, 1, 1000));
     } else if (flag == "--max-accounts") {
-      try {
-        size_t used = 0;
-        s.maxAccounts = std::stoul(value, &used);
-        if (used != value.size() || s.maxAccounts == 0) throw std::invalid_argument(value);
-      } catch (const std::exception&) {
-        usageError("--max-accounts must be a positive integer, got '" + value + "'");
-      }
+      s.maxAccounts = parseCount(flag, value, 1);
     } else {
       usageError("unknown argument '" + flag + "'");
     }

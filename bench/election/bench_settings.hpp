@@ -22,6 +22,7 @@ struct Settings {
   size_t servers = 1;          // 1: standalone; an odd number above: an ensemble
   bool floor = true;           // run the floor probe beside zkagent and the peers
   size_t floorMultiBytes = 0;  // > 0: the probe's takeover multis carry at most this
+  int warmups = 1;             // unmeasured rounds at the start of every series
 };
 
 // Exits 2 naming the flag on bad input, 0 after --help.

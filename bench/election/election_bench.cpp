@@ -7,14 +7,15 @@
 //             (overhead), and after the old session's nodes went (reaction)
 //   cold      one fresh process -> it leads every account (from its SESSION line)
 //   gate      check() and checkStrict() cost with 10000 led accounts (in process, Google Benchmark)
-// Every series starts with one unmeasured warm-up round on its fresh server (the server's JIT
-// compiles its request path during the first burst, whatever the client). Prints progress on
+// Every series starts with unmeasured warm-up rounds on its fresh server (one by default,
+// --warmups N: the server's JIT compiles its request path during the first bursts, whatever the
+// client, and one round was not always enough for the multi path at 1000). Prints progress on
 // stderr, a table on stdout, and writes JSON with --out.
 //
 //   election-bench [--out FILE] [--peers kazoo,curator|none] [--scenarios handover,crash,cold,gate]
 //                  [--max-accounts N] [--sizes N,N] [--rounds N] [--quick] [--zk-elect PATH]
 //                  [--zk-settings defaults|fast] [--servers 1|3|5] [--floor on|off]
-//                  [--floor-multi-bytes N]
+//                  [--floor-multi-bytes N] [--warmups N]
 // --zk-elect measures another build of zk-elect (a patched copy) against the same peers.
 // --zk-settings: `defaults` (the default) runs ZooKeeper as production does, fsync on every log
 // write and the JVM's default flags; `fast` is the test harness's setting (forceSync off, a
@@ -283,15 +284,23 @@ class Bench {
     return s.scenario + " " + s.impl + " n=" + std::to_string(s.accounts);
   }
 
-  static std::string roundLabel(const Series& s, int round) {
-    return label(s) +
-           (round == 0 ? " warm-up round (not measured)"
-                       : " round " + std::to_string(round) + "/" + std::to_string(s.roundsPlanned));
+  // Rounds count from 0; the first settings_.warmups are warm-ups, measured like the others and
+  // not recorded.
+  bool measured(int round) const { return round >= settings_.warmups; }
+
+  std::string roundName(int round) const {
+    return measured(round) ? "round " + std::to_string(round - settings_.warmups + 1)
+                           : "warm-up round " + std::to_string(round + 1);
+  }
+
+  std::string roundLabel(const Series& s, int round) const {
+    return label(s) + " " + roundName(round) +
+           (measured(round) ? "/" + std::to_string(s.roundsPlanned) : " (not measured)");
   }
 
   // Rounds of: a standby joins behind the leader, the leader stops (SIGTERM) or crashes (kill -9),
-  // the standby takes every account and is the next round's leader. A fresh server per series;
-  // round 0 is the warm-up, measured like the others and not recorded.
+  // the standby takes every account and is the next round's leader. A fresh server per series,
+  // its first rounds the warm-ups.
   Series runFailover(const Implementation& impl, size_t accounts, int rounds, bool crash) {
     Series s{crash ? "crash" : "handover", impl.name, accounts, rounds, {}, {}, {}, {}, {}};
     progress(label(s) + ": starting ZooKeeper");
@@ -301,7 +310,7 @@ class Bench {
     int instance = 0, generation = 0;
     auto options = optionsFor(zk, accounts, "/bench-0");
     std::unique_ptr<Contender> leader;
-    for (int round = 0; round <= rounds; ++round) {
+    for (int round = 0; round < settings_.warmups + rounds; ++round) {
       try {
         if (!leader) {
           leader = std::make_unique<Contender>(impl, options,
@@ -324,17 +333,17 @@ class Bench {
         // session can end before it is stopped (a negative latency was recorded once).
         if (standby->lastLeaderAtNs() < stoppedAt)
           throw std::runtime_error("the standby led before the leader was stopped");
-        const bool measured = round > 0;
+        const bool recorded = measured(round);
         const double latency = static_cast<double>(standby->lastLeaderAtNs() - stoppedAt) / 1e6;
-        if (measured) s.latencyMs.push_back(latency);
+        if (recorded) s.latencyMs.push_back(latency);
         std::string line = roundLabel(s, round) + ": " + fmt(latency) + " ms";
         if (crash) {
-          if (measured)
+          if (recorded)
             s.overheadMs.push_back(latency - static_cast<double>(sessionTimeout.count()));
           if (int64_t expiredAt = observer->firedAtNs(); expiredAt != 0) {
             const double reaction =
                 static_cast<double>(standby->lastLeaderAtNs() - expiredAt) / 1e6;
-            if (measured) s.reactionMs.push_back(reaction);
+            if (recorded) s.reactionMs.push_back(reaction);
             line += " (reaction after expiry " + fmt(reaction) + " ms)";
           }
         } else {
@@ -358,16 +367,12 @@ class Bench {
     return s;
   }
 
-  static std::string roundName(int round) {
-    return round == 0 ? "warm-up round" : "round " + std::to_string(round);
-  }
-
-  // Rounds of one process standing for every account of a fresh root; round 0 is the warm-up.
+  // Rounds of one process standing for every account of a fresh root; the first the warm-ups.
   Series runCold(const Implementation& impl, size_t accounts, int rounds) {
     Series s{"cold", impl.name, accounts, rounds, {}, {}, {}, {}, {}};
     progress(label(s) + ": starting ZooKeeper");
     ZooKeeperUnderTest zk(settings_.servers, zkOptions());
-    for (int round = 0; round <= rounds; ++round) {
+    for (int round = 0; round < settings_.warmups + rounds; ++round) {
       try {
         Contender c(impl, optionsFor(zk, accounts, "/cold-" + std::to_string(round)),
                     impl.name + "-cold");
@@ -375,7 +380,7 @@ class Bench {
         c.awaitLeadingAll(leadTimeout(accounts));
         const double latency = static_cast<double>(c.lastLeaderAtNs() - c.sessionAtNs()) / 1e6;
         const double fromSpawn = static_cast<double>(c.lastLeaderAtNs() - c.spawnedAtNs()) / 1e6;
-        if (round > 0) {
+        if (measured(round)) {
           s.latencyMs.push_back(latency);
           s.fromSpawnMs.push_back(fromSpawn);
         }
@@ -554,7 +559,8 @@ void Bench::printTable() const {
       "\ntargets (issue 24; ratios in one run, fsync on; the floor is no peer): handover p50 and "
       "max <= 0.5 x the best peer at 100 and 1000, <= 0.7 x at 10000; reaction after expiry p50 "
       "<= 0.7 x the best peer at 100, <= 0.8 x and <= 1.25 x the floor at 1000 and 10000; every "
-      "account led in every round. Every series had one unmeasured warm-up round.\n");
+      "account led in every round. Every series had %d unmeasured warm-up round(s).\n",
+      settings_.warmups);
   for (const auto& s : series_) {
     for (const auto& f : s.failures) {
       std::printf("FAILED %s n=%zu %s\n", s.impl.c_str(), s.accounts,
@@ -631,7 +637,7 @@ json Bench::toJson() const {
                 {"session_timeout_ms", kSessionTimeout.count()},
                 {"cores", std::thread::hardware_concurrency()},
                 {"quick", settings_.quick},
-                {"warm_up_rounds", 1},
+                {"warm_up_rounds", settings_.warmups},
                 {"floor_multi_bytes", settings_.floorMultiBytes},
                 {"loadavg_at_start", loadAtStart_},
                 {"loadavg_at_end", loadAverage()}}},
