@@ -1,6 +1,8 @@
 #include "contender.hpp"
 
+#include <algorithm>
 #include <csignal>
+#include <cstdio>
 #include <sstream>
 #include <stdexcept>
 
@@ -89,11 +91,41 @@ void Contender::consume(const std::string& line) {
     in >> account >> token >> at;
     leading_.insert(account);
     lastLeaderAtNs_ = std::max(lastLeaderAtNs_, at);
+    leaderAtNs_.push_back(at);
   } else if (kind == "LOST") {
-    std::string account;
-    in >> account;
+    std::string account, reason;
+    int64_t at = 0;
+    in >> account >> reason >> at;
     leading_.erase(account);
+    if (at > 0) lostAtNs_.push_back(at);
   }
+}
+
+std::string Contender::shape(const std::vector<int64_t>& lineTimes, int64_t sinceNs) {
+  std::vector<int64_t> times;
+  for (int64_t at : lineTimes) {
+    if (at >= sinceNs) times.push_back(at);
+  }
+  if (times.empty()) return "no line";
+  std::sort(times.begin(), times.end());
+  size_t pauseAfter = 0;
+  int64_t pause = 0;
+  for (size_t i = 1; i < times.size(); ++i) {
+    if (times[i] - times[i - 1] > pause) {
+      pause = times[i] - times[i - 1];
+      pauseAfter = i;
+    }
+  }
+  auto ms = [&](int64_t at) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f", static_cast<double>(at - sinceNs) / 1e6);
+    return std::string(text);
+  };
+  char gap[32];
+  std::snprintf(gap, sizeof gap, "%.1f", static_cast<double>(pause) / 1e6);
+  return "first " + ms(times.front()) + ", half " + ms(times[times.size() / 2]) + ", last " +
+         ms(times.back()) + ", longest pause " + gap + " after " + std::to_string(pauseAfter) +
+         "/" + std::to_string(times.size());
 }
 
 template <typename Done>
@@ -141,6 +173,8 @@ void Contender::reap(milliseconds timeout) {
   } catch (const std::runtime_error&) {
     process_->kill();
   }
+  // What it printed last (a stop's LOST lines) counts too.
+  while (auto line = process_->tryReadLine(milliseconds(0))) consume(*line);
 }
 
 }  // namespace zkbench

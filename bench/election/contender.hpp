@@ -70,6 +70,12 @@ class Contender {
   // Unix ns of the last LEADER line so far (the moment the process held every account it holds).
   int64_t lastLeaderAtNs() const { return lastLeaderAtNs_; }
   size_t leading() const { return leading_.size(); }
+  // The shape of a takeover from `sinceNs` on, in ms: the first, the middle and the last LEADER
+  // line, and the longest pause between two of them with how many accounts were led before it
+  // ("first 3.1, half 40.2, last 97.0, longest pause 35.0 after 512/1000"): a pause is waiting,
+  // an even spread is work. lossTimeline: the same of the LOST lines (a stopping leader's).
+  std::string timeline(int64_t sinceNs) const { return shape(leaderAtNs_, sinceNs); }
+  std::string lossTimeline(int64_t sinceNs) const { return shape(lostAtNs_, sinceNs); }
 
   // Graceful stop (SIGTERM); returns the unix ns just before the signal.
   int64_t terminate();
@@ -81,6 +87,7 @@ class Contender {
 
  private:
   void consume(const std::string& line);
+  static std::string shape(const std::vector<int64_t>& lineTimes, int64_t sinceNs);
   template <typename Done>
   void pump(Done done, milliseconds timeout, const char* what);
 
@@ -93,6 +100,8 @@ class Contender {
   bool ready_ = false;
   std::unordered_set<std::string> leading_;
   int64_t lastLeaderAtNs_ = 0;
+  std::vector<int64_t> leaderAtNs_;  // every LEADER line's time, as read
+  std::vector<int64_t> lostAtNs_;    // every LOST line's time, as read
 };
 
 }  // namespace zkbench

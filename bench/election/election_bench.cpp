@@ -337,6 +337,7 @@ class Bench {
         const double latency = static_cast<double>(standby->lastLeaderAtNs() - stoppedAt) / 1e6;
         if (recorded) s.latencyMs.push_back(latency);
         std::string line = roundLabel(s, round) + ": " + fmt(latency) + " ms";
+        if (!crash) line += " (" + standby->timeline(stoppedAt) + ")";
         if (crash) {
           if (recorded)
             s.overheadMs.push_back(latency - static_cast<double>(sessionTimeout.count()));
@@ -344,10 +345,12 @@ class Bench {
             const double reaction =
                 static_cast<double>(standby->lastLeaderAtNs() - expiredAt) / 1e6;
             if (recorded) s.reactionMs.push_back(reaction);
-            line += " (reaction after expiry " + fmt(reaction) + " ms)";
+            line += " (reaction after expiry " + fmt(reaction) +
+                    " ms: " + standby->timeline(expiredAt) + ")";
           }
         } else {
           leader->reap(20s);
+          line += " (the leader's LOST lines: " + leader->lossTimeline(stoppedAt) + ")";
         }
         progress(line);
         leader = std::move(standby);
