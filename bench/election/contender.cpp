@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <csignal>
-#include <cstdio>
 #include <sstream>
 #include <stdexcept>
 
@@ -101,31 +100,28 @@ void Contender::consume(const std::string& line) {
   }
 }
 
-std::string Contender::shape(const std::vector<int64_t>& lineTimes, int64_t sinceNs) {
+LineTimeline Contender::timelineOf(const std::vector<int64_t>& lineTimes, int64_t sinceNs) {
   std::vector<int64_t> times;
   for (int64_t at : lineTimes) {
     if (at >= sinceNs) times.push_back(at);
   }
-  if (times.empty()) return "no line";
+  LineTimeline t;
+  t.lines = times.size();
+  if (times.empty()) return t;
   std::sort(times.begin(), times.end());
-  size_t pauseAfter = 0;
   int64_t pause = 0;
   for (size_t i = 1; i < times.size(); ++i) {
     if (times[i] - times[i - 1] > pause) {
       pause = times[i] - times[i - 1];
-      pauseAfter = i;
+      t.pauseAfter = i;
     }
   }
-  auto ms = [&](int64_t at) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.1f", static_cast<double>(at - sinceNs) / 1e6);
-    return std::string(text);
-  };
-  char gap[32];
-  std::snprintf(gap, sizeof gap, "%.1f", static_cast<double>(pause) / 1e6);
-  return "first " + ms(times.front()) + ", half " + ms(times[times.size() / 2]) + ", last " +
-         ms(times.back()) + ", longest pause " + gap + " after " + std::to_string(pauseAfter) +
-         "/" + std::to_string(times.size());
+  auto ms = [](int64_t ns) { return static_cast<double>(ns) / 1e6; };
+  t.firstMs = ms(times.front() - sinceNs);
+  t.halfMs = ms(times[times.size() / 2] - sinceNs);
+  t.lastMs = ms(times.back() - sinceNs);
+  t.longestPauseMs = ms(pause);
+  return t;
 }
 
 template <typename Done>

@@ -46,6 +46,15 @@ Implementation curatorImplementation(const std::filesystem::path& peersDir,
 
 int64_t unixNanos();
 
+// When the lines of one kind came, in ms after a moment: the first, the middle and the last, and
+// the longest pause between two of them with how many lines came before it. A pause is waiting,
+// an even spread is work.
+struct LineTimeline {
+  size_t lines = 0;  // 0: none came
+  double firstMs = 0, halfMs = 0, lastMs = 0, longestPauseMs = 0;
+  size_t pauseAfter = 0;
+};
+
 struct ContenderOptions {
   std::string zk;    // connect string
   std::string root;  // election root of this series
@@ -70,12 +79,9 @@ class Contender {
   // Unix ns of the last LEADER line so far (the moment the process held every account it holds).
   int64_t lastLeaderAtNs() const { return lastLeaderAtNs_; }
   size_t leading() const { return leading_.size(); }
-  // The shape of a takeover from `sinceNs` on, in ms: the first, the middle and the last LEADER
-  // line, and the longest pause between two of them with how many accounts were led before it
-  // ("first 3.1, half 40.2, last 97.0, longest pause 35.0 after 512/1000"): a pause is waiting,
-  // an even spread is work. lossTimeline: the same of the LOST lines (a stopping leader's).
-  std::string timeline(int64_t sinceNs) const { return shape(leaderAtNs_, sinceNs); }
-  std::string lossTimeline(int64_t sinceNs) const { return shape(lostAtNs_, sinceNs); }
+  // The LEADER lines (a takeover) and the LOST lines (a stop) from `sinceNs` on.
+  LineTimeline timeline(int64_t sinceNs) const { return timelineOf(leaderAtNs_, sinceNs); }
+  LineTimeline lossTimeline(int64_t sinceNs) const { return timelineOf(lostAtNs_, sinceNs); }
 
   // Graceful stop (SIGTERM); returns the unix ns just before the signal.
   int64_t terminate();
@@ -87,7 +93,7 @@ class Contender {
 
  private:
   void consume(const std::string& line);
-  static std::string shape(const std::vector<int64_t>& lineTimes, int64_t sinceNs);
+  static LineTimeline timelineOf(const std::vector<int64_t>& lineTimes, int64_t sinceNs);
   template <typename Done>
   void pump(Done done, milliseconds timeout, const char* what);
 

@@ -129,6 +129,14 @@ std::string fmt(double v) {
   return buf;
 }
 
+// "first 3.10, half 40.2, last 97.0, longest pause 35.0 after 512/1000" (ms)
+std::string describe(const LineTimeline& t) {
+  if (t.lines == 0) return "no line";
+  return "first " + fmt(t.firstMs) + ", half " + fmt(t.halfMs) + ", last " + fmt(t.lastMs) +
+         ", longest pause " + fmt(t.longestPauseMs) + " after " + std::to_string(t.pauseAfter) +
+         "/" + std::to_string(t.lines);
+}
+
 // Bound on any one wait for leadership: generous, the peers are slow at 10000.
 milliseconds leadTimeout(size_t accounts) { return 30s + milliseconds(10 * accounts); }
 
@@ -337,7 +345,7 @@ class Bench {
         const double latency = static_cast<double>(standby->lastLeaderAtNs() - stoppedAt) / 1e6;
         if (recorded) s.latencyMs.push_back(latency);
         std::string line = roundLabel(s, round) + ": " + fmt(latency) + " ms";
-        if (!crash) line += " (" + standby->timeline(stoppedAt) + ")";
+        if (!crash) line += " (" + describe(standby->timeline(stoppedAt)) + ")";
         if (crash) {
           if (recorded)
             s.overheadMs.push_back(latency - static_cast<double>(sessionTimeout.count()));
@@ -346,11 +354,11 @@ class Bench {
                 static_cast<double>(standby->lastLeaderAtNs() - expiredAt) / 1e6;
             if (recorded) s.reactionMs.push_back(reaction);
             line += " (reaction after expiry " + fmt(reaction) +
-                    " ms: " + standby->timeline(expiredAt) + ")";
+                    " ms: " + describe(standby->timeline(expiredAt)) + ")";
           }
         } else {
           leader->reap(20s);
-          line += " (the leader's LOST lines: " + leader->lossTimeline(stoppedAt) + ")";
+          line += " (the leader's LOST lines: " + describe(leader->lossTimeline(stoppedAt)) + ")";
         }
         progress(line);
         leader = std::move(standby);
