@@ -1,13 +1,11 @@
 // zk-elect: stands for a list of accounts and prints one line per election event (for scripts,
-// benchmarks and operators). Lines on stdout, flushed at once:
+// benchmarks and operators). Lines on stdout, flushed once the events of the moment are printed:
 //   SESSION <unix_ns> <negotiated_timeout_ms> | READY | LEADER <account> <token> <unix_ns>
 //   LOST <account> <reason> <unix_ns>
 // stdin accepts "resign <account>", and "check <account>" / "strict <account>" which print
 //   GATE <account> allowed <token> | GATE <account> refused <reason>
 // SIGTERM/SIGINT: LOST lines, close the session, exit 0.
 #include <fcntl.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
@@ -24,6 +22,7 @@
 
 #include "zkagent/election.hpp"
 #include "zkagent/event_lines.hpp"
+#include "zkagent/logging.hpp"
 #include "zkagent/naming.hpp"
 
 namespace asio = boost::asio;
@@ -48,12 +47,12 @@ constexpr const char* kUsage =
 }
 
 using zkagent::logging::unixNanos;
-void emit(const std::string& line) { zkagent::logging::emitEventLine(line); }
+using EventLines = zkagent::logging::BatchedEventLines<asio::io_context::executor_type>;
 
-void printGate(const std::string& account, const GateDecision& d) {
-  emit("GATE " + account +
-       (d.allowed() ? " allowed " + std::to_string(d.token)
-                    : " refused " + std::string(toString(d.verdict))));
+void printGate(EventLines& lines, const std::string& account, const GateDecision& d) {
+  lines.emit("GATE " + account +
+             (d.allowed() ? " allowed " + std::to_string(d.token)
+                          : " refused " + std::string(toString(d.verdict))));
 }
 
 struct Args {
@@ -147,9 +146,10 @@ int main(int argc, char** argv) {
     if (::fcntl(fd, F_GETFD) == -1) ::open("/dev/null", O_RDWR);
   }
   Args args = parseArgs(argc, argv);
-  spdlog::set_default_logger(spdlog::stderr_color_mt("zk-elect"));
+  zkagent::logging::setUp({"zk-elect"});
 
   asio::io_context io;
+  EventLines lines(io.get_executor());
   ElectionGroup group(io, args.election);
   bool ready = false;
   asio::steady_timer readyPoll(io);
@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
     for (auto& s : all) registered = registered && s.seq >= 0;
     if (registered) {
       ready = true;
-      emit("READY");
+      lines.emit("READY");
       return;
     }
     readyPoll.expires_after(Millis(50));  // status() copies every account: poll gently
@@ -173,18 +173,18 @@ int main(int argc, char** argv) {
 
   group.onSession([&](const SessionEvent& ev) {
     if (ev.state == SessionState::Connected && ev.newSession) {
-      emit("SESSION " + std::to_string(unixNanos()) + " " +
-           std::to_string(ev.negotiatedTimeout.count()));
+      lines.emit("SESSION " + std::to_string(unixNanos()) + " " +
+                 std::to_string(ev.negotiatedTimeout.count()));
       pollReady();
     }
   });
-  group.onLeadership([](const LeadershipEvent& ev) {
+  group.onLeadership([&lines](const LeadershipEvent& ev) {
     if (ev.kind == LeadershipEvent::Kind::Acquired) {
-      emit("LEADER " + ev.account + " " + std::to_string(ev.token) + " " +
-           std::to_string(unixNanos()));
+      lines.emit("LEADER " + ev.account + " " + std::to_string(ev.token) + " " +
+                 std::to_string(unixNanos()));
     } else {
-      emit("LOST " + ev.account + " " + std::string(toString(ev.reason)) + " " +
-           std::to_string(unixNanos()));
+      lines.emit("LOST " + ev.account + " " + std::string(toString(ev.reason)) + " " +
+                 std::to_string(unixNanos()));
     }
   });
   for (auto& a : args.accounts) group.join(a);
@@ -219,9 +219,10 @@ int main(int argc, char** argv) {
       } else if (verb == "resign") {
         group.resign(account);
       } else if (verb == "check") {
-        printGate(account, group.check(account));
+        printGate(lines, account, group.check(account));
       } else if (verb == "strict") {
-        group.checkStrict(account, [account](GateDecision d) { printGate(account, d); });
+        group.checkStrict(account,
+                          [&lines, account](GateDecision d) { printGate(lines, account, d); });
       } else if (!verb.empty()) {
         std::fprintf(stderr,
                      "zk-elect: unknown command '%s' (expected: resign|check|strict <account>)\n",
@@ -233,5 +234,6 @@ int main(int argc, char** argv) {
   if (input.is_open()) readCommand();
 
   io.run();
+  lines.flush();
   return 0;
 }

@@ -3,10 +3,13 @@
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+
+#include "batched_fd_sink.hpp"
 
 namespace zkagent::logging {
 namespace {
@@ -43,7 +46,11 @@ void setUp(const Settings& settings, std::shared_ptr<spdlog::sinks::sink> sink) 
       std::end(kLevelNames)) {
     throw std::invalid_argument("unknown log level '" + settings.level + "'");
   }
-  if (!sink) sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  // A terminal gets coloured levels a line at a time; a pipe or a file (journald, docker, a test
+  // harness) gets the lines in batches from a writer thread.
+  if (!sink && ::isatty(STDERR_FILENO))
+    sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  if (!sink) sink = std::make_shared<detail::BatchedFdSink>(STDERR_FILENO);
   auto logger = std::make_shared<spdlog::logger>(settings.component, std::move(sink));
   auto formatter = std::make_unique<spdlog::pattern_formatter>();
   if (settings.format == Format::Json) {
@@ -55,7 +62,9 @@ void setUp(const Settings& settings, std::shared_ptr<spdlog::sinks::sink> sink) 
   }
   logger->set_formatter(std::move(formatter));
   logger->set_level(spdlog::level::from_str(settings.level));
-  logger->flush_on(spdlog::level::info);
+  // Error lines are out before the call returns (what follows may be the end of the process);
+  // the rest leaves with the next batch.
+  logger->flush_on(spdlog::level::err);
   spdlog::set_default_logger(std::move(logger));
 }
 

@@ -27,8 +27,10 @@ struct Settings {
   std::string level = "info";  // one of kLevelNames
 };
 
-// Makes the default logger. `sink` replaces stderr (for tests). Throws std::invalid_argument for
-// a level not in kLevelNames.
+// Makes the default logger. Lines go to stderr, written by a thread of the logger's own when stderr
+// is not a terminal: a burst of lines costs a write(2) per batch, not per line, and an error line
+// (and flush()) is written before the call returns. `sink` replaces stderr (for tests). Throws
+// std::invalid_argument for a level not in kLevelNames.
 void setUp(const Settings& settings, std::shared_ptr<spdlog::sinks::sink> sink = nullptr);
 // Writes out what the default logger holds (before exit).
 void flush();
