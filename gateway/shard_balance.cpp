@@ -27,8 +27,8 @@ constexpr double kTolerance = 0.1;
 // Moves at once per giver: a cluster's shards are few (the agents' default, 16, is for thousands
 // of accounts), and every move costs its receiver a fence per account.
 constexpr std::size_t kMaxMovesInFlight = 4;
-// A leaving gateway waits this long at most for its queue jumps: a slow ZooKeeper must not hold
-// the stop (the shards then go to the next in their queues).
+// A leaving gateway waits this long at most for its queue reads and jumps: a slow ZooKeeper must
+// not hold the stop (the shards then go to the next in their queues).
 constexpr std::chrono::milliseconds kLeaveJumps{500};
 }  // namespace
 
@@ -75,32 +75,48 @@ void ShardBalancer::leave(std::function<void()> done) {
   timer_.cancel();
   std::map<std::string, std::size_t> others;
   for (const auto& id : this->others()) others[id] = 0;
-  std::vector<std::string> led;
+  std::vector<std::string> led, rest;
   for (const auto& shard : group_.status()) {
-    if (shard.role == election::Role::Leader) {
-      led.push_back(shard.account);
-    } else if (shard.leader && others.contains(shard.leader->instanceId)) {
-      ++others[shard.leader->instanceId];
-    }
+    (shard.role == election::Role::Leader ? led : rest).push_back(shard.account);
   }
   if (others.empty() || led.empty()) return done();
+  leaveDone_ = std::move(done);
+  leaveTimer_.expires_after(kLeaveJumps);
+  leaveTimer_.async_wait([this](const boost::system::error_code& error) {
+    if (!error) left();
+  });
+  // Who owns the other shards is read from their queues, not taken from our watched view: a shard
+  // handed over a moment ago (by us or by another gateway) may not be in that view yet, and a plan
+  // on a stale count gives one gateway too many. A queue's head leads, or is about to.
+  auto owned = std::make_shared<std::map<std::string, std::size_t>>(std::move(others));
+  auto unread = std::make_shared<std::size_t>(rest.size());
+  if (rest.empty()) return handOver(led, *owned);
+  for (const auto& shard : rest) {
+    group_.members(shard, [this, led, owned, unread](election::ZkError err,
+                                                     std::vector<election::MemberInfo> queue) {
+      if (err == election::ZkError::Ok && !queue.empty()) {
+        if (auto it = owned->find(queue.front().instanceId); it != owned->end()) ++it->second;
+      }
+      if (--*unread == 0) handOver(led, *owned);
+    });
+  }
+}
+
+void ShardBalancer::handOver(const std::vector<std::string>& led,
+                             const std::map<std::string, std::size_t>& owned) {
+  if (!leaveDone_) return;  // cut short: the election's stop hands over to the next in each queue
   // Our shards are unplaced for the others' plan: each receiver is given up to its target.
-  const auto plan = balance::planBalance(others, led.size(), kTolerance, true);
+  const auto plan = balance::planBalance(owned, led.size(), kTolerance, true);
   std::vector<std::pair<std::string, std::string>> handovers;  // shard, receiver
   auto next = led.begin();
-  for (const auto& [id, count] : others) {
+  for (const auto& [id, count] : owned) {
     for (auto n = count; n < plan.target.at(id) && next != led.end(); ++n) {
       handovers.emplace_back(*next++, id);
     }
   }
   spdlog::info("cluster balance: leaving, {} shards to {} gateways", handovers.size(),
-               others.size());
-  leaveDone_ = std::move(done);
+               owned.size());
   if (handovers.empty()) return left();
-  leaveTimer_.expires_after(kLeaveJumps);
-  leaveTimer_.async_wait([this](const boost::system::error_code& error) {
-    if (!error) left();
-  });
   const auto jumped = [this, pending = std::make_shared<std::size_t>(handovers.size())] {
     if (--*pending == 0) left();
   };

@@ -25,10 +25,11 @@ class ShardBalancer {
                 std::string shardsRoot);
   void start();     // passes from now on: periodically and after leadership changes
   void passSoon();  // after a leadership change
-  // The gateway is leaving: no more passes nor moves. Plans the next owners of its shards over
-  // the other gateways (the same rule, without itself), puts each receiver next in the shard's
-  // queue, then `done` (the election's stop hands every shard to the next in one multi each):
-  // the others own their shares at once instead of after a second round of moves.
+  // The gateway is leaving: no more passes nor moves. Reads who owns the other shards (the head of
+  // each queue), plans the next owners of its own over the other gateways (the same rule, without
+  // itself), puts each receiver next in the shard's queue, then `done` (the election's stop hands
+  // every shard to the next in one multi each): the others own their shares at once instead of
+  // after a second round of moves. All of it within kLeaveJumps, or `done` without the rest.
   void leave(std::function<void()> done);
   // The other gateways seen standing (the members the plan spreads shards over, without this one).
   std::vector<std::string> others() const;
@@ -51,6 +52,8 @@ class ShardBalancer {
                                                  const std::string& to) const;
   void readLanding(const std::string& shard);
   void arm();
+  void handOver(const std::vector<std::string>& led,
+                const std::map<std::string, std::size_t>& owned);
   void left();
 
   boost::asio::io_context& io_;
