@@ -88,17 +88,23 @@ void ShardBalancer::leave(std::function<void()> done) {
   // Who owns the other shards is read from their queues, not taken from our watched view: a shard
   // handed over a moment ago (by us or by another gateway) may not be in that view yet, and a plan
   // on a stale count gives one gateway too many. A queue's head leads, or is about to.
-  auto owned = std::make_shared<std::map<std::string, std::size_t>>(std::move(others));
-  auto unread = std::make_shared<std::size_t>(rest.size());
-  if (rest.empty()) return handOver(led, *owned);
+  if (rest.empty()) return handOver(led, others);
+  struct Reading {
+    std::vector<std::string> led;
+    std::map<std::string, std::size_t> owned;
+    std::size_t unread;
+  };
+  auto reading = std::make_shared<Reading>(Reading{std::move(led), std::move(others), rest.size()});
   for (const auto& shard : rest) {
-    group_.members(shard, [this, led, owned, unread](election::ZkError err,
-                                                     std::vector<election::MemberInfo> queue) {
-      if (err == election::ZkError::Ok && !queue.empty()) {
-        if (auto it = owned->find(queue.front().instanceId); it != owned->end()) ++it->second;
-      }
-      if (--*unread == 0) handOver(led, *owned);
-    });
+    group_.members(shard,
+                   [this, reading](election::ZkError err, std::vector<election::MemberInfo> queue) {
+                     if (err == election::ZkError::Ok && !queue.empty()) {
+                       auto& owned = reading->owned;
+                       if (auto it = owned.find(queue.front().instanceId); it != owned.end())
+                         ++it->second;
+                     }
+                     if (--reading->unread == 0) handOver(reading->led, reading->owned);
+                   });
   }
 }
 

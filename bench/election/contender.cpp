@@ -89,7 +89,6 @@ void Contender::consume(const std::string& line) {
     int64_t token = 0, at = 0;
     in >> account >> token >> at;
     leading_.insert(account);
-    lastLeaderAtNs_ = std::max(lastLeaderAtNs_, at);
     leaderAtNs_.push_back(at);
   } else if (kind == "LOST") {
     std::string account, reason;

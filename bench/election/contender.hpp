@@ -4,6 +4,7 @@
 //   SESSION <unix_ns> <negotiated_timeout_ms> | READY | LEADER <account> <token> <unix_ns> | LOST
 //   ...
 // Every process stands for the same accounts (one per line of an accounts file) under one root.
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -77,7 +78,9 @@ class Contender {
   int64_t sessionAtNs() const { return sessionAtNs_; }
   milliseconds negotiatedTimeout() const { return negotiatedTimeout_; }
   // Unix ns of the last LEADER line so far (the moment the process held every account it holds).
-  int64_t lastLeaderAtNs() const { return lastLeaderAtNs_; }
+  int64_t lastLeaderAtNs() const {
+    return leaderAtNs_.empty() ? 0 : *std::max_element(leaderAtNs_.begin(), leaderAtNs_.end());
+  }
   size_t leading() const { return leading_.size(); }
   // The LEADER lines (a takeover) and the LOST lines (a stop) from `sinceNs` on.
   LineTimeline timeline(int64_t sinceNs) const { return timelineOf(leaderAtNs_, sinceNs); }
@@ -105,7 +108,6 @@ class Contender {
   milliseconds negotiatedTimeout_{0};
   bool ready_ = false;
   std::unordered_set<std::string> leading_;
-  int64_t lastLeaderAtNs_ = 0;
   std::vector<int64_t> leaderAtNs_;  // every LEADER line's time, as read
   std::vector<int64_t> lostAtNs_;    // every LOST line's time, as read
 };

@@ -3,11 +3,8 @@
 // error line) and destruction leave nothing behind.
 #include "batched_fd_sink.hpp"
 
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <spdlog/logger.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <climits>
 #include <map>
@@ -17,51 +14,12 @@
 #include <thread>
 #include <vector>
 
+#include "write_messages.hpp"
+
 namespace zkagent::logging::detail {
 namespace {
 
-// A SOCK_SEQPACKET pair keeps the boundaries of each write(2): one message read is one write.
-class Messages {
- public:
-  Messages() { EXPECT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET, 0, fds_), 0); }
-  ~Messages() {
-    if (reader_.joinable()) reader_.join();
-    for (int fd : fds_) {
-      if (fd >= 0) ::close(fd);
-    }
-  }
-  int writeEnd() const { return fds_[1]; }
-  // Reads every message, on a thread of its own, until the writer's end is closed.
-  void startReading() {
-    reader_ = std::thread([this] { read(0, all_); });
-  }
-  // Closes the writer's end (the sink is gone) and returns what the reader got.
-  std::vector<std::string> finish() {
-    ::close(fds_[1]);
-    fds_[1] = -1;
-    reader_.join();
-    return all_;
-  }
-  // The messages already there, without waiting.
-  std::vector<std::string> readWaiting() {
-    std::vector<std::string> out;
-    read(MSG_DONTWAIT, out);
-    return out;
-  }
-
- private:
-  void read(int flags, std::vector<std::string>& out) {
-    std::string buffer(256 * 1024, '\0');
-    for (;;) {
-      const ssize_t n = ::recv(fds_[0], buffer.data(), buffer.size(), flags);
-      if (n <= 0) return;
-      out.emplace_back(buffer.data(), static_cast<size_t>(n));
-    }
-  }
-  int fds_[2] = {-1, -1};
-  std::thread reader_;
-  std::vector<std::string> all_;
-};
+using Messages = testing::WriteMessages;
 
 std::shared_ptr<spdlog::logger> loggerOn(int fd) {
   auto logger = std::make_shared<spdlog::logger>("test", std::make_shared<BatchedFdSink>(fd));

@@ -5,7 +5,6 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
@@ -14,39 +13,32 @@
 #include <string>
 #include <vector>
 
+#include "write_messages.hpp"
+
 namespace zkagent::logging {
 namespace {
 
-// Stdout on one end of a SOCK_SEQPACKET pair while it lives: one message read is one write(2). The
-// end is non-blocking, so a writer that fills it fails instead of hanging the test; check results
-// after it is gone (gtest reports on stdout).
+// Stdout on the writer's end of a WriteMessages pair while it lives. The end is non-blocking, so
+// a writer that fills it fails instead of hanging the test; check results after it is gone (gtest
+// reports on stdout).
 class CapturedStdout {
  public:
   CapturedStdout() {
     std::fflush(stdout);
-    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET, 0, fds_), 0);
-    ::fcntl(fds_[1], F_SETFL, O_NONBLOCK);
+    ::fcntl(pair_.writeEnd(), F_SETFL, O_NONBLOCK);
     saved_ = ::dup(STDOUT_FILENO);
-    ::dup2(fds_[1], STDOUT_FILENO);
+    ::dup2(pair_.writeEnd(), STDOUT_FILENO);
   }
   ~CapturedStdout() {
     std::fflush(stdout);
     ::dup2(saved_, STDOUT_FILENO);
-    for (int fd : {saved_, fds_[0], fds_[1]}) ::close(fd);
+    ::close(saved_);
   }
   // The messages written so far.
-  std::vector<std::string> messages() {
-    std::vector<std::string> out;
-    std::string buffer(1 << 20, '\0');
-    for (;;) {
-      const ssize_t n = ::recv(fds_[0], buffer.data(), buffer.size(), MSG_DONTWAIT);
-      if (n <= 0) return out;
-      out.emplace_back(buffer.data(), static_cast<size_t>(n));
-    }
-  }
+  std::vector<std::string> messages() { return pair_.readWaiting(); }
 
  private:
-  int fds_[2] = {-1, -1};
+  testing::WriteMessages pair_;
   int saved_ = -1;
 };
 
