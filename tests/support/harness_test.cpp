@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "src/loopback.hpp"
+#include "zktest/agent_process.hpp"
 #include "zktest/child_process.hpp"
 #include "zktest/deadline.hpp"
 #include "zktest/tcp_proxy.hpp"
@@ -462,6 +463,7 @@ TEST(TcpProxy, ListensBelowTheEphemeralRangeSoNoConnectionCanTakeItsPortWhileClo
   TcpProxy proxy(detail::reserveLoopbackPorts(1).front());
   EXPECT_LT(proxy.port(), ephemeralStart);
   for (const auto port : detail::reserveLoopbackPorts(6)) EXPECT_LT(port, ephemeralStart);
+  EXPECT_LT(freeLoopbackPort(), ephemeralStart);  // the ports processes are told to listen on
 }
 
 TEST(TcpProxy, ResetsClientsWhenTheServerIsDown) {

@@ -13,7 +13,7 @@
 namespace zktest {
 using nlohmann::json;
 
-uint16_t freeLoopbackPort() { return detail::localPort(detail::listenOnLoopback(0, false).get()); }
+uint16_t freeLoopbackPort() { return detail::reserveLoopbackPorts(1).front(); }
 
 std::optional<uint16_t> awaitListeningPort(const std::filesystem::path& log, milliseconds timeout) {
   std::optional<uint16_t> port;

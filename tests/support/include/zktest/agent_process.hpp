@@ -32,7 +32,9 @@
 namespace zktest {
 
 // A loopback port that was free a moment ago, for a listener whose port a test must know before
-// the process starts (an agent's device endpoint that devices are given up front).
+// the process starts (an agent's device endpoint that devices are given up front). It lies below
+// the kernel's ephemeral range: a port from there (bind to port 0) can be taken by any process's
+// outgoing connection or port-0 listener before the process binds it ("Address already in use").
 uint16_t freeLoopbackPort();
 
 // The port of the first "LISTENING host:port" line a server wrote to `log` (servers whose whole
