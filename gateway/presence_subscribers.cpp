@@ -27,6 +27,7 @@
 #include "zkagent/http/accept_loop.hpp"
 #include "zkagent/http/query.hpp"
 #include "zkagent/http/tls.hpp"
+#include "zkagent/http/websocket.hpp"
 #include "zkagent/naming.hpp"
 
 namespace zkagent::gateway {
@@ -598,7 +599,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
   }
 
   std::shared_ptr<SubscriberEndpoint::Core> core_;
-  websocket::stream<Stream> ws_;
+  zkagent::http::WebSocketStream<Stream> ws_;
   asio::steady_timer timer_;  // the next flush, then the close grace
   beast::flat_buffer buffer_;
   beast::flat_buffer incoming_;

@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "zkagent/http/tls.hpp"
+#include "zkagent/http/websocket.hpp"
 #include "zkagent/naming.hpp"
 
 namespace zkagent::gateway {
@@ -178,7 +179,7 @@ class Link final : public RelayLink, public std::enable_shared_from_this<Link<St
   }
 
   tcp::resolver resolver_;
-  websocket::stream<Stream> ws_;
+  zkagent::http::WebSocketStream<Stream> ws_;
   RelayEndpoint endpoint_;
   Request request_;
   Handlers handlers_;

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "../../tests/presence_runtime/presence_cluster.hpp"
+#include "zkagent/http/websocket.hpp"
 #include "zkagent/naming.hpp"
 #include "zkbench/process.hpp"
 #include "zkbench/stats.hpp"
@@ -114,7 +115,7 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
     });
   }
 
-  websocket::stream<beast::tcp_stream> ws_;
+  zkagent::http::WebSocketStream<beast::tcp_stream> ws_;
   beast::flat_buffer buffer_;
   Shared& shared_;
   uint16_t port_;

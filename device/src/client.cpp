@@ -21,6 +21,7 @@
 #include "detail.hpp"
 #include "zkagent/device.hpp"
 #include "zkagent/http/tls.hpp"
+#include "zkagent/http/websocket.hpp"
 
 #if defined(__linux__)
 #include <netinet/in.h>
@@ -49,8 +50,8 @@ namespace client_state {
 
 // One attempt's socket and buffers; pending handlers keep it alive after it was replaced.
 struct Connection {
-  using Plain = websocket::stream<tcp::socket>;
-  using Tls = websocket::stream<asio::ssl::stream<tcp::socket>>;
+  using Plain = zkagent::http::WebSocketStream<tcp::socket>;
+  using Tls = zkagent::http::WebSocketStream<asio::ssl::stream<tcp::socket>>;
 
   Connection(asio::io_context& io, asio::ssl::context* tls)
       : ws(tls ? Stream(std::in_place_type<Tls>, io, *tls)

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "zkagent/http/tls.hpp"
+#include "zkagent/http/websocket.hpp"
 #include "zkagent/naming.hpp"
 
 namespace {
@@ -350,7 +351,7 @@ class Watch {
   asio::io_context& io_;
   Options options_;
   tcp::resolver resolver_;
-  websocket::stream<Stream> ws_;
+  zkagent::http::WebSocketStream<Stream> ws_;
   asio::posix::stream_descriptor stdin_;
   websocket::response_type response_;
   beast::flat_buffer buffer_;

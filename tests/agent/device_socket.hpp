@@ -13,6 +13,8 @@
 #include <optional>
 #include <string>
 
+#include "zkagent/http/websocket.hpp"
+
 namespace zktest {
 
 // The device endpoint's URL target for `device` of `account`.
@@ -119,7 +121,7 @@ class Device {
   }
 
   asio::io_context io_;
-  websocket::stream<beast::tcp_stream> ws_{io_};
+  zkagent::http::WebSocketStream<beast::tcp_stream> ws_{io_};
   beast::flat_buffer buffer_;
   bool reading_ = false, done_ = false;
   beast::error_code readError_;

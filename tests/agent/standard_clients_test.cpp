@@ -90,6 +90,13 @@ class StandardClientsTest : public zktest::DeviceAuthTest {
 
 TEST_F(StandardClientsTest, PythonWebsocketsFollowsThe307ToTheLeaderAndThenItsSuccessor) {
   followTheLeader("ws_device.py", 20s);
+  // The library offered permessage-deflate at both agents; neither accepted an extension
+  // (docs/device-protocol.md).
+  std::vector<std::string> extensions;
+  for (const auto& line : lines_) {
+    if (line.rfind("EXTENSIONS ", 0) == 0) extensions.push_back(line);
+  }
+  EXPECT_EQ(extensions, (std::vector<std::string>(2, "EXTENSIONS permessage-deflate -")));
 }
 
 TEST_F(StandardClientsTest, ChromiumRunsTheJavaScriptClientThroughTheInBandRedirect) {

@@ -16,6 +16,8 @@
 #include <set>
 #include <thread>
 
+#include "zkagent/http/websocket.hpp"
+
 namespace zkagent::device::testing {
 
 // Outside the anonymous namespace: FakeAgent::State keeps one (GCC's -Wsubobject-linkage once this
@@ -86,7 +88,7 @@ struct Session : std::enable_shared_from_this<Session> {
   beast::flat_buffer buffer;
   http::request<http::string_body> request;
   http::response<http::string_body> refusal;
-  std::optional<websocket::stream<tcp::socket>> ws;
+  std::optional<zkagent::http::WebSocketStream<tcp::socket>> ws;
   std::deque<std::string> outbox;
   std::string device;
 

@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "gateway.hpp"
+#include "zkagent/http/websocket.hpp"
 #include "zkagent/naming.hpp"
 #include "zktest/deadline.hpp"
 
@@ -91,7 +92,7 @@ class FakeOwner {
     acceptor_.accept(socket, error);
     accepted_ = true;
     if (error) return;
-    websocket::stream<tcp::socket> ws(std::move(socket));
+    zkagent::http::WebSocketStream<tcp::socket> ws(std::move(socket));
     ws.accept(error);
     if (error) return;
     beast::flat_buffer buffer;

@@ -18,6 +18,7 @@
 
 #include "presence_cluster.hpp"
 #include "zkagent/auth.hpp"
+#include "zkagent/http/websocket.hpp"
 #include "zktest/deadline.hpp"
 #include "zktest/test_certs.hpp"
 #include "zktest/zookeeper_server.hpp"
@@ -43,7 +44,7 @@ UpgradeAnswer tryUpgrade(uint16_t port, const std::string& target) {
   namespace beast = boost::beast;
   namespace websocket = beast::websocket;
   boost::asio::io_context io;
-  websocket::stream<beast::tcp_stream> ws(io);
+  zkagent::http::WebSocketStream<beast::tcp_stream> ws(io);
   ws.set_option(websocket::stream_base::decorator([](websocket::request_type& request) {
     request.set(beast::http::field::authorization,
                 std::string("Bearer ") + zktest::presence::kGatewayToken);

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "device_endpoint_core.hpp"
+#include "zkagent/http/websocket.hpp"
 
 namespace zkagent::agent::detail {
 namespace {
@@ -100,7 +101,7 @@ class SessionOver final : public Session {
     return std::static_pointer_cast<SessionOver>(shared_from_this());
   }
 
-  websocket::stream<Socket> ws_;
+  zkagent::http::WebSocketStream<Socket> ws_;
 };
 
 }  // namespace

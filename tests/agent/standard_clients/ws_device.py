@@ -8,8 +8,9 @@ usage: ws_device.py [--ca FILE] URL ACCOUNT DEVICE [TOKEN]
 With wss:// the agent's certificate must chain to the CA in FILE and name the host (Python's
 default TLS context).
 
-Prints, flushed at once: CONNECTED <agent> <token>.<counter>, HEARTBEAT <agent> (the first
-pong of a connection), CLOSED <code> <reason>. SIGTERM closes with 1000 and exits 0.
+Prints, flushed at once: CONNECTED <agent> <token>.<counter>, EXTENSIONS <the first extension
+offered> <those accepted, - for none>, HEARTBEAT <agent> (the first pong of a connection),
+CLOSED <code> <reason>. SIGTERM closes with 1000 and exits 0.
 """
 import asyncio
 import json
@@ -48,6 +49,10 @@ async def run(url, account, device, token, ca):
                 assert welcome["type"] == "welcome", welcome
                 failures = 0
                 say("CONNECTED", welcome["agent"], f'{welcome["token"]}.{welcome["counter"]}')
+                # The library offers permessage-deflate; the protocol has the agent accept none.
+                offered = ws.request_headers.get("Sec-WebSocket-Extensions", "-")
+                accepted = ws.response_headers.get("Sec-WebSocket-Extensions", "-")
+                say("EXTENSIONS", offered.split(";")[0], accepted.replace(" ", ""))
                 heartbeat = welcome.get("heartbeat_ms", 30000) / 1000
                 seq, answered = 0, False
                 while not stop.is_set():
