@@ -7,7 +7,8 @@ namespace zkagent::http {
 
 // No WebSocket extension is ever negotiated (docs/device-protocol.md: no permessage-deflate), so
 // the stream is built without Beast's deflate support: that code could never run, and its
-// templates were about a fifth of the compile of every unit holding a WebSocket stream.
+// templates cost compile time in every unit holding a stream (the gateway library's unit took
+// 148 CPU-seconds with them, 137 without).
 template <typename NextLayer>
 using WebSocketStream = boost::beast::websocket::stream<NextLayer, /*deflateSupported=*/false>;
 
