@@ -67,9 +67,10 @@ class Cluster {
         root_(std::move(root)),
         dir_(std::move(dir)),
         timing_(timing),
-        gatewayExtra_(std::move(gatewayExtra)),
-        gatewayPort_(freeLoopbackPort()),
-        subscribePort_(freeLoopbackPort()) {
+        gatewayExtra_(std::move(gatewayExtra)) {
+    const auto ports = freeLoopbackPorts(2);  // two distinct ports
+    gatewayPort_ = ports[0];
+    subscribePort_ = ports[1];
     std::filesystem::create_directories(dir_ / "gateway");
     startGateway();
   }
@@ -218,7 +219,7 @@ class Cluster {
   std::filesystem::path dir_;
   Timing timing_;
   std::vector<std::string> gatewayExtra_;
-  uint16_t gatewayPort_, subscribePort_;
+  uint16_t gatewayPort_ = 0, subscribePort_ = 0;
   int starts_ = 0;
   std::unique_ptr<ChildProcess> gateway_;
   std::unique_ptr<zkagent::http::Client> client_;

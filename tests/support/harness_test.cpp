@@ -464,6 +464,9 @@ TEST(TcpProxy, ListensBelowTheEphemeralRangeSoNoConnectionCanTakeItsPortWhileClo
   EXPECT_LT(proxy.port(), ephemeralStart);
   for (const auto port : detail::reserveLoopbackPorts(6)) EXPECT_LT(port, ephemeralStart);
   EXPECT_LT(freeLoopbackPort(), ephemeralStart);  // the ports processes are told to listen on
+  const auto several = freeLoopbackPorts(6);
+  EXPECT_EQ(std::set<std::uint16_t>(several.begin(), several.end()).size(), several.size());
+  for (const auto port : several) EXPECT_LT(port, ephemeralStart);
 }
 
 TEST(TcpProxy, ResetsClientsWhenTheServerIsDown) {

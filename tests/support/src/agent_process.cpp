@@ -15,6 +15,10 @@ using nlohmann::json;
 
 uint16_t freeLoopbackPort() { return detail::reserveLoopbackPorts(1).front(); }
 
+std::vector<uint16_t> freeLoopbackPorts(std::size_t count) {
+  return detail::reserveLoopbackPorts(count);
+}
+
 std::optional<uint16_t> awaitListeningPort(const std::filesystem::path& log, milliseconds timeout) {
   std::optional<uint16_t> port;
   eventually(

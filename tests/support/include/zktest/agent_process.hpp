@@ -36,6 +36,8 @@ namespace zktest {
 // the kernel's ephemeral range: a port from there (bind to port 0) can be taken by any process's
 // outgoing connection or port-0 listener before the process binds it ("Address already in use").
 uint16_t freeLoopbackPort();
+// `count` such ports, distinct from each other (each was held until all were chosen).
+std::vector<uint16_t> freeLoopbackPorts(std::size_t count);
 
 // The port of the first "LISTENING host:port" line a server wrote to `log` (servers whose whole
 // output goes to a file), or nullopt when none came within `timeout`.
